@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+
+	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
+)
+
+// Audit appends one entry. Detail must be a JSON object.
+func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
+	if e.Detail == nil {
+		e.Detail = []byte("{}")
+	}
+	_, err := s.q.InsertAudit(ctx, s.conn(ctx), dbsqlc.InsertAuditParams{
+		ActorID:        nullUUID(e.ActorID),
+		ActorName:      e.ActorName,
+		ActorRole:      string(e.ActorRole),
+		OrganisationID: nullUUID(e.OrganisationID),
+		Action:         e.Action,
+		Outcome:        e.Outcome,
+		Detail:         e.Detail,
+	})
+	return mapErr(err)
+}
+
+// AuditLog lists entries newest first, at most limit of them, older than
+// the entry beforeID when it is given.
+func (s *Store) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]AuditEntry, error) {
+	rows, err := s.q.ListAudit(ctx, s.conn(ctx), dbsqlc.ListAuditParams{BeforeID: beforeID, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		out[i] = AuditEntry{
+			ID:             r.ID,
+			At:             r.At,
+			ActorID:        uuidPtr(r.ActorID),
+			ActorName:      r.ActorName,
+			ActorRole:      Role(r.ActorRole),
+			OrganisationID: uuidPtr(r.OrganisationID),
+			Action:         r.Action,
+			Outcome:        r.Outcome,
+			Detail:         r.Detail,
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,38 @@
+-- name: CreatePool :one
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours)
+VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'))
+RETURNING *;
+
+-- name: ListPools :many
+-- only_platform / filter_org narrow the list; all_orgs / scope_org bound it.
+SELECT * FROM pools
+WHERE (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid)
+  AND (NOT @only_platform::boolean OR organisation_id IS NULL)
+  AND (sqlc.narg('filter_org')::uuid IS NULL OR organisation_id = sqlc.narg('filter_org'))
+ORDER BY organisation_id NULLS FIRST, name;
+
+-- name: GetPool :one
+SELECT * FROM pools
+WHERE id = @id
+  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid);
+
+-- name: GetPoolForUpdate :one
+-- Row lock: two concurrent updates of one pool apply one after the other
+-- instead of the later silently overwriting a field the earlier changed.
+SELECT * FROM pools
+WHERE id = @id
+  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid)
+FOR UPDATE;
+
+-- name: UpdatePool :one
+UPDATE pools
+SET name = @name,
+    lease_seconds = sqlc.narg('lease_seconds'),
+    queue_timeout_hours = sqlc.narg('queue_timeout_hours')
+WHERE id = @id
+RETURNING *;
+
+-- name: PoolsByOrganisations :many
+SELECT * FROM pools
+WHERE organisation_id = ANY(@organisation_ids::uuid[])
+ORDER BY name;

@@ -1,0 +1,133 @@
+// Package store is the server's only way into PostgreSQL. Queries live in
+// queries/*.sql and are generated into internal/dbsqlc by sqlc; this package
+// turns generated rows into domain types, maps database errors to its own
+// (ErrNotFound, ErrConflict, ErrInvalid) and never lets a pgx error escape.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
+)
+
+var (
+	// ErrNotFound: no such row, or one outside the caller's scope. The two
+	// are deliberately indistinguishable.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the write would break a uniqueness rule.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: the database refused a value (a check constraint).
+	ErrInvalid = errors.New("invalid value")
+)
+
+// DB is what the store runs on: a pool in production, a transaction in
+// tests (Begin on a transaction opens a savepoint).
+type DB interface {
+	dbsqlc.DBTX
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Store reads and writes the control plane's state.
+type Store struct {
+	db DB
+	q  *dbsqlc.Queries
+}
+
+// New returns a store over db.
+func New(db DB) *Store {
+	return &Store{db: db, q: dbsqlc.New()}
+}
+
+// Connect opens a pool for url. It does not check the schema; see
+// CheckSchema.
+func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		// The parse error may quote the URL, password included.
+		return nil, errors.New("database url: cannot be parsed")
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
+	}
+	return pool, nil
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.conn(ctx).QueryRow(ctx, "SELECT 1").Scan(&one); err != nil {
+		return fmt.Errorf("ping database: %w", err)
+	}
+	return nil
+}
+
+type txKey struct{}
+
+// WithTx runs fn in one transaction: every store call made with the context
+// fn receives joins it. It commits when fn returns nil and rolls back
+// otherwise. Nested calls open savepoints.
+func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) error {
+	tx, err := s.conn(ctx).(DB).Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}
+
+// conn is the transaction in ctx if there is one, otherwise the store's DB.
+func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
+	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
+		return tx
+	}
+	return s.db
+}
+
+// mapErr turns database errors into the store's own.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+		case "23514", "23502", "22001", "22003": // check, not null, too long, out of range
+			return fmt.Errorf("%w: %s", ErrInvalid, firstNonEmpty(pgErr.ConstraintName, pgErr.ColumnName, pgErr.Code))
+		case "23503": // foreign_key_violation: the referenced row does not exist
+			return ErrNotFound
+		}
+		return fmt.Errorf("database error %s", pgErr.Code)
+	}
+	return err
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
