@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -74,16 +75,31 @@ func (s *Store) Ping(ctx context.Context) error {
 
 type txKey struct{}
 
+// txState is the transaction a context carries. Contexts outlive the call
+// that made them (gqlgen hands a mutation's context on to the resolvers of
+// its result fields), so once WithTx returns the context stops routing
+// queries to the finished transaction.
+type txState struct {
+	tx     pgx.Tx
+	over   atomic.Bool
+	parent *txState // the enclosing transaction of a savepoint
+}
+
 // WithTx runs fn in one transaction: every store call made with the context
 // fn receives joins it. It commits when fn returns nil and rolls back
 // otherwise. Nested calls open savepoints.
 func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) error {
 	tx, err := s.conn(ctx).(DB).Begin(ctx)
 	if err != nil {
-		return fmt.Errorf("begin: %w", err)
+		return fmt.Errorf("begin: %w", mapErr(err))
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
-	if err := fn(context.WithValue(ctx, txKey{}, tx)); err != nil {
+	parent, _ := ctx.Value(txKey{}).(*txState)
+	state := &txState{tx: tx, parent: parent}
+	defer func() {
+		state.over.Store(true)
+		tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // no-op after commit
+	}()
+	if err := fn(context.WithValue(ctx, txKey{}, state)); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -92,10 +108,14 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	return nil
 }
 
-// conn is the transaction in ctx if there is one, otherwise the store's DB.
+// conn is the live transaction in ctx if there is one, otherwise the
+// store's DB. A finished transaction hands back to its parent's.
 func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
-	if tx, ok := ctx.Value(txKey{}).(pgx.Tx); ok {
-		return tx
+	state, _ := ctx.Value(txKey{}).(*txState)
+	for ; state != nil; state = state.parent {
+		if !state.over.Load() {
+			return state.tx
+		}
 	}
 	return s.db
 }

@@ -191,3 +191,30 @@ func poolIDs(ps []store.Pool) []uuid.UUID {
 	}
 	return out
 }
+
+func TestContextOutlivingItsTransactionFallsBackToThePool(t *testing.T) {
+	t.Parallel()
+	s := store.New(storetest.NewPool(t))
+	var inner context.Context
+	require.NoError(t, s.WithTx(context.Background(), func(ctx context.Context) error {
+		inner = ctx
+		_, err := s.CreateOrganisation(ctx, "made-inside")
+		return err
+	}))
+	// gqlgen resolves a mutation's result fields with the mutation's context,
+	// after the transaction committed.
+	orgs, err := s.Organisations(inner, store.AllOrganisations())
+	require.NoError(t, err)
+	require.Len(t, orgs, 1)
+
+	// A savepoint that ended hands back to its still-open parent.
+	require.NoError(t, s.WithTx(context.Background(), func(outer context.Context) error {
+		var nested context.Context
+		require.NoError(t, s.WithTx(outer, func(ctx context.Context) error { nested = ctx; return nil }))
+		_, err := s.CreateOrganisation(nested, "in-parent")
+		return err
+	}))
+	orgs, err = s.Organisations(context.Background(), store.AllOrganisations())
+	require.NoError(t, err)
+	require.Len(t, orgs, 2)
+}

@@ -1,0 +1,43 @@
+# runmesh — `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/runmesh/runmesh/controlplane.Version=$(VERSION)
+# PKG and RUN narrow a test run: make test PKG=./graph/... RUN=TestAudit
+PKG ?= ./...
+RUN ?=
+GOTESTFLAGS ?= -timeout 30m $(if $(RUN),-run '$(RUN)')
+GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
+
+.DEFAULT_GOAL := help
+
+.PHONY: help generate verify lint test build demo check
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+generate: ## regenerate the sqlc store code and the gqlgen API code
+	cd controlplane/store && $(GO) tool sqlc generate
+	$(GO) tool gqlgen generate
+
+verify: generate ## fail if committed generated code differs from what the sources generate
+	@git diff --exit-code --stat -- $(GENERATED) graph/schema.resolvers.go || \
+		{ echo "generated code is stale: run 'make generate' and commit the result"; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard -- $(GENERATED)); \
+		test -z "$$untracked" || { echo "generated files not committed: $$untracked"; exit 1; }
+
+lint: ## gofmt and go vet
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+		test -z "$$unformatted" || { echo "not gofmt-ed: $$unformatted"; exit 1; }
+	$(GO) vet ./...
+
+test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
+	$(GO) run ./controlplane/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
+
+build: ## build the binaries into bin/
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+demo: build ## run the control plane on its embedded default (private PostgreSQL)
+	./bin/runmesh-server dev
+
+check: verify lint test ## generated code, lint and tests: run before you push

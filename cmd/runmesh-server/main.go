@@ -1,0 +1,195 @@
+// Command runmesh-server is the runmesh control plane.
+//
+//	runmesh-server serve --config FILE   production
+//	runmesh-server migrate --config FILE upgrade the database schema
+//	runmesh-server dev [--state-dir DIR] the embedded default, with a private PostgreSQL
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/config"
+	"github.com/runmesh/runmesh/controlplane/sdnotify"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph"
+)
+
+const usage = `usage: runmesh-server COMMAND [flags]
+
+commands:
+  serve --config FILE    run the control plane
+  migrate --config FILE  apply database migrations, then exit
+  dev [--state-dir DIR] [--admin-addr ADDR]
+                         run on an embedded default: a private PostgreSQL in DIR,
+                         the admin API on loopback, a platform-admin token on first run
+  version                print the version
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "runmesh-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return serve(ctx, rest, stderr)
+	case "migrate":
+		return migrate(ctx, rest, stdout, stderr)
+	case "dev":
+		return dev(ctx, rest, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, controlplane.Version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+func loadConfig(name string, args []string, stderr io.Writer) (*config.Config, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "/etc/runmesh/server.yaml", "configuration file")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return config.Load(*path)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := loadConfig("serve", args, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.Log.Level)
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		return err
+	}
+	pool, err := store.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := store.CheckSchema(ctx, pool); err != nil {
+		return err
+	}
+	tlsCfg, err := adminTLS(cfg)
+	if err != nil {
+		return err
+	}
+	srv := controlplane.New(controlplane.Options{
+		Store:     store.New(pool),
+		Log:       log,
+		AdminAddr: cfg.Admin.Listen,
+		AdminTLS:  tlsCfg,
+		Defaults:  graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
+	})
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	sdnotify.Ready("serving")
+	go sdnotify.Watchdog(ctx, srv.Healthy)
+	select {
+	case <-ctx.Done():
+	case err := <-srv.Done():
+		return err
+	}
+	log.Info("shutting down")
+	sdnotify.Stopping()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	return srv.Stop(stopCtx)
+}
+
+func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := loadConfig("migrate", args, stderr)
+	if err != nil {
+		return err
+	}
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		return err
+	}
+	pool, err := store.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := store.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "schema is up to date (version %d)\n", store.LatestVersion())
+		return nil
+	}
+	fmt.Fprintf(stdout, "applied migrations %v; schema is at version %d\n", applied, store.LatestVersion())
+	return nil
+}
+
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", defaultDevStateDir(), "where the private PostgreSQL and dev.env live (kept between runs)")
+	adminAddr := fs.String("admin-addr", "127.0.0.1:8444", "admin listener (loopback only: plain HTTP)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	abs, err := filepath.Abs(*stateDir)
+	if err != nil {
+		return err
+	}
+	return controlplane.RunDev(ctx, controlplane.DevOptions{
+		StateDir:  abs,
+		AdminAddr: *adminAddr,
+		Out:       stdout,
+		Log:       newLogger(stderr, *logLevel),
+	})
+}
+
+// defaultDevStateDir is per user. Root's home is closed to the unprivileged
+// user PostgreSQL runs as, so root's default lives under /var/lib.
+func defaultDevStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/runmesh-dev"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "runmesh-dev")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ".runmesh-dev"
+	}
+	return filepath.Join(home, ".local", "state", "runmesh-dev")
+}

@@ -1,0 +1,178 @@
+// Package config reads the server's configuration file. It is strict: the
+// file carries a version, unknown fields are refused, and a missing setting
+// is reported differently from an invalid one, so a typo never silently
+// falls back to a default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Version is the only config file version this binary reads.
+const Version = 1
+
+// Config is the server's configuration.
+type Config struct {
+	Version  int      `yaml:"version"`
+	StateDir string   `yaml:"state_dir"`
+	Database Database `yaml:"database"`
+	Admin    Admin    `yaml:"admin"`
+	Pools    Pools    `yaml:"pools"`
+	Log      Log      `yaml:"log"`
+}
+
+// Database says where PostgreSQL is. The URL may carry a password, so it
+// can live in a file of its own (url_file) instead of the config.
+type Database struct {
+	URL     string `yaml:"url"`
+	URLFile string `yaml:"url_file"`
+}
+
+// Admin is the GraphQL admin listener. Without TLS files it serves plain
+// HTTP, which is allowed only on a loopback address.
+type Admin struct {
+	Listen      string `yaml:"listen"`
+	TLSCertFile string `yaml:"tls_cert_file"`
+	TLSKeyFile  string `yaml:"tls_key_file"`
+}
+
+// Pools holds the defaults a pool uses until it sets its own.
+type Pools struct {
+	DefaultLeaseSeconds      int `yaml:"default_lease_seconds"`
+	DefaultQueueTimeoutHours int `yaml:"default_queue_timeout_hours"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level string `yaml:"level"`
+}
+
+// MissingError says a required setting is absent.
+type MissingError struct{ Field string }
+
+func (e *MissingError) Error() string { return fmt.Sprintf("missing required setting %s", e.Field) }
+
+// InvalidError says a setting is present but wrong.
+type InvalidError struct{ Field, Reason string }
+
+func (e *InvalidError) Error() string {
+	if e.Field == "" {
+		return "invalid: " + e.Reason
+	}
+	return fmt.Sprintf("invalid setting %s: %s", e.Field, e.Reason)
+}
+
+// Load reads and checks the file at path.
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("config %s: file not found", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	c, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads and checks a config document, filling in defaults.
+func Parse(b []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, &MissingError{Field: "version"}
+		}
+		return nil, &InvalidError{Reason: strings.TrimPrefix(strings.ReplaceAll(err.Error(), "\n ", ""), "yaml: unmarshal errors:")}
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (c *Config) check() error {
+	switch {
+	case c.Version == 0:
+		return &MissingError{Field: "version"}
+	case c.Version != Version:
+		return &InvalidError{Field: "version", Reason: fmt.Sprintf("this binary reads version %d, the file says %d", Version, c.Version)}
+	}
+	switch {
+	case c.Database.URL == "" && c.Database.URLFile == "":
+		return &MissingError{Field: "database.url (or database.url_file)"}
+	case c.Database.URL != "" && c.Database.URLFile != "":
+		return &InvalidError{Field: "database", Reason: "set url or url_file, not both"}
+	}
+	if c.StateDir == "" {
+		c.StateDir = "/var/lib/runmesh-server"
+	}
+	if c.Admin.Listen == "" {
+		c.Admin.Listen = ":8444"
+	}
+	host, _, err := net.SplitHostPort(c.Admin.Listen)
+	if err != nil {
+		return &InvalidError{Field: "admin.listen", Reason: err.Error()}
+	}
+	if (c.Admin.TLSCertFile == "") != (c.Admin.TLSKeyFile == "") {
+		return &InvalidError{Field: "admin", Reason: "tls_cert_file and tls_key_file go together"}
+	}
+	if c.Admin.TLSCertFile == "" && !isLoopback(host) {
+		return &InvalidError{Field: "admin.listen", Reason: "plain HTTP is allowed only on a loopback address; set admin.tls_cert_file and admin.tls_key_file"}
+	}
+	if c.Pools.DefaultLeaseSeconds == 0 {
+		c.Pools.DefaultLeaseSeconds = 30
+	} else if c.Pools.DefaultLeaseSeconds < 5 || c.Pools.DefaultLeaseSeconds > 3600 {
+		return &InvalidError{Field: "pools.default_lease_seconds", Reason: "between 5 and 3600"}
+	}
+	if c.Pools.DefaultQueueTimeoutHours == 0 {
+		c.Pools.DefaultQueueTimeoutHours = 24
+	} else if c.Pools.DefaultQueueTimeoutHours < 1 || c.Pools.DefaultQueueTimeoutHours > 8760 {
+		return &InvalidError{Field: "pools.default_queue_timeout_hours", Reason: "between 1 and 8760"}
+	}
+	switch c.Log.Level {
+	case "":
+		c.Log.Level = "info"
+	case "debug", "info", "warn", "error":
+	default:
+		return &InvalidError{Field: "log.level", Reason: "one of debug, info, warn, error"}
+	}
+	return nil
+}
+
+// DatabaseURL returns the database URL, reading url_file when that is how
+// it is given.
+func (c *Config) DatabaseURL() (string, error) {
+	if c.Database.URL != "" {
+		return c.Database.URL, nil
+	}
+	b, err := os.ReadFile(c.Database.URLFile)
+	if err != nil {
+		return "", fmt.Errorf("database.url_file: %w", err)
+	}
+	u := strings.TrimSpace(string(b))
+	if u == "" {
+		return "", &InvalidError{Field: "database.url_file", Reason: "the file is empty"}
+	}
+	return u, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

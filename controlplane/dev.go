@@ -1,0 +1,195 @@
+package controlplane
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane/admintoken"
+	"github.com/runmesh/runmesh/controlplane/pgcluster"
+	"github.com/runmesh/runmesh/controlplane/sdnotify"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph"
+)
+
+// DevOptions configure `runmesh-server dev`.
+type DevOptions struct {
+	StateDir  string
+	AdminAddr string
+	Out       io.Writer // where the human-readable banner goes
+	Log       *slog.Logger
+}
+
+// DevEnvFile is written into the state directory for scripts to source.
+const DevEnvFile = "dev.env"
+
+// RunDev runs the embedded default: a private PostgreSQL in the state
+// directory (kept between runs), the schema migrated, a platform admin with a
+// token on first run, and the server on loopback, until ctx ends.
+func RunDev(ctx context.Context, o DevOptions) error {
+	if err := checkLoopback(o.AdminAddr); err != nil {
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+	// PostgreSQL may run as another user (we may be root): it must be able
+	// to pass through, but not to list, the state directory.
+	if err := os.Chmod(o.StateDir, 0o711); err != nil {
+		return fmt.Errorf("state directory: %w", err)
+	}
+
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
+		DataDir: filepath.Join(o.StateDir, "postgres"),
+		LogFile: filepath.Join(o.StateDir, "postgres.log"),
+		Durable: true,
+		Log:     o.Log.With("component", "postgres"),
+	})
+	if err != nil {
+		return fmt.Errorf("private postgres: %w", err)
+	}
+	defer cluster.Stop()
+	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cluster.URL("runmesh"))
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	applied, err := store.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if len(applied) > 0 {
+		o.Log.Info("applied migrations", "versions", applied)
+	}
+	st := store.New(pool)
+
+	envPath := filepath.Join(o.StateDir, DevEnvFile)
+	token, firstRun, err := devAdminToken(ctx, st, envPath)
+	if err != nil {
+		return err
+	}
+
+	srv := New(Options{Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults})
+	if err := srv.Start(ctx); err != nil {
+		return err
+	}
+	adminURL := "http://" + srv.AdminAddr().String()
+	env := map[string]string{"RUNMESH_ADMIN_URL": adminURL, "RUNMESH_ADMIN_TOKEN": token}
+	if err := writeEnvFile(envPath, env); err != nil {
+		return err
+	}
+	printBanner(o.Out, adminURL, envPath, token, firstRun)
+	sdnotify.Ready("serving (dev)")
+	go sdnotify.Watchdog(ctx, srv.Healthy)
+
+	select {
+	case <-ctx.Done():
+	case err := <-srv.Done():
+		if err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	case <-cluster.Exited():
+		return errors.New("private postgres exited; see " + filepath.Join(o.StateDir, "postgres.log"))
+	}
+	sdnotify.Stopping()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return srv.Stop(stopCtx)
+}
+
+// devAdminToken creates the platform admin on first run. Later runs read
+// its token back from dev.env; the database holds only its hash.
+func devAdminToken(ctx context.Context, st *store.Store, envPath string) (token string, firstRun bool, err error) {
+	n, err := st.CountAdmins(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	if n > 0 {
+		env, err := readEnvFile(envPath)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", false, err
+		}
+		return env["RUNMESH_ADMIN_TOKEN"], false, nil
+	}
+	token, digest := admintoken.New()
+	if _, err := st.CreateAdminWithToken(ctx, store.NewAdmin{
+		Name: "dev-admin", Role: store.RolePlatformAdmin, TokenHash: digest,
+	}); err != nil {
+		return "", false, fmt.Errorf("create dev admin: %w", err)
+	}
+	return token, true, nil
+}
+
+func printBanner(w io.Writer, adminURL, envPath, token string, firstRun bool) {
+	fmt.Fprintf(w, "runmesh dev control plane is up\n")
+	fmt.Fprintf(w, "  admin API:   %s/graphql\n", adminURL)
+	fmt.Fprintf(w, "  playground:  %s/playground\n", adminURL)
+	fmt.Fprintf(w, "  metrics:     %s/metrics\n", adminURL)
+	switch {
+	case firstRun:
+		fmt.Fprintf(w, "  platform-admin token (shown once; kept in %s):\n    %s\n", envPath, token)
+	case token == "":
+		fmt.Fprintf(w, "  platform-admin token: not in %s; create another with createAdminToken\n", envPath)
+	default:
+		fmt.Fprintf(w, "  platform-admin token: in %s\n", envPath)
+	}
+	fmt.Fprintf(w, "  for scripts: . %s\n", envPath)
+	fmt.Fprintf(w, "  try: . %s && curl -s -H \"Authorization: Bearer $RUNMESH_ADMIN_TOKEN\" -d '{\"query\":\"{ viewer { role } }\"}' $RUNMESH_ADMIN_URL/graphql\n", envPath)
+}
+
+// writeEnvFile writes KEY=value lines, mode 0600 (it holds a token),
+// replacing the file atomically.
+func writeEnvFile(path string, env map[string]string) error {
+	var b strings.Builder
+	for _, k := range []string{"RUNMESH_ADMIN_URL", "RUNMESH_RUNNER_URL", "RUNMESH_ADMIN_TOKEN", "RUNMESH_CA_FINGERPRINT"} {
+		if v, ok := env[k]; ok && v != "" {
+			fmt.Fprintf(&b, "%s=%s\n", k, v)
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			env[k] = v
+		}
+	}
+	return env, sc.Err()
+}
+
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("dev serves plain HTTP, so only on loopback (got %q)", host)
+	}
+	return nil
+}

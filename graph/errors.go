@@ -1,0 +1,124 @@
+package graph
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// Error codes clients may rely on (extensions.code).
+const (
+	CodeNotFound   = "NOT_FOUND"
+	CodeForbidden  = "FORBIDDEN"
+	CodeConflict   = "CONFLICT"
+	CodeBadInput   = "BAD_INPUT"
+	CodeInternal   = "INTERNAL"
+	outcomeSuccess = "OK"
+)
+
+var errForbidden = errors.New("forbidden")
+
+// badInput is a refusal whose message is meant for the caller.
+type badInput struct{ msg string }
+
+func (e badInput) Error() string { return e.msg }
+
+func badInputf(format string, args ...any) error { return badInput{fmt.Sprintf(format, args...)} }
+
+// errorCode classifies err for clients and the audit log.
+func errorCode(err error) string {
+	var bi badInput
+	switch {
+	case err == nil:
+		return outcomeSuccess
+	case errors.Is(err, store.ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, errForbidden):
+		return CodeForbidden
+	case errors.Is(err, store.ErrConflict):
+		return CodeConflict
+	case errors.Is(err, store.ErrInvalid), errors.As(err, &bi):
+		return CodeBadInput
+	}
+	var gqlErr *gqlerror.Error
+	if errors.As(err, &gqlErr) {
+		if code, ok := gqlErr.Extensions["code"].(string); ok {
+			return code
+		}
+		return CodeBadInput
+	}
+	return CodeInternal
+}
+
+// presentError gives known errors a stable code and a message fit for the
+// caller, and everything else "internal error" (logged in full here).
+func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
+	return func(ctx context.Context, err error) *gqlerror.Error {
+		gqlErr := graphql.DefaultErrorPresenter(ctx, err)
+		var inner *gqlerror.Error
+		if errors.As(err, &inner) && inner.Err == nil {
+			// Parse and validation errors, and argument errors: already
+			// phrased for the caller.
+			if gqlErr.Extensions == nil {
+				gqlErr.Extensions = map[string]any{}
+			}
+			if _, ok := gqlErr.Extensions["code"]; !ok {
+				gqlErr.Extensions["code"] = CodeBadInput
+			}
+			return gqlErr
+		}
+		code := errorCode(err)
+		switch code {
+		case CodeNotFound:
+			gqlErr.Message = "not found"
+		case CodeForbidden:
+			gqlErr.Message = "forbidden"
+		case CodeConflict:
+			gqlErr.Message = "conflict: " + trimStoreErr(err)
+		case CodeBadInput:
+			var bi badInput
+			if errors.As(err, &bi) {
+				gqlErr.Message = bi.msg
+			} else {
+				gqlErr.Message = "invalid input: " + trimStoreErr(err)
+			}
+		default:
+			log.ErrorContext(ctx, "graphql resolver failed", "path", gqlErr.Path.String(), "err", err)
+			gqlErr.Message = "internal error"
+		}
+		gqlErr.Extensions = map[string]any{"code": code}
+		return gqlErr
+	}
+}
+
+// trimStoreErr is the detail after the store's sentinel ("conflict: x" → x).
+func trimStoreErr(err error) string {
+	for _, sentinel := range []error{store.ErrConflict, store.ErrInvalid} {
+		if errors.Is(err, sentinel) {
+			msg := err.Error()
+			if rest, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {
+				return rest
+			}
+			return msg
+		}
+	}
+	return err.Error()
+}
+
+// writeJSONError answers outside GraphQL execution in GraphQL's error shape.
+func writeJSONError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"errors": []map[string]any{{"message": msg, "extensions": map[string]any{"code": code}}},
+	})
+}

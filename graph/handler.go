@@ -1,0 +1,118 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler"
+	"github.com/99designs/gqlgen/graphql/handler/extension"
+	"github.com/99designs/gqlgen/graphql/handler/lru"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/99designs/gqlgen/graphql/playground"
+	"github.com/vektah/gqlparser/v2/ast"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph/generated"
+)
+
+// Options configure the admin API handler.
+type Options struct {
+	Store    *store.Store
+	Log      *slog.Logger
+	Defaults Defaults
+	// ComplexityLimit bounds the cost of one operation (each field costs 1
+	// unless its complexity function says otherwise).
+	ComplexityLimit int
+	// MaxBodyBytes bounds a request body.
+	MaxBodyBytes int64
+}
+
+// DefaultComplexityLimit and DefaultMaxBodyBytes apply when Options leave
+// them zero.
+const (
+	DefaultComplexityLimit = 5000
+	DefaultMaxBodyBytes    = 1 << 20
+)
+
+// NewHandler is the /graphql endpoint: bearer authentication, then gqlgen
+// with POST and websocket transports, a parsed-query cache and a
+// complexity limit.
+func NewHandler(o Options) http.Handler {
+	if o.ComplexityLimit == 0 {
+		o.ComplexityLimit = DefaultComplexityLimit
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.Defaults == (Defaults{}) {
+		o.Defaults = DefaultDefaults
+	}
+	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults}
+	srv := handler.New(generated.NewExecutableSchema(generated.Config{
+		Resolvers:  r,
+		Directives: generated.DirectiveRoot{HasRole: hasRole},
+	}))
+	srv.AddTransport(transport.Websocket{
+		KeepAlivePingInterval: 15 * time.Second,
+		InitFunc: func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+			token := p.Authorization()
+			if token == "" {
+				token, _ = p["authToken"].(string)
+			}
+			if t, ok := cutBearer(token); ok {
+				token = t
+			}
+			a, err := authenticate(ctx, o.Store, token)
+			if err != nil {
+				return ctx, nil, errors.New("unauthenticated")
+			}
+			return withPrincipal(ctx, a), nil, nil
+		},
+	})
+	srv.AddTransport(transport.POST{})
+	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	srv.Use(extension.Introspection{})
+	srv.Use(extension.FixedComplexityLimit(o.ComplexityLimit))
+	srv.SetErrorPresenter(presentError(o.Log))
+	srv.SetRecoverFunc(func(ctx context.Context, p any) error {
+		o.Log.ErrorContext(ctx, "graphql resolver panicked", "panic", fmt.Sprint(p))
+		return errors.New("internal error")
+	})
+	srv.AroundFields(auditMutations(o.Store, o.Log))
+	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		a, _ := principal(ctx)
+		return next(context.WithValue(ctx, loadersKey{}, newLoaders(o.Store, a.Scope())))
+	})
+	return limitBody(o.MaxBodyBytes, requireAdmin(o.Store, srv))
+}
+
+// PlaygroundHandler serves the GraphQL playground for endpoint. The page
+// itself needs no token; the queries it sends do.
+func PlaygroundHandler(endpoint string) http.Handler {
+	return playground.Handler("runmesh admin", endpoint)
+}
+
+func cutBearer(s string) (string, bool) {
+	if len(s) > 7 && (s[:7] == "Bearer " || s[:7] == "bearer ") {
+		return s[7:], true
+	}
+	return s, false
+}
+
+// limitBody refuses bodies over max: up front when Content-Length says so,
+// and while reading when it does not.
+func limitBody(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, CodeBadInput, fmt.Sprintf("request body over %d bytes", max))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}

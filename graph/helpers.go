@@ -1,0 +1,99 @@
+package graph
+
+import (
+	"context"
+	"errors"
+	"regexp"
+
+	"github.com/google/uuid"
+	"github.com/vikstrous/dataloadgen"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph/model"
+)
+
+// loadOrganisation resolves an optional organisation reference through the
+// request's loader (nil stays nil: a platform object).
+func loadOrganisation(ctx context.Context, id *uuid.UUID) (*store.Organisation, error) {
+	if id == nil {
+		return nil, nil
+	}
+	o, err := loadersFor(ctx).organisation.Load(ctx, *id)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &o, nil
+}
+
+// nullIfNotFound turns "not found" into a null answer, so that something
+// outside the caller's scope and something that does not exist look alike.
+func nullIfNotFound[T any](v *T, err error) (*T, error) {
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// targetOrganisation is the organisation an admin acts on: the one named,
+// which an organisation admin may name only as its own (another is "not
+// found", like one that does not exist), or by default its own. Platform
+// admins naming none get nil: the platform.
+func targetOrganisation(me store.Admin, named *uuid.UUID) (*uuid.UUID, error) {
+	if me.Role == store.RolePlatformAdmin {
+		return named, nil
+	}
+	if me.OrganisationID == nil {
+		return nil, errForbidden
+	}
+	if named != nil && *named != *me.OrganisationID {
+		return nil, store.ErrNotFound
+	}
+	return me.OrganisationID, nil
+}
+
+var handle = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func checkHandle(field, v string) error {
+	if !handle.MatchString(v) {
+		return badInputf("%s: 1 to 63 lower-case letters, digits and dashes, not starting with a dash", field)
+	}
+	return nil
+}
+
+// Bounds of the pool settings; the schema's CHECK constraints say the same.
+const (
+	minLeaseSeconds, maxLeaseSeconds           = 5, 3600
+	minQueueTimeoutHours, maxQueueTimeoutHours = 1, 8760
+)
+
+func checkPoolSettings(leaseSeconds, queueTimeoutHours *int) error {
+	if v := leaseSeconds; v != nil && (*v < minLeaseSeconds || *v > maxLeaseSeconds) {
+		return badInputf("leaseSeconds: between %d and %d", minLeaseSeconds, maxLeaseSeconds)
+	}
+	if v := queueTimeoutHours; v != nil && (*v < minQueueTimeoutHours || *v > maxQueueTimeoutHours) {
+		return badInputf("queueTimeoutHours: between %d and %d", minQueueTimeoutHours, maxQueueTimeoutHours)
+	}
+	return nil
+}
+
+// derefOmittable is the value to validate: only a value actually given.
+func derefOmittable(v *int, set bool) *int {
+	if !set {
+		return nil
+	}
+	return v
+}
+
+func setting(own *int, def int) *model.IntSetting {
+	s := &model.IntSetting{Own: own, Default: def, InForce: def, IsDefault: own == nil}
+	if own != nil {
+		s.InForce = *own
+	}
+	return s
+}
