@@ -14,7 +14,7 @@ import (
 // query for their organisations, not N. They live for one request, so
 // nothing is cached across callers with different scopes.
 type loaders struct {
-	organisation      *dataloadgen.Loader[uuid.UUID, store.Organisation]
+	organisation        *dataloadgen.Loader[uuid.UUID, store.Organisation]
 	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []store.Pool]
 }
 

@@ -9,7 +9,8 @@ SELECT * FROM pools
 WHERE (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid)
   AND (NOT @only_platform::boolean OR organisation_id IS NULL)
   AND (sqlc.narg('filter_org')::uuid IS NULL OR organisation_id = sqlc.narg('filter_org'))
-ORDER BY organisation_id NULLS FIRST, name;
+-- Platform pools first, then by organisation name: a stable order people can read.
+ORDER BY (SELECT o.name FROM organisations o WHERE o.id = pools.organisation_id) NULLS FIRST, name;
 
 -- name: GetPool :one
 SELECT * FROM pools

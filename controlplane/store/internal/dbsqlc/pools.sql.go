@@ -103,7 +103,7 @@ SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at
 WHERE ($1::boolean OR organisation_id = $2::uuid)
   AND (NOT $3::boolean OR organisation_id IS NULL)
   AND ($4::uuid IS NULL OR organisation_id = $4)
-ORDER BY organisation_id NULLS FIRST, name
+ORDER BY (SELECT o.name FROM organisations o WHERE o.id = pools.organisation_id) NULLS FIRST, name
 `
 
 type ListPoolsParams struct {
@@ -114,6 +114,7 @@ type ListPoolsParams struct {
 }
 
 // only_platform / filter_org narrow the list; all_orgs / scope_org bound it.
+// Platform pools first, then by organisation name: a stable order people can read.
 func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) ([]Pool, error) {
 	rows, err := db.Query(ctx, listPools,
 		arg.AllOrgs,
