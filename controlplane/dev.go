@@ -147,7 +147,7 @@ func printBanner(w io.Writer, adminURL, envPath, token string, firstRun bool) {
 		fmt.Fprintf(w, "  platform-admin token: in %s\n", envPath)
 	}
 	fmt.Fprintf(w, "  for scripts: . %s\n", envPath)
-	fmt.Fprintf(w, "  try: . %s && curl -s -H \"Authorization: Bearer $RUNMESH_ADMIN_TOKEN\" -d '{\"query\":\"{ viewer { role } }\"}' $RUNMESH_ADMIN_URL/graphql\n", envPath)
+	fmt.Fprintf(w, "  try: . %s && curl -s -H \"Authorization: Bearer $RUNMESH_ADMIN_TOKEN\" -H 'Content-Type: application/json' \\\n         -d '{\"query\":\"{ viewer { role } }\"}' $RUNMESH_ADMIN_URL/graphql\n", envPath)
 }
 
 // writeEnvFile writes KEY=value lines, mode 0600 (it holds a token),

@@ -1,0 +1,218 @@
+// Command runmesh is the admin CLI: a GraphQL client for the admin API.
+//
+// It finds the API and the token in RUNMESH_ADMIN_URL and
+// RUNMESH_ADMIN_TOKEN, or in an env file (--env-file, e.g. the dev.env that
+// `runmesh-server dev` writes). Tokens are never taken from the command line,
+// where every user of the host could read them.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const usage = `usage: runmesh [--env-file FILE] COMMAND [ARGS]
+
+commands:
+  viewer                              who the token belongs to
+  organisations                       list organisations
+  create-organisation NAME            create an organisation (platform admins)
+  pools [--organisation ID]           list pools
+  create-pool [--organisation ID] [--lease-seconds N] [--queue-timeout-hours N] NAME
+  create-admin-token --name N --role ROLE [--organisation ID] [--ttl-seconds N]
+                                      create an admin; prints its token once
+  audit-log [--first N]               recent admin actions (platform admins)
+  query [--var NAME=JSON ...] QUERY   run any GraphQL operation; QUERY "-" reads stdin
+
+environment: RUNMESH_ADMIN_URL, RUNMESH_ADMIN_TOKEN (or --env-file)
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "runmesh:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) error {
+	global := flag.NewFlagSet("runmesh", flag.ContinueOnError)
+	global.SetOutput(stderr)
+	global.Usage = func() { fmt.Fprint(stderr, usage) }
+	envFile := global.String("env-file", "", "read RUNMESH_ADMIN_URL and RUNMESH_ADMIN_TOKEN from this file")
+	timeout := global.Duration("timeout", 30*time.Second, "request timeout")
+	if err := global.Parse(args); err != nil {
+		return err
+	}
+	if global.NArg() == 0 {
+		global.Usage()
+		return errors.New("no command given")
+	}
+	c, err := newClient(*envFile, getenv)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+
+	cmd, rest := global.Arg(0), global.Args()[1:]
+	op, ok := commands[cmd]
+	if !ok {
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	query, vars, err := op(rest, stdin, stderr)
+	if err != nil {
+		return err
+	}
+	data, err := c.do(ctx, query, vars)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, data)
+}
+
+type command func(args []string, stdin io.Reader, stderr io.Writer) (query string, vars map[string]any, err error)
+
+var commands = map[string]command{
+	"viewer":        fixed(`{ viewer { id name role organisation { id name } } }`),
+	"organisations": fixed(`{ organisations { id name createdAt } }`),
+	"create-organisation": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 1 {
+			return "", nil, errors.New("usage: create-organisation NAME")
+		}
+		return `mutation($in: CreateOrganisationInput!) { createOrganisation(input: $in) { id name } }`,
+			map[string]any{"in": map[string]any{"name": args[0]}}, nil
+	},
+	"pools": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("pools", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		org := fs.String("organisation", "", "organisation id")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		return `query($org: ID) { pools(organisationId: $org) { id name organisation { name }
+			leaseSeconds { inForce isDefault } queueTimeoutHours { inForce isDefault } } }`,
+			map[string]any{"org": nullable(*org)}, nil
+	},
+	"create-pool": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("create-pool", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		org := fs.String("organisation", "", "organisation id (platform admins; empty: a platform pool)")
+		lease := fs.Int("lease-seconds", 0, "lease lifetime (0: the default)")
+		timeout := fs.Int("queue-timeout-hours", 0, "queue timeout (0: the default)")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		if fs.NArg() != 1 {
+			return "", nil, errors.New("usage: create-pool [flags] NAME")
+		}
+		in := map[string]any{"name": fs.Arg(0), "organisationId": nullable(*org)}
+		if *lease != 0 {
+			in["leaseSeconds"] = *lease
+		}
+		if *timeout != 0 {
+			in["queueTimeoutHours"] = *timeout
+		}
+		return `mutation($in: CreatePoolInput!) { createPool(input: $in) { id name organisation { name } } }`,
+			map[string]any{"in": in}, nil
+	},
+	"create-admin-token": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("create-admin-token", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		name := fs.String("name", "", "who the token is for")
+		role := fs.String("role", "", "PLATFORM_ADMIN, ORG_ADMIN or ORG_MEMBER")
+		org := fs.String("organisation", "", "organisation id (organisation roles)")
+		ttl := fs.Int("ttl-seconds", 0, "lifetime (0: no expiry)")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		if *name == "" || *role == "" {
+			return "", nil, errors.New("usage: create-admin-token --name N --role ROLE [--organisation ID] [--ttl-seconds N]")
+		}
+		in := map[string]any{"name": *name, "role": strings.ToUpper(*role), "organisationId": nullable(*org)}
+		if *ttl != 0 {
+			in["ttlSeconds"] = *ttl
+		}
+		return `mutation($in: CreateAdminTokenInput!) { createAdminToken(input: $in) { token expiresAt admin { id name role } } }`,
+			map[string]any{"in": in}, nil
+	},
+	"audit-log": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("audit-log", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		first := fs.Int("first", 20, "how many entries")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		return `query($n: Int!) { auditLog(first: $n) { id at actorName action outcome detail } }`,
+			map[string]any{"n": *first}, nil
+	},
+	"query": func(args []string, stdin io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("query", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		vars := map[string]any{}
+		fs.Func("var", "NAME=JSON variable (repeatable; a bare word is a string)", func(s string) error {
+			k, v, ok := strings.Cut(s, "=")
+			if !ok || k == "" {
+				return errors.New("want NAME=VALUE")
+			}
+			var decoded any
+			if err := json.Unmarshal([]byte(v), &decoded); err != nil {
+				decoded = v
+			}
+			vars[k] = decoded
+			return nil
+		})
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		if fs.NArg() != 1 {
+			return "", nil, errors.New("usage: query [--var NAME=JSON ...] QUERY")
+		}
+		q := fs.Arg(0)
+		if q == "-" {
+			b, err := io.ReadAll(stdin)
+			if err != nil {
+				return "", nil, err
+			}
+			q = string(b)
+		}
+		return q, vars, nil
+	},
+}
+
+func fixed(q string) command {
+	return func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 0 {
+			return "", nil, fmt.Errorf("unexpected arguments %v", args)
+		}
+		return q, nil, nil
+	}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func printJSON(w io.Writer, v json.RawMessage) error {
+	var pretty any
+	if err := json.Unmarshal(v, &pretty); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(pretty)
+}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/admintoken"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/graph"
+)
+
+func TestCLIAgainstTheRealAPI(t *testing.T) {
+	t.Parallel()
+	s := store.New(storetest.NewPool(t))
+	token, digest := admintoken.New()
+	_, err := s.CreateAdminWithToken(context.Background(), store.NewAdmin{Name: "ops", Role: store.RolePlatformAdmin, TokenHash: digest})
+	require.NoError(t, err)
+	srv := httptest.NewServer(graph.NewHandler(graph.Options{Store: s, Log: nil}))
+	t.Cleanup(srv.Close)
+
+	envFile := filepath.Join(t.TempDir(), "dev.env")
+	require.NoError(t, os.WriteFile(envFile, []byte("RUNMESH_ADMIN_URL="+srv.URL+"\nRUNMESH_ADMIN_TOKEN="+token+"\n"), 0o600))
+	noEnv := func(string) string { return "" }
+	cli := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(append([]string{"--env-file", envFile}, args...), strings.NewReader(""), &out, &errOut, noEnv)
+		return out.String(), err
+	}
+
+	out, err := cli("viewer")
+	require.NoError(t, err)
+	require.Contains(t, out, `"role": "PLATFORM_ADMIN"`)
+
+	out, err = cli("create-organisation", "acme")
+	require.NoError(t, err)
+	require.Contains(t, out, `"name": "acme"`)
+
+	_, err = cli("create-organisation", "acme")
+	require.ErrorContains(t, err, "(CONFLICT)")
+
+	out, err = cli("query", "--var", "n=1", `query($n: Int!) { auditLog(first: $n) { action outcome } }`)
+	require.NoError(t, err)
+	require.Contains(t, out, `"outcome": "CONFLICT"`)
+
+	// Without a token it says what is missing.
+	err = run([]string{"viewer"}, nil, &bytes.Buffer{}, &bytes.Buffer{}, func(k string) string {
+		if k == "RUNMESH_ADMIN_URL" {
+			return srv.URL
+		}
+		return ""
+	})
+	require.ErrorContains(t, err, "no token")
+}
