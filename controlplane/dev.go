@@ -15,19 +15,21 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runmesh/runmesh/controlplane/admintoken"
 	"github.com/runmesh/runmesh/controlplane/pgcluster"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/pki/ca"
 )
 
 // DevOptions configure `runmesh-server dev`.
 type DevOptions struct {
-	StateDir  string
-	AdminAddr string
-	Out       io.Writer // where the human-readable banner goes
-	Log       *slog.Logger
+	StateDir   string
+	AdminAddr  string
+	RunnerAddr string
+	Out        io.Writer // where the human-readable banner goes
+	Log        *slog.Logger
 }
 
 // DevEnvFile is written into the state directory for scripts to source.
@@ -40,6 +42,10 @@ func RunDev(ctx context.Context, o DevOptions) error {
 	if err := checkLoopback(o.AdminAddr); err != nil {
 		return fmt.Errorf("--admin-addr: %w", err)
 	}
+	runnerHost, _, err := net.SplitHostPort(o.RunnerAddr)
+	if err != nil {
+		return fmt.Errorf("--runner-addr: %w", err)
+	}
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state directory: %w", err)
 	}
@@ -49,6 +55,10 @@ func RunDev(ctx context.Context, o DevOptions) error {
 		return fmt.Errorf("state directory: %w", err)
 	}
 
+	keys, _, err := ca.Init(filepath.Join(o.StateDir, "ca"), "runmesh dev")
+	if err != nil {
+		return err
+	}
 	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
 		DataDir: filepath.Join(o.StateDir, "postgres"),
 		LogFile: filepath.Join(o.StateDir, "postgres.log"),
@@ -82,16 +92,26 @@ func RunDev(ctx context.Context, o DevOptions) error {
 		return err
 	}
 
-	srv := New(Options{Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults})
+	srv, err := New(Options{
+		Pool: pool, Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults,
+		CA: keys, RunnerAddr: o.RunnerAddr, RunnerNames: runnerNames(runnerHost),
+	})
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
 	adminURL := "http://" + srv.AdminAddr().String()
-	env := map[string]string{"RUNMESH_ADMIN_URL": adminURL, "RUNMESH_ADMIN_TOKEN": token}
+	runnerURL := "https://" + srv.RunnerAddr().String()
+	env := map[string]string{
+		"RUNMESH_ADMIN_URL": adminURL, "RUNMESH_ADMIN_TOKEN": token,
+		"RUNMESH_RUNNER_URL": runnerURL, "RUNMESH_CA_FINGERPRINT": keys.Fingerprint(),
+	}
 	if err := writeEnvFile(envPath, env); err != nil {
 		return err
 	}
-	printBanner(o.Out, adminURL, envPath, token, firstRun)
+	printBanner(o.Out, env, envPath, firstRun)
 	sdnotify.Ready("serving (dev)")
 	go sdnotify.Watchdog(ctx, srv.Healthy)
 
@@ -124,20 +144,39 @@ func devAdminToken(ctx context.Context, st *store.Store, envPath string) (token 
 		}
 		return env["RUNMESH_ADMIN_TOKEN"], false, nil
 	}
-	token, digest := admintoken.New()
+	token, digest := tokens.Admin.New()
 	if _, err := st.CreateAdminWithToken(ctx, store.NewAdmin{
 		Name: "dev-admin", Role: store.RolePlatformAdmin, TokenHash: digest,
 	}); err != nil {
 		return "", false, fmt.Errorf("create dev admin: %w", err)
 	}
+	// A platform pool to enrol into straight away.
+	if _, err := st.CreatePool(ctx, store.NewPool{Name: DevPool}); err != nil {
+		return "", false, fmt.Errorf("create dev pool: %w", err)
+	}
 	return token, true, nil
 }
 
-func printBanner(w io.Writer, adminURL, envPath, token string, firstRun bool) {
+// DevPool is the platform pool dev creates on its first run.
+const DevPool = "default"
+
+// runnerNames are the names the dev runner listener's certificate carries.
+func runnerNames(host string) []string {
+	names := []string{"localhost", "127.0.0.1", "::1"}
+	if host != "" && host != "localhost" && host != "127.0.0.1" && host != "::1" {
+		names = append([]string{host}, names...)
+	}
+	return names
+}
+
+func printBanner(w io.Writer, env map[string]string, envPath string, firstRun bool) {
+	adminURL, token := env["RUNMESH_ADMIN_URL"], env["RUNMESH_ADMIN_TOKEN"]
 	fmt.Fprintf(w, "runmesh dev control plane is up\n")
-	fmt.Fprintf(w, "  admin API:   %s/graphql\n", adminURL)
-	fmt.Fprintf(w, "  playground:  %s/playground\n", adminURL)
-	fmt.Fprintf(w, "  metrics:     %s/metrics\n", adminURL)
+	fmt.Fprintf(w, "  admin API:      %s/graphql\n", adminURL)
+	fmt.Fprintf(w, "  playground:     %s/playground\n", adminURL)
+	fmt.Fprintf(w, "  metrics:        %s/metrics\n", adminURL)
+	fmt.Fprintf(w, "  runner API:     %s\n", env["RUNMESH_RUNNER_URL"])
+	fmt.Fprintf(w, "  CA fingerprint: %s\n", env["RUNMESH_CA_FINGERPRINT"])
 	switch {
 	case firstRun:
 		fmt.Fprintf(w, "  platform-admin token (shown once; kept in %s):\n    %s\n", envPath, token)
@@ -148,6 +187,10 @@ func printBanner(w io.Writer, adminURL, envPath, token string, firstRun bool) {
 	}
 	fmt.Fprintf(w, "  for scripts: . %s\n", envPath)
 	fmt.Fprintf(w, "  try: . %s && curl -s -H \"Authorization: Bearer $RUNMESH_ADMIN_TOKEN\" -H 'Content-Type: application/json' \\\n         -d '{\"query\":\"{ viewer { role } }\"}' $RUNMESH_ADMIN_URL/graphql\n", envPath)
+	fmt.Fprintf(w, "  enrol an agent into the %q pool:\n", DevPool)
+	fmt.Fprintf(w, "    runmesh --env-file %s create-enrolment-token --pool %s > enrol.token\n", envPath, DevPool)
+	fmt.Fprintf(w, "    runmesh-agent enrol --server %s --ca-fingerprint %s --token-file enrol.token --state-dir ./agent\n",
+		env["RUNMESH_RUNNER_URL"], env["RUNMESH_CA_FINGERPRINT"])
 }
 
 // writeEnvFile writes KEY=value lines, mode 0600 (it holds a token),

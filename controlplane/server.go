@@ -1,6 +1,7 @@
 // Package controlplane is the runmesh server: its listeners and handlers,
 // wired to the store. The admin listener serves the GraphQL API
-// (/graphql, /playground), /metrics and /healthz.
+// (/graphql, /playground), /metrics and /healthz; the runner listener
+// serves the runner API and step-ca's endpoints over TLS from our own CA.
 package controlplane
 
 import (
@@ -11,10 +12,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane/castore"
+	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/runnerserver"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/pki/ca"
 )
 
 // Version is set at build time (-ldflags "-X ...controlplane.Version=...").
@@ -22,6 +30,7 @@ var Version = "dev"
 
 // Options configure a Server.
 type Options struct {
+	Pool  *pgxpool.Pool
 	Store *store.Store
 	Log   *slog.Logger
 	// AdminAddr is where the admin listener binds (":0" picks a port).
@@ -29,29 +38,61 @@ type Options struct {
 	// AdminTLS, when set, serves the admin listener over TLS.
 	AdminTLS *tls.Config
 	Defaults graph.Defaults
+
+	// CA signs runner certificates and the runner listener's own.
+	CA *ca.Keys
+	// RunnerAddr is where the runner listener binds.
+	RunnerAddr string
+	// RunnerNames are the DNS names and IP addresses runners reach the
+	// runner listener by; its certificate carries them.
+	RunnerNames []string
+	// RunnerCertLifetime is the lifetime of runner certificates (and of the
+	// listener's own).
+	RunnerCertLifetime time.Duration
 }
 
 // Server is a running control plane. Start it, then Stop it.
 type Server struct {
-	opts    Options
-	log     *slog.Logger
-	metrics *metrics
-	admin   *http.Server
-	adminLn net.Listener
-	serving chan error
+	opts      Options
+	log       *slog.Logger
+	metrics   *metrics
+	authority *ca.Authority
+	listener  *store.Listener
+	cert      *serverCert
+	admin     *http.Server
+	runner    *http.Server
+	adminLn   net.Listener
+	runnerLn  net.Listener
+	serving   chan error
+	cancel    context.CancelFunc
+	bg        sync.WaitGroup
 }
 
 // New builds a server; it binds nothing until Start.
-func New(o Options) *Server {
+func New(o Options) (*Server, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.RunnerCertLifetime == 0 {
+		o.RunnerCertLifetime = enrolment.DefaultCertLifetime
+	}
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version)}
+	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
+	if err != nil {
+		return nil, err
+	}
+	s.authority = auth
+	s.listener = store.NewListener(o.Pool, o.Log)
+	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime}
+	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
+
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
-		Store:    o.Store,
-		Log:      o.Log.With("component", "graphql"),
-		Defaults: o.Defaults,
+		Store:         o.Store,
+		Log:           o.Log.With("component", "graphql"),
+		Defaults:      o.Defaults,
+		Enrolment:     enrol,
+		CAFingerprint: o.CA.Fingerprint(),
 	})))
 	mux.Handle("GET /playground", graph.PlaygroundHandler("/graphql"))
 	mux.Handle("GET /metrics", s.metrics.handler())
@@ -63,36 +104,84 @@ func New(o Options) *Server {
 		TLSConfig:         o.AdminTLS,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
-	return s
+
+	rs := runnerserver.New(runnerserver.Options{Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Log: o.Log})
+	s.runner = &http.Server{
+		Handler:           s.metrics.instrument("runner", "all", rs.Handler()),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		TLSConfig:         rs.TLSConfig(s.cert.get),
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	return s, nil
 }
 
 // Start binds the listeners and begins serving. When it returns nil the
-// server accepts connections.
+// server accepts connections and listens for notifications.
 func (s *Server) Start(ctx context.Context) error {
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", s.opts.AdminAddr)
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.cert.issue(ctx); err != nil {
+		return err
+	}
+	s.goBackground(func() { s.listener.Run(bg) })
+	s.goBackground(func() { s.cert.renew(bg) })
+	select {
+	case <-s.listener.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+
+	lc := &net.ListenConfig{}
+	adminLn, err := lc.Listen(ctx, "tcp", s.opts.AdminAddr)
 	if err != nil {
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	s.adminLn = ln
-	s.serving = make(chan error, 1)
-	go func() {
+	runnerLn, err := lc.Listen(ctx, "tcp", s.opts.RunnerAddr)
+	if err != nil {
+		adminLn.Close()
+		return fmt.Errorf("runner listener: %w", err)
+	}
+	s.adminLn, s.runnerLn = adminLn, runnerLn
+	// Requests live inside the background context, so Stop ends the
+	// enrolment long-polls instead of waiting them out.
+	s.runner.BaseContext = func(net.Listener) context.Context { return bg }
+	s.serving = make(chan error, 2)
+	serve := func(srv *http.Server, ln net.Listener, useTLS bool) {
 		var err error
-		if s.opts.AdminTLS != nil {
-			err = s.admin.ServeTLS(ln, "", "")
+		if useTLS {
+			err = srv.ServeTLS(ln, "", "")
 		} else {
-			err = s.admin.Serve(ln)
+			err = srv.Serve(ln)
 		}
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
 		s.serving <- err
-	}()
-	s.log.Info("admin listener up", "addr", ln.Addr().String(), "tls", s.opts.AdminTLS != nil)
+	}
+	go serve(s.admin, adminLn, s.opts.AdminTLS != nil)
+	go serve(s.runner, runnerLn, true)
+	s.log.Info("admin listener up", "addr", adminLn.Addr().String(), "tls", s.opts.AdminTLS != nil)
+	s.log.Info("runner listener up", "addr", runnerLn.Addr().String(), "ca_fingerprint", s.opts.CA.Fingerprint())
 	return nil
+}
+
+func (s *Server) goBackground(f func()) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		f()
+	}()
 }
 
 // AdminAddr is the bound admin address.
 func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
+
+// RunnerAddr is the bound runner address.
+func (s *Server) RunnerAddr() net.Addr { return s.runnerLn.Addr() }
+
+// Authority is the embedded CA.
+func (s *Server) Authority() *ca.Authority { return s.authority }
 
 // Done reports a listener that stopped serving on its own.
 func (s *Server) Done() <-chan error { return s.serving }
@@ -100,10 +189,14 @@ func (s *Server) Done() <-chan error { return s.serving }
 // Stop stops accepting, lets requests in flight finish until ctx ends, then
 // closes what is left.
 func (s *Server) Stop(ctx context.Context) error {
-	err := s.admin.Shutdown(ctx)
+	// Long-polls hold requests open; they end with the background context.
+	s.cancel()
+	err := errors.Join(s.admin.Shutdown(ctx), s.runner.Shutdown(ctx))
 	if err != nil {
 		s.admin.Close()
+		s.runner.Close()
 	}
+	s.bg.Wait()
 	return err
 }
 

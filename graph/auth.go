@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runmesh/runmesh/controlplane/admintoken"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/controlplane/store"
 )
 
@@ -29,7 +29,7 @@ var errUnauthenticated = errors.New("unauthenticated")
 // authenticate resolves a bearer token to its admin. Missing, malformed,
 // unknown, expired and revoked tokens all give errUnauthenticated.
 func authenticate(ctx context.Context, s *store.Store, token string) (store.Admin, error) {
-	digest, ok := admintoken.Digest(token)
+	digest, ok := tokens.Admin.Digest(token)
 	if !ok {
 		return store.Admin{}, errUnauthenticated
 	}

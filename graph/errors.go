@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/store"
 )
 
@@ -44,9 +45,9 @@ func errorCode(err error) string {
 		return CodeNotFound
 	case errors.Is(err, errForbidden):
 		return CodeForbidden
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, store.ErrConflict), errors.Is(err, enrolment.ErrWrongStatus):
 		return CodeConflict
-	case errors.Is(err, store.ErrInvalid), errors.As(err, &bi):
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi):
 		return CodeBadInput
 	}
 	var gqlErr *gqlerror.Error
@@ -83,10 +84,16 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		case CodeForbidden:
 			gqlErr.Message = "forbidden"
 		case CodeConflict:
-			gqlErr.Message = "conflict: " + trimStoreErr(err)
+			if errors.Is(err, enrolment.ErrWrongStatus) {
+				gqlErr.Message = err.Error()
+			} else {
+				gqlErr.Message = "conflict: " + trimStoreErr(err)
+			}
 		case CodeBadInput:
 			var bi badInput
-			if errors.As(err, &bi) {
+			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
+				gqlErr.Message = err.Error()
+			} else if errors.As(err, &bi) {
 				gqlErr.Message = bi.msg
 			} else {
 				gqlErr.Message = "invalid input: " + trimStoreErr(err)

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/admintoken"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 	"github.com/runmesh/runmesh/graph"
@@ -62,7 +62,7 @@ func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 
 func newAdmin(t *testing.T, s *store.Store, name string, role store.Role, org *uuid.UUID, expires *time.Time) string {
 	t.Helper()
-	token, digest := admintoken.New()
+	token, digest := tokens.Admin.New()
 	_, err := s.CreateAdminWithToken(context.Background(), store.NewAdmin{
 		Name: name, Role: role, OrganisationID: org, TokenHash: digest, ExpiresAt: expires,
 	})
@@ -156,7 +156,7 @@ func TestUnauthenticatedRequestsGet401WithNoDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	expired := newAdmin(t, b.store, "old", store.RolePlatformAdmin, nil, ptr(time.Now().Add(-time.Hour)))
-	forged, _ := admintoken.New() // well-formed, never stored
+	forged, _ := tokens.Admin.New() // well-formed, never stored
 	before := b.counts(t)
 
 	var bodies []string
@@ -279,7 +279,7 @@ func TestOrgAdminManagesItsOwnOrganisation(t *testing.T) {
 	r = b.do(t, b.adminA, `mutation { createAdminToken(input: {name: "ci-bot", role: ORG_MEMBER, ttlSeconds: 3600}) { token expiresAt admin { role organisation { name } } } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)
 	token := dig(r.Data, "createAdminToken", "token").(string)
-	require.True(t, strings.HasPrefix(token, admintoken.Prefix))
+	require.True(t, strings.HasPrefix(token, tokens.Admin.Prefix))
 	require.NotNil(t, dig(r.Data, "createAdminToken", "expiresAt"))
 
 	// The new token works, with the role it was given.

@@ -18,6 +18,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/generated"
 )
@@ -32,6 +33,9 @@ type Options struct {
 	ComplexityLimit int
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
+	// Enrolment decides on runners; CAFingerprint is the root runners pin.
+	Enrolment     *enrolment.Service
+	CAFingerprint string
 }
 
 // DefaultComplexityLimit and DefaultMaxBodyBytes apply when Options leave
@@ -57,7 +61,7 @@ func NewHandler(o Options) http.Handler {
 	if o.Defaults == (Defaults{}) {
 		o.Defaults = DefaultDefaults
 	}
-	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults}
+	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},

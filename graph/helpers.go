@@ -28,6 +28,25 @@ func loadOrganisation(ctx context.Context, id *uuid.UUID) (*store.Organisation, 
 	return &o, nil
 }
 
+// loadPool resolves a pool reference through the request's loader.
+func loadPool(ctx context.Context, id uuid.UUID) (*store.Pool, error) {
+	p, err := loadersFor(ctx).pool.Load(ctx, id)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+func checkReason(reason string) error {
+	if reason == "" || len(reason) > 500 {
+		return badInputf("reason: 1 to 500 characters")
+	}
+	return nil
+}
+
 // nullIfNotFound turns "not found" into a null answer, so that something
 // outside the caller's scope and something that does not exist look alike.
 func nullIfNotFound[T any](v *T, err error) (*T, error) {

@@ -15,7 +15,9 @@ import (
 // nothing is cached across callers with different scopes.
 type loaders struct {
 	organisation        *dataloadgen.Loader[uuid.UUID, store.Organisation]
+	pool                *dataloadgen.Loader[uuid.UUID, store.Pool]
 	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []store.Pool]
+	certificate         *dataloadgen.Loader[uuid.UUID, store.Certificate] // newest, by runner
 }
 
 type loadersKey struct{}
@@ -26,6 +28,12 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		organisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.Organisation, error) {
 			return s.OrganisationsByID(ctx, scope, ids)
 		}, wait),
+		pool: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.Pool, error) {
+			return s.PoolsByID(ctx, scope, ids)
+		}, wait),
+		// Only runners the caller already loaded through its scope reach
+		// the certificate loader.
+		certificate: dataloadgen.NewMappedLoader(s.LatestCertificates, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.

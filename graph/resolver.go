@@ -7,6 +7,7 @@ package graph
 import (
 	"log/slog"
 
+	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/store"
 )
 
@@ -21,7 +22,9 @@ var DefaultDefaults = Defaults{LeaseSeconds: 30, QueueTimeoutHours: 24}
 
 // Resolver holds what every resolver needs.
 type Resolver struct {
-	Store    *store.Store
-	Log      *slog.Logger
-	Defaults Defaults
+	Store         *store.Store
+	Log           *slog.Logger
+	Defaults      Defaults
+	Enrolment     *enrolment.Service
+	CAFingerprint string
 }

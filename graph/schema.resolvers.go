@@ -7,14 +7,17 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/runmesh/runmesh/controlplane/admintoken"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/runmesh/runmesh/pki"
+	"github.com/vikstrous/dataloadgen"
 )
 
 // Organisation is the resolver for the organisation field.
@@ -132,7 +135,7 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 		t := time.Now().Add(time.Duration(*input.TTLSeconds) * time.Second).UTC().Truncate(time.Microsecond)
 		expires = &t
 	}
-	token, digest := admintoken.New()
+	token, digest := tokens.Admin.New()
 	creator := me.ID
 	a, err := r.Store.CreateAdminWithToken(ctx, store.NewAdmin{
 		Name:           input.Name,
@@ -146,6 +149,63 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 		return nil, err
 	}
 	return &model.CreatedAdminToken{Token: token, Admin: &a, ExpiresAt: expires}, nil
+}
+
+// CreateEnrolmentToken is the resolver for the createEnrolmentToken field.
+func (r *mutationResolver) CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error) {
+	me, _ := principal(ctx)
+	if ttlSeconds < 60 || ttlSeconds > 7*24*3600 {
+		return nil, badInputf("ttlSeconds: between 60 and 604800")
+	}
+	creator := me.ID
+	token, t, err := r.Enrolment.CreateToken(ctx, me.Scope(), poolID, time.Duration(ttlSeconds)*time.Second, &creator)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := r.Store.Pool(ctx, me.Scope(), t.PoolID)
+	if err != nil {
+		return nil, err
+	}
+	return &model.CreatedEnrolmentToken{Token: token, ExpiresAt: t.ExpiresAt, Pool: &pool}, nil
+}
+
+// ApproveRunner is the resolver for the approveRunner field.
+func (r *mutationResolver) ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	by := me.ID
+	runner, err := r.Enrolment.Approve(ctx, me.Scope(), id, fingerprint, &by)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// RejectRunner is the resolver for the rejectRunner field.
+func (r *mutationResolver) RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	if err := checkReason(reason); err != nil {
+		return nil, err
+	}
+	by := me.ID
+	runner, err := r.Enrolment.Reject(ctx, me.Scope(), id, reason, &by)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// RevokeRunner is the resolver for the revokeRunner field.
+func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	if err := checkReason(reason); err != nil {
+		return nil, err
+	}
+	by := me.ID
+	runner, err := r.Enrolment.Revoke(ctx, me.Scope(), id, reason, &by)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
 }
 
 // Pools is the resolver for the pools field.
@@ -204,6 +264,24 @@ func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*store.Pool, er
 	return nullIfNotFound(&p, err)
 }
 
+// Runners is the resolver for the runners field.
+func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error) {
+	me, _ := principal(ctx)
+	return r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: poolID, Status: status})
+}
+
+// Runner is the resolver for the runner field.
+func (r *queryResolver) Runner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := r.Store.Runner(ctx, me.Scope(), id)
+	return nullIfNotFound(&runner, err)
+}
+
+// CertificateAuthority is the resolver for the certificateAuthority field.
+func (r *queryResolver) CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error) {
+	return &model.CertificateAuthority{RootFingerprint: r.CAFingerprint}, nil
+}
+
 // AuditLog is the resolver for the auditLog field.
 func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error) {
 	if first < 1 || first > 500 {
@@ -218,6 +296,33 @@ func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string)
 		beforeID = &id
 	}
 	return r.Store.AuditLog(ctx, beforeID, first)
+}
+
+// Pool is the resolver for the pool field.
+func (r *runnerResolver) Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error) {
+	return loadPool(ctx, obj.PoolID)
+}
+
+// Organisation is the resolver for the organisation field.
+func (r *runnerResolver) Organisation(ctx context.Context, obj *store.Runner) (*store.Organisation, error) {
+	return loadOrganisation(ctx, obj.OrganisationID)
+}
+
+// FingerprintHint is the resolver for the fingerprintHint field.
+func (r *runnerResolver) FingerprintHint(ctx context.Context, obj *store.Runner) (string, error) {
+	return pki.FingerprintHint(obj.Fingerprint), nil
+}
+
+// Certificate is the resolver for the certificate field.
+func (r *runnerResolver) Certificate(ctx context.Context, obj *store.Runner) (*store.Certificate, error) {
+	c, err := loadersFor(ctx).certificate.Load(ctx, obj.ID)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &c, nil
 }
 
 // Admin returns generated.AdminResolver implementation.
@@ -238,6 +343,9 @@ func (r *Resolver) Pool() generated.PoolResolver { return &poolResolver{r} }
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
+// Runner returns generated.RunnerResolver implementation.
+func (r *Resolver) Runner() generated.RunnerResolver { return &runnerResolver{r} }
+
 type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
@@ -245,4 +353,5 @@ type (
 	organisationResolver struct{ *Resolver }
 	poolResolver         struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
+	runnerResolver       struct{ *Resolver }
 )

@@ -1,8 +1,9 @@
 // Command runmesh-server is the runmesh control plane.
 //
-//	runmesh-server serve --config FILE   production
-//	runmesh-server migrate --config FILE upgrade the database schema
-//	runmesh-server dev [--state-dir DIR] the embedded default, with a private PostgreSQL
+//	runmesh-server serve --config FILE      production
+//	runmesh-server migrate --config FILE    upgrade the database schema
+//	runmesh-server ca init|fingerprint      the CA under --state-dir
+//	runmesh-server dev [--state-dir DIR]    the embedded default, with a private PostgreSQL
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/pki/ca"
 )
 
 const usage = `usage: runmesh-server COMMAND [flags]
@@ -30,7 +32,11 @@ const usage = `usage: runmesh-server COMMAND [flags]
 commands:
   serve --config FILE    run the control plane
   migrate --config FILE  apply database migrations, then exit
-  dev [--state-dir DIR] [--admin-addr ADDR]
+  ca init [--state-dir DIR]
+                         create the root and intermediate CA (serve does it on first start)
+  ca fingerprint [--state-dir DIR]
+                         print the root's fingerprint, which runners pin
+  dev [--state-dir DIR] [--admin-addr ADDR] [--runner-addr ADDR]
                          run on an embedded default: a private PostgreSQL in DIR,
                          the admin API on loopback, a platform-admin token on first run
   version                print the version
@@ -55,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, rest, stderr)
 	case "migrate":
 		return migrate(ctx, rest, stdout, stderr)
+	case "ca":
+		return caCommand(rest, stdout, stderr)
 	case "dev":
 		return dev(ctx, rest, stdout, stderr)
 	case "version":
@@ -107,13 +115,28 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := controlplane.New(controlplane.Options{
-		Store:     store.New(pool),
-		Log:       log,
-		AdminAddr: cfg.Admin.Listen,
-		AdminTLS:  tlsCfg,
-		Defaults:  graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
+	keys, created, err := ca.Init(caDir(cfg.StateDir), "runmesh")
+	if err != nil {
+		return err
+	}
+	if created {
+		log.Info("created the CA", "dir", caDir(cfg.StateDir), "fingerprint", keys.Fingerprint())
+	}
+	srv, err := controlplane.New(controlplane.Options{
+		Pool:               pool,
+		Store:              store.New(pool),
+		Log:                log,
+		AdminAddr:          cfg.Admin.Listen,
+		AdminTLS:           tlsCfg,
+		Defaults:           graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
+		CA:                 keys,
+		RunnerAddr:         cfg.Runner.Listen,
+		RunnerNames:        cfg.Runner.Names,
+		RunnerCertLifetime: cfg.Runner.CertLifetime(),
 	})
+	if err != nil {
+		return err
+	}
 	if err := srv.Start(ctx); err != nil {
 		return err
 	}
@@ -162,6 +185,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", defaultDevStateDir(), "where the private PostgreSQL and dev.env live (kept between runs)")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8444", "admin listener (loopback only: plain HTTP)")
+	runnerAddr := fs.String("runner-addr", "127.0.0.1:8443", "runner listener (TLS from the dev CA)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -171,10 +195,11 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	return controlplane.RunDev(ctx, controlplane.DevOptions{
-		StateDir:  abs,
-		AdminAddr: *adminAddr,
-		Out:       stdout,
-		Log:       newLogger(stderr, *logLevel),
+		StateDir:   abs,
+		AdminAddr:  *adminAddr,
+		RunnerAddr: *runnerAddr,
+		Out:        stdout,
+		Log:        newLogger(stderr, *logLevel),
 	})
 }
 
@@ -192,4 +217,39 @@ func defaultDevStateDir() string {
 		return ".runmesh-dev"
 	}
 	return filepath.Join(home, ".local", "state", "runmesh-dev")
+}
+
+func caDir(stateDir string) string { return filepath.Join(stateDir, "ca") }
+
+func caCommand(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("usage: runmesh-server ca init|fingerprint [--state-dir DIR]")
+	}
+	fs := flag.NewFlagSet("ca "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", "/var/lib/runmesh-server", "the server's state directory")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "init":
+		keys, created, err := ca.Init(caDir(*stateDir), "runmesh")
+		if err != nil {
+			return err
+		}
+		if !created {
+			fmt.Fprintf(stderr, "a CA already exists in %s; leaving it as it is\n", caDir(*stateDir))
+		}
+		fmt.Fprintln(stdout, keys.Fingerprint())
+		return nil
+	case "fingerprint":
+		keys, err := ca.Load(caDir(*stateDir))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, keys.Fingerprint())
+		return nil
+	default:
+		return fmt.Errorf("unknown ca command %q (init or fingerprint)", args[0])
+	}
 }

@@ -183,7 +183,7 @@ func TestDevEndToEnd(t *testing.T) {
 	sock, msgs := notifySocket(t)
 	env := []string{"NOTIFY_SOCKET=" + sock}
 
-	p := start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0")
+	p := start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0")
 	waitFor(t, msgs, "READY=1")
 
 	// READY=1 comes only once the listener is bound and the schema is in place.
@@ -216,7 +216,7 @@ func TestDevEndToEnd(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist, "dev stops its PostgreSQL on the way out")
 
 	// A second run keeps the data and does not print the token again.
-	p = start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0")
+	p = start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0")
 	waitFor(t, msgs, "READY=1")
 	require.Eventually(t, func() bool { return strings.Contains(p.stdout.String(), "/playground") }, 10*time.Second, 20*time.Millisecond)
 	require.NotContains(t, p.stdout.String(), token)
@@ -244,7 +244,8 @@ func writeConfig(t *testing.T, dbURL string) string {
 	require.NoError(t, os.WriteFile(urlFile, []byte(dbURL), 0o600))
 	path := filepath.Join(t.TempDir(), "server.yaml")
 	require.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(
-		"version: 1\ndatabase:\n  url_file: %s\nadmin:\n  listen: 127.0.0.1:0\n", urlFile)), 0o600))
+		"version: 1\nstate_dir: %s\ndatabase:\n  url_file: %s\nadmin:\n  listen: 127.0.0.1:0\nrunner:\n  listen: 127.0.0.1:0\n  names: [localhost]\n",
+		t.TempDir(), urlFile)), 0o600))
 	return path
 }
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/admintoken"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 	"github.com/runmesh/runmesh/graph"
@@ -20,7 +20,7 @@ import (
 func TestCLIAgainstTheRealAPI(t *testing.T) {
 	t.Parallel()
 	s := store.New(storetest.NewPool(t))
-	token, digest := admintoken.New()
+	token, digest := tokens.Admin.New()
 	_, err := s.CreateAdminWithToken(context.Background(), store.NewAdmin{Name: "ops", Role: store.RolePlatformAdmin, TokenHash: digest})
 	require.NoError(t, err)
 	srv := httptest.NewServer(graph.NewHandler(graph.Options{Store: s, Log: nil}))

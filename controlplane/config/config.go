@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -25,6 +26,7 @@ type Config struct {
 	StateDir string   `yaml:"state_dir"`
 	Database Database `yaml:"database"`
 	Admin    Admin    `yaml:"admin"`
+	Runner   Runner   `yaml:"runner"`
 	Pools    Pools    `yaml:"pools"`
 	Log      Log      `yaml:"log"`
 }
@@ -42,6 +44,21 @@ type Admin struct {
 	Listen      string `yaml:"listen"`
 	TLSCertFile string `yaml:"tls_cert_file"`
 	TLSKeyFile  string `yaml:"tls_key_file"`
+}
+
+// Runner is the runner listener: always TLS, with a certificate from the
+// server's own CA for the names runners use to reach it.
+type Runner struct {
+	Listen string   `yaml:"listen"`
+	Names  []string `yaml:"names"`
+	// CertificateLifetime is how long runner certificates live (Go duration).
+	CertificateLifetime string `yaml:"certificate_lifetime"`
+}
+
+// CertLifetime is CertificateLifetime parsed (checked by Parse).
+func (r Runner) CertLifetime() time.Duration {
+	d, _ := time.ParseDuration(r.CertificateLifetime)
+	return d
 }
 
 // Pools holds the defaults a pool uses until it sets its own.
@@ -131,6 +148,21 @@ func (c *Config) check() error {
 	}
 	if c.Admin.TLSCertFile == "" && !isLoopback(host) {
 		return &InvalidError{Field: "admin.listen", Reason: "plain HTTP is allowed only on a loopback address; set admin.tls_cert_file and admin.tls_key_file"}
+	}
+	if c.Runner.Listen == "" {
+		c.Runner.Listen = ":8443"
+	}
+	if _, _, err := net.SplitHostPort(c.Runner.Listen); err != nil {
+		return &InvalidError{Field: "runner.listen", Reason: err.Error()}
+	}
+	if len(c.Runner.Names) == 0 {
+		return &MissingError{Field: "runner.names (the DNS names or addresses runners connect to)"}
+	}
+	if c.Runner.CertificateLifetime == "" {
+		c.Runner.CertificateLifetime = "24h"
+	}
+	if d, err := time.ParseDuration(c.Runner.CertificateLifetime); err != nil || d < 5*time.Minute || d > 90*24*time.Hour {
+		return &InvalidError{Field: "runner.certificate_lifetime", Reason: "a duration between 5m and 2160h"}
 	}
 	if c.Pools.DefaultLeaseSeconds == 0 {
 		c.Pools.DefaultLeaseSeconds = 30

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -17,6 +18,8 @@ database:
   url: postgres:///runmesh?host=/run/postgresql
 admin:
   listen: 127.0.0.1:8444
+runner:
+  names: [runmesh.example.com]
 `
 
 func TestValidConfigGetsDefaults(t *testing.T) {
@@ -27,6 +30,8 @@ func TestValidConfigGetsDefaults(t *testing.T) {
 	require.Equal(t, 30, c.Pools.DefaultLeaseSeconds)
 	require.Equal(t, 24, c.Pools.DefaultQueueTimeoutHours)
 	require.Equal(t, "info", c.Log.Level)
+	require.Equal(t, ":8443", c.Runner.Listen)
+	require.Equal(t, 24*time.Hour, c.Runner.CertLifetime())
 }
 
 func TestMissingIsNotInvalid(t *testing.T) {
@@ -35,6 +40,7 @@ func TestMissingIsNotInvalid(t *testing.T) {
 		"empty file":  "",
 		"no version":  "database: {url: x}\nadmin: {listen: '127.0.0.1:1'}\n",
 		"no database": "version: 1\n",
+		"no runner names": "version: 1\ndatabase: {url: x}\nadmin: {listen: '127.0.0.1:1'}\n",
 	} {
 		_, err := config.Parse([]byte(doc))
 		var missing *config.MissingError
@@ -50,6 +56,7 @@ func TestInvalidSettings(t *testing.T) {
 		"future version":      {"version: 2\ndatabase: {url: x}\n", `version`},
 		"wrong type":          {"version: one\n", `cannot unmarshal`},
 		"both urls":           {"version: 1\ndatabase: {url: x, url_file: y}\nadmin: {listen: '127.0.0.1:1'}\n", `url or url_file`},
+		"bad cert lifetime":   {valid + "  certificate_lifetime: 1s\n", `certificate_lifetime`},
 		"plain http exposed":  {"version: 1\ndatabase: {url: x}\nadmin: {listen: ':8444'}\n", `loopback`},
 		"half of tls":         {"version: 1\ndatabase: {url: x}\nadmin: {listen: ':8444', tls_cert_file: c}\n", `go together`},
 		"lease out of range":  {valid + "pools: {default_lease_seconds: 1}\n", `between 5 and 3600`},
@@ -80,7 +87,7 @@ func TestDatabaseURLFromFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "db-url")
 	require.NoError(t, os.WriteFile(path, []byte("postgres://runmesh:secret@db/runmesh\n"), 0o600))
-	c, err := config.Parse([]byte("version: 1\ndatabase: {url_file: " + path + "}\nadmin: {listen: '127.0.0.1:1'}\n"))
+	c, err := config.Parse([]byte("version: 1\ndatabase: {url_file: " + path + "}\nadmin: {listen: '127.0.0.1:1'}\nrunner: {names: [x]}\n"))
 	require.NoError(t, err)
 	u, err := c.DatabaseURL()
 	require.NoError(t, err)

@@ -121,3 +121,17 @@ func poolsFromRows(rows []dbsqlc.Pool) []Pool {
 	}
 	return out
 }
+
+// PoolsByID loads several pools at once (for dataloaders); ids outside
+// scope are absent from the result.
+func (s *Store) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Pool, error) {
+	rows, err := s.q.PoolsByIDs(ctx, s.conn(ctx), dbsqlc.PoolsByIDsParams{Ids: ids, AllOrgs: scope.all, ScopeOrg: scope.org})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Pool, len(rows))
+	for _, r := range rows {
+		out[r.ID] = poolFromRow(r)
+	}
+	return out, nil
+}

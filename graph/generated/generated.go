@@ -37,6 +37,7 @@ type ResolverRoot interface {
 	Organisation() OrganisationResolver
 	Pool() PoolResolver
 	Query() QueryResolver
+	Runner() RunnerResolver
 }
 
 type DirectiveRoot struct {
@@ -64,9 +65,25 @@ type ComplexityRoot struct {
 		Outcome        func(childComplexity int) int
 	}
 
+	Certificate struct {
+		NotAfter  func(childComplexity int) int
+		NotBefore func(childComplexity int) int
+		Serial    func(childComplexity int) int
+	}
+
+	CertificateAuthority struct {
+		RootFingerprint func(childComplexity int) int
+	}
+
 	CreatedAdminToken struct {
 		Admin     func(childComplexity int) int
 		ExpiresAt func(childComplexity int) int
+		Token     func(childComplexity int) int
+	}
+
+	CreatedEnrolmentToken struct {
+		ExpiresAt func(childComplexity int) int
+		Pool      func(childComplexity int) int
 		Token     func(childComplexity int) int
 	}
 
@@ -78,10 +95,14 @@ type ComplexityRoot struct {
 	}
 
 	Mutation struct {
-		CreateAdminToken   func(childComplexity int, input model.CreateAdminTokenInput) int
-		CreateOrganisation func(childComplexity int, input model.CreateOrganisationInput) int
-		CreatePool         func(childComplexity int, input model.CreatePoolInput) int
-		UpdatePool         func(childComplexity int, input model.UpdatePoolInput) int
+		ApproveRunner        func(childComplexity int, id uuid.UUID, fingerprint string) int
+		CreateAdminToken     func(childComplexity int, input model.CreateAdminTokenInput) int
+		CreateEnrolmentToken func(childComplexity int, poolID uuid.UUID, ttlSeconds int) int
+		CreateOrganisation   func(childComplexity int, input model.CreateOrganisationInput) int
+		CreatePool           func(childComplexity int, input model.CreatePoolInput) int
+		RejectRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		RevokeRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		UpdatePool           func(childComplexity int, input model.UpdatePoolInput) int
 	}
 
 	Organisation struct {
@@ -101,12 +122,28 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		AuditLog      func(childComplexity int, first int, before *string) int
-		Organisation  func(childComplexity int, id uuid.UUID) int
-		Organisations func(childComplexity int) int
-		Pool          func(childComplexity int, id uuid.UUID) int
-		Pools         func(childComplexity int, organisationID *uuid.UUID, platformOnly *bool) int
-		Viewer        func(childComplexity int) int
+		AuditLog             func(childComplexity int, first int, before *string) int
+		CertificateAuthority func(childComplexity int) int
+		Organisation         func(childComplexity int, id uuid.UUID) int
+		Organisations        func(childComplexity int) int
+		Pool                 func(childComplexity int, id uuid.UUID) int
+		Pools                func(childComplexity int, organisationID *uuid.UUID, platformOnly *bool) int
+		Runner               func(childComplexity int, id uuid.UUID) int
+		Runners              func(childComplexity int, poolID *uuid.UUID, status *store.RunnerStatus) int
+		Viewer               func(childComplexity int) int
+	}
+
+	Runner struct {
+		Certificate     func(childComplexity int) int
+		DecidedAt       func(childComplexity int) int
+		EnrolledAt      func(childComplexity int) int
+		FingerprintHint func(childComplexity int) int
+		ID              func(childComplexity int) int
+		Name            func(childComplexity int) int
+		Organisation    func(childComplexity int) int
+		Pool            func(childComplexity int) int
+		Status          func(childComplexity int) int
+		StatusReason    func(childComplexity int) int
 	}
 }
 
@@ -125,6 +162,10 @@ type MutationResolver interface {
 	CreatePool(ctx context.Context, input model.CreatePoolInput) (*store.Pool, error)
 	UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*store.Pool, error)
 	CreateAdminToken(ctx context.Context, input model.CreateAdminTokenInput) (*model.CreatedAdminToken, error)
+	CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error)
+	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*store.Runner, error)
+	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
+	RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
 }
 type OrganisationResolver interface {
 	Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error)
@@ -140,7 +181,18 @@ type QueryResolver interface {
 	Organisation(ctx context.Context, id uuid.UUID) (*store.Organisation, error)
 	Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]store.Pool, error)
 	Pool(ctx context.Context, id uuid.UUID) (*store.Pool, error)
+	Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error)
+	Runner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
+	CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error)
 	AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error)
+}
+type RunnerResolver interface {
+	Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error)
+	Organisation(ctx context.Context, obj *store.Runner) (*store.Organisation, error)
+
+	FingerprintHint(ctx context.Context, obj *store.Runner) (string, error)
+
+	Certificate(ctx context.Context, obj *store.Runner) (*store.Certificate, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -247,6 +299,32 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.AuditEntry.Outcome(childComplexity), true
 
+	case "Certificate.notAfter":
+		if e.ComplexityRoot.Certificate.NotAfter == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Certificate.NotAfter(childComplexity), true
+	case "Certificate.notBefore":
+		if e.ComplexityRoot.Certificate.NotBefore == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Certificate.NotBefore(childComplexity), true
+	case "Certificate.serial":
+		if e.ComplexityRoot.Certificate.Serial == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Certificate.Serial(childComplexity), true
+
+	case "CertificateAuthority.rootFingerprint":
+		if e.ComplexityRoot.CertificateAuthority.RootFingerprint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CertificateAuthority.RootFingerprint(childComplexity), true
+
 	case "CreatedAdminToken.admin":
 		if e.ComplexityRoot.CreatedAdminToken.Admin == nil {
 			break
@@ -265,6 +343,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CreatedAdminToken.Token(childComplexity), true
+
+	case "CreatedEnrolmentToken.expiresAt":
+		if e.ComplexityRoot.CreatedEnrolmentToken.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrolmentToken.ExpiresAt(childComplexity), true
+	case "CreatedEnrolmentToken.pool":
+		if e.ComplexityRoot.CreatedEnrolmentToken.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrolmentToken.Pool(childComplexity), true
+	case "CreatedEnrolmentToken.token":
+		if e.ComplexityRoot.CreatedEnrolmentToken.Token == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrolmentToken.Token(childComplexity), true
 
 	case "IntSetting.default":
 		if e.ComplexityRoot.IntSetting.Default == nil {
@@ -291,6 +388,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.IntSetting.Own(childComplexity), true
 
+	case "Mutation.approveRunner":
+		if e.ComplexityRoot.Mutation.ApproveRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_approveRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ApproveRunner(childComplexity, args["id"].(uuid.UUID), args["fingerprint"].(string)), true
 	case "Mutation.createAdminToken":
 		if e.ComplexityRoot.Mutation.CreateAdminToken == nil {
 			break
@@ -302,6 +410,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateAdminToken(childComplexity, args["input"].(model.CreateAdminTokenInput)), true
+	case "Mutation.createEnrolmentToken":
+		if e.ComplexityRoot.Mutation.CreateEnrolmentToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createEnrolmentToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateEnrolmentToken(childComplexity, args["poolId"].(uuid.UUID), args["ttlSeconds"].(int)), true
 	case "Mutation.createOrganisation":
 		if e.ComplexityRoot.Mutation.CreateOrganisation == nil {
 			break
@@ -324,6 +443,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePool(childComplexity, args["input"].(model.CreatePoolInput)), true
+	case "Mutation.rejectRunner":
+		if e.ComplexityRoot.Mutation.RejectRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rejectRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RejectRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
+	case "Mutation.revokeRunner":
+		if e.ComplexityRoot.Mutation.RevokeRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
 	case "Mutation.updatePool":
 		if e.ComplexityRoot.Mutation.UpdatePool == nil {
 			break
@@ -409,6 +550,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.AuditLog(childComplexity, args["first"].(int), args["before"].(*string)), true
+	case "Query.certificateAuthority":
+		if e.ComplexityRoot.Query.CertificateAuthority == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.CertificateAuthority(childComplexity), true
 
 	case "Query.organisation":
 		if e.ComplexityRoot.Query.Organisation == nil {
@@ -449,12 +596,95 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Pools(childComplexity, args["organisationId"].(*uuid.UUID), args["platformOnly"].(*bool)), true
+	case "Query.runner":
+		if e.ComplexityRoot.Query.Runner == nil {
+			break
+		}
+
+		args, err := ec.field_Query_runner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Runner(childComplexity, args["id"].(uuid.UUID)), true
+	case "Query.runners":
+		if e.ComplexityRoot.Query.Runners == nil {
+			break
+		}
+
+		args, err := ec.field_Query_runners_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Runners(childComplexity, args["poolId"].(*uuid.UUID), args["status"].(*store.RunnerStatus)), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
+
+	case "Runner.certificate":
+		if e.ComplexityRoot.Runner.Certificate == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Certificate(childComplexity), true
+	case "Runner.decidedAt":
+		if e.ComplexityRoot.Runner.DecidedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.DecidedAt(childComplexity), true
+	case "Runner.enrolledAt":
+		if e.ComplexityRoot.Runner.EnrolledAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.EnrolledAt(childComplexity), true
+	case "Runner.fingerprintHint":
+		if e.ComplexityRoot.Runner.FingerprintHint == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.FingerprintHint(childComplexity), true
+	case "Runner.id":
+		if e.ComplexityRoot.Runner.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.ID(childComplexity), true
+	case "Runner.name":
+		if e.ComplexityRoot.Runner.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Name(childComplexity), true
+	case "Runner.organisation":
+		if e.ComplexityRoot.Runner.Organisation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Organisation(childComplexity), true
+	case "Runner.pool":
+		if e.ComplexityRoot.Runner.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Pool(childComplexity), true
+	case "Runner.status":
+		if e.ComplexityRoot.Runner.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Status(childComplexity), true
+	case "Runner.statusReason":
+		if e.ComplexityRoot.Runner.StatusReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.StatusReason(childComplexity), true
 
 	}
 	return 0, false
@@ -575,6 +805,12 @@ type Query {
   pools(organisationId: ID, platformOnly: Boolean = false): [Pool!]!
   "A pool, or null when it does not exist or is not the caller's."
   pool(id: ID!): Pool
+  "Runners the caller may see, oldest enrolment first."
+  runners(poolId: ID, status: RunnerStatus): [Runner!]!
+  "A runner, or null when it does not exist or is not the caller's."
+  runner(id: ID!): Runner
+  "The CA runners pin when they enrol."
+  certificateAuthority: CertificateAuthority!
   "Admin actions, newest first. ` + "`" + `before` + "`" + ` is the id of the last entry already seen."
   auditLog(first: Int! = 50, before: String): [AuditEntry!]! @hasRole(role: PLATFORM_ADMIN)
 }
@@ -594,6 +830,71 @@ type Mutation {
   of their own organisation.
   """
   createAdminToken(input: CreateAdminTokenInput!): CreatedAdminToken! @hasRole(role: ORG_ADMIN)
+  """
+  Creates a single-use token with which one runner enrols into the pool. The token
+  is in the answer and nowhere else.
+  """
+  createEnrolmentToken(poolId: ID!, ttlSeconds: Int! = 3600): CreatedEnrolmentToken! @hasRole(role: ORG_ADMIN)
+  """
+  Approves a pending runner. ` + "`" + `fingerprint` + "`" + ` must be exactly the key fingerprint the
+  runner's host shows (` + "`" + `runmesh-agent fingerprint` + "`" + `); anything else is refused and
+  changes nothing. The runner then receives its client certificate.
+  """
+  approveRunner(id: ID!, fingerprint: String!): Runner! @hasRole(role: ORG_ADMIN)
+  "Turns a pending runner away for good."
+  rejectRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Revokes a runner: every certificate it holds stops working at its next
+  handshake or request, and it cannot renew.
+  """
+  revokeRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+}
+
+enum RunnerStatus {
+  "Enrolled; waiting for an administrator."
+  PENDING
+  "Holds a client certificate."
+  APPROVED
+  "Turned away at enrolment."
+  REJECTED
+  "Its identity was withdrawn."
+  REVOKED
+}
+
+type Runner {
+  id: ID!
+  name: String!
+  pool: Pool!
+  "Null for a runner of a platform pool."
+  organisation: Organisation
+  status: RunnerStatus!
+  "Why it was rejected or revoked."
+  statusReason: String!
+  "The last 8 characters of the key fingerprint. Approval needs the whole string, from the runner's host."
+  fingerprintHint: String!
+  enrolledAt: Time!
+  decidedAt: Time
+  "The runner's newest certificate, once it has one."
+  certificate: Certificate
+}
+
+type Certificate {
+  "Decimal serial number."
+  serial: String!
+  notBefore: Time!
+  notAfter: Time!
+}
+
+type CertificateAuthority {
+  "Hex SHA-256 of the root certificate: what ` + "`" + `runmesh-agent enrol --ca-fingerprint` + "`" + ` takes."
+  rootFingerprint: String!
+}
+
+type CreatedEnrolmentToken {
+  "The token. Shown once: hand it to the runner's operator now."
+  token: String!
+  expiresAt: Time!
+  pool: Pool!
 }
 
 type Admin {
@@ -734,6 +1035,26 @@ func (ec *executionContext) childFields_AuditEntry(ctx context.Context, field gr
 	return nil, fmt.Errorf("no field named %q was found under type AuditEntry", field.Name)
 }
 
+func (ec *executionContext) childFields_Certificate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "serial":
+		return ec.fieldContext_Certificate_serial(ctx, field)
+	case "notBefore":
+		return ec.fieldContext_Certificate_notBefore(ctx, field)
+	case "notAfter":
+		return ec.fieldContext_Certificate_notAfter(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Certificate", field.Name)
+}
+
+func (ec *executionContext) childFields_CertificateAuthority(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "rootFingerprint":
+		return ec.fieldContext_CertificateAuthority_rootFingerprint(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CertificateAuthority", field.Name)
+}
+
 func (ec *executionContext) childFields_CreatedAdminToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "token":
@@ -744,6 +1065,18 @@ func (ec *executionContext) childFields_CreatedAdminToken(ctx context.Context, f
 		return ec.fieldContext_CreatedAdminToken_expiresAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CreatedAdminToken", field.Name)
+}
+
+func (ec *executionContext) childFields_CreatedEnrolmentToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "token":
+		return ec.fieldContext_CreatedEnrolmentToken_token(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_CreatedEnrolmentToken_expiresAt(ctx, field)
+	case "pool":
+		return ec.fieldContext_CreatedEnrolmentToken_pool(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type CreatedEnrolmentToken", field.Name)
 }
 
 func (ec *executionContext) childFields_IntSetting(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -790,6 +1123,32 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_createdAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
+}
+
+func (ec *executionContext) childFields_Runner(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Runner_id(ctx, field)
+	case "name":
+		return ec.fieldContext_Runner_name(ctx, field)
+	case "pool":
+		return ec.fieldContext_Runner_pool(ctx, field)
+	case "organisation":
+		return ec.fieldContext_Runner_organisation(ctx, field)
+	case "status":
+		return ec.fieldContext_Runner_status(ctx, field)
+	case "statusReason":
+		return ec.fieldContext_Runner_statusReason(ctx, field)
+	case "fingerprintHint":
+		return ec.fieldContext_Runner_fingerprintHint(ctx, field)
+	case "enrolledAt":
+		return ec.fieldContext_Runner_enrolledAt(ctx, field)
+	case "decidedAt":
+		return ec.fieldContext_Runner_decidedAt(ctx, field)
+	case "certificate":
+		return ec.fieldContext_Runner_certificate(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Runner", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -922,6 +1281,28 @@ func (ec *executionContext) dir_hasRole_args(ctx context.Context, rawArgs map[st
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_approveRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "fingerprint",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["fingerprint"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createAdminToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -933,6 +1314,28 @@ func (ec *executionContext) field_Mutation_createAdminToken_args(ctx context.Con
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createEnrolmentToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "ttlSeconds",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ttlSeconds"] = arg1
 	return args, nil
 }
 
@@ -961,6 +1364,50 @@ func (ec *executionContext) field_Mutation_createPool_args(ctx context.Context, 
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_rejectRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
 	return args, nil
 }
 
@@ -1061,6 +1508,42 @@ func (ec *executionContext) field_Query_pools_args(ctx context.Context, rawArgs 
 		return nil, err
 	}
 	args["platformOnly"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_runner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_runners_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "status",
+		func(ctx context.Context, v any) (*store.RunnerStatus, error) {
+			return ec.unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["status"] = arg1
 	return args, nil
 }
 
@@ -1469,6 +1952,98 @@ func (ec *executionContext) fieldContext_AuditEntry_detail(_ context.Context, fi
 	return graphql.NewScalarFieldContext("AuditEntry", field, true, true, "String")
 }
 
+func (ec *executionContext) _Certificate_serial(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Certificate_serial(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Serial, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Certificate_serial(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Certificate", field, false, false, "String")
+}
+
+func (ec *executionContext) _Certificate_notBefore(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Certificate_notBefore(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NotBefore, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Certificate_notBefore(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Certificate", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Certificate_notAfter(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Certificate_notAfter(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.NotAfter, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Certificate_notAfter(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Certificate", field, false, false, "Time")
+}
+
+func (ec *executionContext) _CertificateAuthority_rootFingerprint(ctx context.Context, field graphql.CollectedField, obj *model.CertificateAuthority) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CertificateAuthority_rootFingerprint(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RootFingerprint, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CertificateAuthority_rootFingerprint(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CertificateAuthority", field, false, false, "String")
+}
+
 func (ec *executionContext) _CreatedAdminToken_token(ctx context.Context, field graphql.CollectedField, obj *model.CreatedAdminToken) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -1545,6 +2120,84 @@ func (ec *executionContext) _CreatedAdminToken_expiresAt(ctx context.Context, fi
 }
 func (ec *executionContext) fieldContext_CreatedAdminToken_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("CreatedAdminToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _CreatedEnrolmentToken_token(ctx context.Context, field graphql.CollectedField, obj *model.CreatedEnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreatedEnrolmentToken_token(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Token, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreatedEnrolmentToken_token(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreatedEnrolmentToken", field, false, false, "String")
+}
+
+func (ec *executionContext) _CreatedEnrolmentToken_expiresAt(ctx context.Context, field graphql.CollectedField, obj *model.CreatedEnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreatedEnrolmentToken_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreatedEnrolmentToken_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreatedEnrolmentToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _CreatedEnrolmentToken_pool(ctx context.Context, field graphql.CollectedField, obj *model.CreatedEnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreatedEnrolmentToken_pool(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pool, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreatedEnrolmentToken_pool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreatedEnrolmentToken",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _IntSetting_inForce(ctx context.Context, field graphql.CollectedField, obj *model.IntSetting) (ret graphql.Marshaler) {
@@ -1881,6 +2534,254 @@ func (ec *executionContext) fieldContext_Mutation_createAdminToken(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_createAdminToken_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createEnrolmentToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createEnrolmentToken(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateEnrolmentToken(ctx, fc.Args["poolId"].(uuid.UUID), fc.Args["ttlSeconds"].(int))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *model.CreatedEnrolmentToken
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *model.CreatedEnrolmentToken
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CreatedEnrolmentToken) graphql.Marshaler {
+			return ec.marshalNCreatedEnrolmentToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCreatedEnrolmentToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createEnrolmentToken(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreatedEnrolmentToken(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createEnrolmentToken_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_approveRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_approveRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ApproveRunner(ctx, fc.Args["id"].(uuid.UUID), fc.Args["fingerprint"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_approveRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_approveRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_rejectRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_rejectRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RejectRunner(ctx, fc.Args["id"].(uuid.UUID), fc.Args["reason"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_rejectRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_rejectRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_revokeRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeRunner(ctx, fc.Args["id"].(uuid.UUID), fc.Args["reason"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -2349,6 +3250,126 @@ func (ec *executionContext) fieldContext_Query_pool(ctx context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_runners(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_runners(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Runners(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["status"].(*store.RunnerStatus))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_runners(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_runners_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_runner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_runner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Runner(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_runner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_runner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_certificateAuthority(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_certificateAuthority(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().CertificateAuthority(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CertificateAuthority) graphql.Marshaler {
+			return ec.marshalNCertificateAuthority2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCertificateAuthority(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_certificateAuthority(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CertificateAuthority(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2482,6 +3503,263 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields___Schema(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Runner_name(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
+}
+
+func (ec *executionContext) _Runner_pool(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_pool(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Pool(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_pool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_organisation(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_organisation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Organisation(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_organisation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Organisation(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_status(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v store.RunnerStatus) graphql.Marshaler {
+			return ec.marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "RunnerStatus")
+}
+
+func (ec *executionContext) _Runner_statusReason(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_statusReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StatusReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_statusReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
+}
+
+func (ec *executionContext) _Runner_fingerprintHint(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_fingerprintHint(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().FingerprintHint(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_fingerprintHint(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "String")
+}
+
+func (ec *executionContext) _Runner_enrolledAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_enrolledAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EnrolledAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_enrolledAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Runner_decidedAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_decidedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DecidedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_decidedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Runner_certificate(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_certificate(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Certificate(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Certificate) graphql.Marshaler {
+			return ec.marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐCertificate(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_certificate(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Certificate(ctx, field)
 		},
 	}
 	return fc, nil
@@ -3927,6 +5205,82 @@ func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSe
 	return out
 }
 
+var certificateImplementors = []string{"Certificate"}
+
+func (ec *executionContext) _Certificate(ctx context.Context, sel ast.SelectionSet, obj *store.Certificate) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, certificateImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Certificate")
+		case "serial":
+			out.Values[i] = ec._Certificate_serial(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "notBefore":
+			out.Values[i] = ec._Certificate_notBefore(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "notAfter":
+			out.Values[i] = ec._Certificate_notAfter(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var certificateAuthorityImplementors = []string{"CertificateAuthority"}
+
+func (ec *executionContext) _CertificateAuthority(ctx context.Context, sel ast.SelectionSet, obj *model.CertificateAuthority) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, certificateAuthorityImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CertificateAuthority")
+		case "rootFingerprint":
+			out.Values[i] = ec._CertificateAuthority_rootFingerprint(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var createdAdminTokenImplementors = []string{"CreatedAdminToken"}
 
 func (ec *executionContext) _CreatedAdminToken(ctx context.Context, sel ast.SelectionSet, obj *model.CreatedAdminToken) graphql.Marshaler {
@@ -3951,6 +5305,49 @@ func (ec *executionContext) _CreatedAdminToken(ctx context.Context, sel ast.Sele
 		case "expiresAt":
 			out.Values[i] = ec._CreatedAdminToken_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var createdEnrolmentTokenImplementors = []string{"CreatedEnrolmentToken"}
+
+func (ec *executionContext) _CreatedEnrolmentToken(ctx context.Context, sel ast.SelectionSet, obj *model.CreatedEnrolmentToken) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, createdEnrolmentTokenImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("CreatedEnrolmentToken")
+		case "token":
+			out.Values[i] = ec._CreatedEnrolmentToken_token(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "expiresAt":
+			out.Values[i] = ec._CreatedEnrolmentToken_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pool":
+			out.Values[i] = ec._CreatedEnrolmentToken_pool(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -4061,6 +5458,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "createAdminToken":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createAdminToken(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createEnrolmentToken":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createEnrolmentToken(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "approveRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_approveRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rejectRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_rejectRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokeRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeRunner(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -4241,6 +5666,24 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_pool(ctx, field)
 				})
+		case "runners":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_runners(ctx, field)
+				})
+		case "runner":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_runner(ctx, field)
+				})
+		case "certificateAuthority":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_certificateAuthority(ctx, field)
+				})
 		case "auditLog":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
 				true, true,
@@ -4261,6 +5704,88 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runnerImplementors = []string{"Runner"}
+
+func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, obj *store.Runner) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runnerImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Runner")
+		case "id":
+			out.Values[i] = ec._Runner_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "name":
+			out.Values[i] = ec._Runner_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pool":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_pool(ctx, field, obj)
+				})
+		case "organisation":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_organisation(ctx, field, obj)
+				})
+		case "status":
+			out.Values[i] = ec._Runner_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "statusReason":
+			out.Values[i] = ec._Runner_statusReason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "fingerprintHint":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_fingerprintHint(ctx, field, obj)
+				})
+		case "enrolledAt":
+			out.Values[i] = ec._Runner_enrolledAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decidedAt":
+			out.Values[i] = ec._Runner_decidedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "certificate":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_certificate(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -4682,6 +6207,14 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
+func (ec *executionContext) marshalNCertificateAuthority2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCertificateAuthority(ctx context.Context, sel ast.SelectionSet, v *model.CertificateAuthority) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CertificateAuthority!")
+		return graphql.Null
+	}
+	return ec._CertificateAuthority(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNCreateAdminTokenInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCreateAdminTokenInput(ctx context.Context, v any) (model.CreateAdminTokenInput, error) {
 	res, err := ec.unmarshalInputCreateAdminTokenInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -4703,6 +6236,14 @@ func (ec *executionContext) marshalNCreatedAdminToken2ᚖgithubᚗcomᚋrunmesh�
 		return graphql.Null
 	}
 	return ec._CreatedAdminToken(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNCreatedEnrolmentToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCreatedEnrolmentToken(ctx context.Context, sel ast.SelectionSet, v *model.CreatedEnrolmentToken) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "CreatedEnrolmentToken!")
+		return graphql.Null
+	}
+	return ec._CreatedEnrolmentToken(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (uuid.UUID, error) {
@@ -4836,6 +6377,64 @@ var (
 		store.RolePlatformAdmin: "PLATFORM_ADMIN",
 		store.RoleOrgAdmin:      "ORG_ADMIN",
 		store.RoleOrgMember:     "ORG_MEMBER",
+	}
+)
+
+func (ec *executionContext) marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v store.Runner) graphql.Marshaler {
+	return ec._Runner(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Runner) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Runner!")
+		return graphql.Null
+	}
+	return ec._Runner(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, v any) (store.RunnerStatus, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v store.RunnerStatus) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "RunnerStatus!")
+	}
+	return res
+}
+
+var (
+	unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[string]store.RunnerStatus{
+		"PENDING":  store.RunnerPending,
+		"APPROVED": store.RunnerApproved,
+		"REJECTED": store.RunnerRejected,
+		"REVOKED":  store.RunnerRevoked,
+	}
+	marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[store.RunnerStatus]string{
+		store.RunnerPending:  "PENDING",
+		store.RunnerApproved: "APPROVED",
+		store.RunnerRejected: "REJECTED",
+		store.RunnerRevoked:  "REVOKED",
 	}
 )
 
@@ -5044,6 +6643,13 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	return res
 }
 
+func (ec *executionContext) marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐCertificate(ctx context.Context, sel ast.SelectionSet, v *store.Certificate) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Certificate(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (*uuid.UUID, error) {
 	if v == nil {
 		return nil, nil
@@ -5093,6 +6699,47 @@ func (ec *executionContext) marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋc
 	}
 	return ec._Pool(ctx, sel, v)
 }
+
+func (ec *executionContext) marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Runner(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, v any) (*store.RunnerStatus, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v *store.RunnerStatus) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[*v])
+	return res
+}
+
+var (
+	unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[string]store.RunnerStatus{
+		"PENDING":  store.RunnerPending,
+		"APPROVED": store.RunnerApproved,
+		"REJECTED": store.RunnerRejected,
+		"REVOKED":  store.RunnerRevoked,
+	}
+	marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[store.RunnerStatus]string{
+		store.RunnerPending:  "PENDING",
+		store.RunnerApproved: "APPROVED",
+		store.RunnerRejected: "REJECTED",
+		store.RunnerRevoked:  "REVOKED",
+	}
+)
 
 func (ec *executionContext) unmarshalOString2ᚖstring(ctx context.Context, v any) (*string, error) {
 	if v == nil {

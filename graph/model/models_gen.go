@@ -10,6 +10,11 @@ import (
 	"github.com/runmesh/runmesh/controlplane/store"
 )
 
+type CertificateAuthority struct {
+	// Hex SHA-256 of the root certificate: what `runmesh-agent enrol --ca-fingerprint` takes.
+	RootFingerprint string `json:"rootFingerprint"`
+}
+
 type CreateAdminTokenInput struct {
 	Name string     `json:"name"`
 	Role store.Role `json:"role"`
@@ -35,6 +40,13 @@ type CreatedAdminToken struct {
 	Token     string       `json:"token"`
 	Admin     *store.Admin `json:"admin"`
 	ExpiresAt *time.Time   `json:"expiresAt,omitempty"`
+}
+
+type CreatedEnrolmentToken struct {
+	// The token. Shown once: hand it to the runner's operator now.
+	Token     string      `json:"token"`
+	ExpiresAt time.Time   `json:"expiresAt"`
+	Pool      *store.Pool `json:"pool"`
 }
 
 // A setting with a server-wide default that a pool may override.

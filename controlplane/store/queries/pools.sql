@@ -37,3 +37,8 @@ RETURNING *;
 SELECT * FROM pools
 WHERE organisation_id = ANY(@organisation_ids::uuid[])
 ORDER BY name;
+
+-- name: PoolsByIDs :many
+SELECT * FROM pools
+WHERE id = ANY(@ids::uuid[])
+  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid);

@@ -40,6 +40,35 @@ type AuditLog struct {
 	Detail         []byte
 }
 
+type Certificate struct {
+	Serial    string
+	RunnerID  uuid.NullUUID
+	Der       []byte
+	NotBefore time.Time
+	NotAfter  time.Time
+	IssuedAt  time.Time
+}
+
+type CertificateRevocation struct {
+	Serial        string
+	ReasonCode    int32
+	Reason        string
+	RevokedAt     time.Time
+	ExpiresAt     *time.Time
+	Mtls          bool
+	ProvisionerID string
+}
+
+type EnrolmentToken struct {
+	ID        uuid.UUID
+	PoolID    uuid.UUID
+	TokenHash []byte
+	CreatedBy uuid.NullUUID
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    *time.Time
+}
+
 type Organisation struct {
 	ID        uuid.UUID
 	Name      string
@@ -53,4 +82,19 @@ type Pool struct {
 	LeaseSeconds      *int32
 	QueueTimeoutHours *int32
 	CreatedAt         time.Time
+}
+
+type Runner struct {
+	ID               uuid.UUID
+	PoolID           uuid.UUID
+	Name             string
+	Status           string
+	StatusReason     string
+	PublicKey        []byte
+	Fingerprint      string
+	Csr              []byte
+	EnrolmentTokenID uuid.UUID
+	EnrolledAt       time.Time
+	DecidedAt        *time.Time
+	DecidedBy        uuid.NullUUID
 }

@@ -147,6 +147,45 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 	return items, nil
 }
 
+const poolsByIDs = `-- name: PoolsByIDs :many
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+WHERE id = ANY($1::uuid[])
+  AND ($2::boolean OR organisation_id = $3::uuid)
+`
+
+type PoolsByIDsParams struct {
+	Ids      []uuid.UUID
+	AllOrgs  bool
+	ScopeOrg uuid.NullUUID
+}
+
+func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams) ([]Pool, error) {
+	rows, err := db.Query(ctx, poolsByIDs, arg.Ids, arg.AllOrgs, arg.ScopeOrg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Pool
+	for rows.Next() {
+		var i Pool
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrganisationID,
+			&i.Name,
+			&i.LeaseSeconds,
+			&i.QueueTimeoutHours,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const poolsByOrganisations = `-- name: PoolsByOrganisations :many
 SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
 WHERE organisation_id = ANY($1::uuid[])

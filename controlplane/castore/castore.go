@@ -1,0 +1,118 @@
+// Package castore is the embedded CA's database: smallstep's AuthDB over
+// the runmesh store, so every certificate issued and revoked is a row the
+// rest of the control plane can join against runners.
+package castore
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/smallstep/certificates/db"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/pki"
+)
+
+// DB implements ca.CertificateDB. The interface carries no context, so each
+// call gets a timeout of its own.
+type DB struct {
+	store   *store.Store
+	timeout time.Duration
+}
+
+// New returns the CA database over s.
+func New(s *store.Store) *DB { return &DB{store: s, timeout: 10 * time.Second} }
+
+func (d *DB) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d.timeout)
+}
+
+// IsRevoked is true for revoked serials, for certificates of runners that
+// are not approved, and for serials we never issued (fail closed).
+func (d *DB) IsRevoked(serial string) (bool, error) {
+	ctx, cancel := d.ctx()
+	defer cancel()
+	st, err := d.store.StandingOf(ctx, serial)
+	if err != nil {
+		return false, err
+	}
+	return !st.Usable(), nil
+}
+
+// IsSSHRevoked: runmesh issues no SSH certificates.
+func (d *DB) IsSSHRevoked(string) (bool, error) { return true, nil }
+
+// Revoke records a revocation (step ca revoke, over mTLS).
+func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
+	ctx, cancel := d.ctx()
+	defer cancel()
+	var expires *time.Time
+	if !rci.ExpiresAt.IsZero() {
+		expires = &rci.ExpiresAt
+	}
+	added, err := d.store.RevokeCertificate(ctx, store.Revocation{
+		Serial: rci.Serial, ReasonCode: rci.ReasonCode, Reason: rci.Reason, RevokedAt: rci.RevokedAt,
+		ExpiresAt: expires, MTLS: rci.MTLS, ProvisionerID: rci.ProvisionerID,
+	})
+	if err != nil {
+		return err
+	}
+	if !added {
+		return db.ErrAlreadyExists
+	}
+	return nil
+}
+
+// RevokeSSH: runmesh issues no SSH certificates.
+func (d *DB) RevokeSSH(*db.RevokedCertificateInfo) error { return db.ErrNotImplemented }
+
+// GetCertificate returns an issued certificate by serial.
+func (d *DB) GetCertificate(serial string) (*x509.Certificate, error) {
+	ctx, cancel := d.ctx()
+	defer cancel()
+	c, err := d.store.CertificateBySerial(ctx, serial)
+	if err != nil {
+		return nil, err
+	}
+	return x509.ParseCertificate(c.DER)
+}
+
+// StoreCertificateChain records chain[0], linked to its runner if it is a
+// runner certificate.
+func (d *DB) StoreCertificateChain(chain ...*x509.Certificate) error {
+	if len(chain) == 0 {
+		return errors.New("store certificate: empty chain")
+	}
+	leaf := chain[0]
+	var runner *uuid.UUID
+	if s, ok := pki.RunnerID(leaf); ok {
+		id, err := uuid.Parse(s)
+		if err != nil {
+			return fmt.Errorf("store certificate: runner id %q: %w", s, err)
+		}
+		runner = &id
+	}
+	ctx, cancel := d.ctx()
+	defer cancel()
+	return d.store.StoreCertificate(ctx, store.Certificate{
+		Serial: leaf.SerialNumber.String(), RunnerID: runner, DER: leaf.Raw,
+		NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
+	})
+}
+
+// UseToken: runmesh has no one-time-token provisioners; every token is
+// refused as already used.
+func (d *DB) UseToken(string, string) (bool, error) { return false, nil }
+
+// IsSSHHost: no SSH hosts.
+func (d *DB) IsSSHHost(string) (bool, error) { return false, nil }
+
+// GetSSHHostPrincipals: no SSH hosts.
+func (d *DB) GetSSHHostPrincipals() ([]string, error) { return nil, nil }
+
+// Shutdown: the store outlives the authority.
+func (d *DB) Shutdown() error { return nil }

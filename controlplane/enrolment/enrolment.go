@@ -1,0 +1,128 @@
+// Package enrolment is how a runner earns its identity: enrolment tokens,
+// the administrator's decision (approval only with the exact key
+// fingerprint), the certificates that follow, and revocation by identity.
+// The GraphQL API and the runner listener both go through it.
+package enrolment
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/pki/ca"
+)
+
+var (
+	// ErrFingerprintMismatch: the fingerprint given at approval is not the
+	// runner's. Nothing changes.
+	ErrFingerprintMismatch = errors.New("fingerprint does not match the runner's key")
+	// ErrWrongStatus: the runner is not in a status the action applies to.
+	ErrWrongStatus = errors.New("runner is not in a status this applies to")
+)
+
+// Service issues enrolment tokens and decides on runners.
+type Service struct {
+	Store     *store.Store
+	Authority *ca.Authority
+	// CertLifetime is the lifetime of runner certificates.
+	CertLifetime time.Duration
+}
+
+// DefaultCertLifetime is DESIGN.md's 24 hours.
+const DefaultCertLifetime = 24 * time.Hour
+
+func (s *Service) lifetime() time.Duration {
+	if s.CertLifetime == 0 {
+		return DefaultCertLifetime
+	}
+	return s.CertLifetime
+}
+
+// CreateToken makes a single-use enrolment token for a pool in scope. The
+// token is returned once; only its digest is stored.
+func (s *Service) CreateToken(ctx context.Context, scope store.Scope, poolID uuid.UUID, ttl time.Duration, by *uuid.UUID) (string, store.EnrolmentToken, error) {
+	token, digest := tokens.Enrolment.New()
+	expires := time.Now().Add(ttl).UTC().Truncate(time.Microsecond)
+	t, err := s.Store.CreateEnrolmentToken(ctx, scope, poolID, digest, by, expires)
+	if err != nil {
+		return "", store.EnrolmentToken{}, err
+	}
+	return token, t, nil
+}
+
+// Approve approves a PENDING runner, but only when fingerprint is exactly
+// its key's, and issues its first certificate in the same transaction.
+func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (store.Runner, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
+		if r.Status != store.RunnerPending {
+			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+		}
+		if subtle.ConstantTimeCompare([]byte(fingerprint), []byte(r.Fingerprint)) != 1 {
+			return store.RunnerDecision{}, ErrFingerprintMismatch
+		}
+		if _, err := s.Issue(ctx, r); err != nil {
+			return store.RunnerDecision{}, err
+		}
+		return store.RunnerDecision{Status: store.RunnerApproved}, nil
+	})
+}
+
+// Reject turns a PENDING runner away for good.
+func (s *Service) Reject(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
+		if r.Status != store.RunnerPending {
+			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+		}
+		return store.RunnerDecision{Status: store.RunnerRejected, Reason: reason}, nil
+	})
+}
+
+// Revoke ends an APPROVED (or PENDING) runner's identity: every certificate
+// it holds stops working at the next handshake or request, and renewal is
+// refused.
+func (s *Service) Revoke(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
+		if r.Status != store.RunnerApproved && r.Status != store.RunnerPending {
+			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+		}
+		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: reason}, nil
+	})
+}
+
+// Issue signs a certificate for the runner's enrolled key (from the CSR it
+// sent at enrolment). The authority records it.
+func (s *Service) Issue(ctx context.Context, r store.Runner) ([]*x509.Certificate, error) {
+	csr, err := x509.ParseCertificateRequest(r.CSR)
+	if err != nil {
+		return nil, fmt.Errorf("stored certificate request: %w", err)
+	}
+	return s.Authority.IssueRunner(ctx, csr, r.ID.String(), s.lifetime())
+}
+
+// CurrentChain is an approved runner's newest certificate chain. A runner
+// coming back after two thirds of its certificate's life (or with none) gets
+// a fresh one.
+func (s *Service) CurrentChain(ctx context.Context, r store.Runner) ([]*x509.Certificate, error) {
+	if r.Status != store.RunnerApproved {
+		return nil, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+	}
+	c, err := s.Store.LatestRunnerCertificate(ctx, r.ID)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if err == nil && time.Until(c.NotAfter) > c.NotAfter.Sub(c.NotBefore)/3 {
+		leaf, err := x509.ParseCertificate(c.DER)
+		if err != nil {
+			return nil, err
+		}
+		return []*x509.Certificate{leaf, s.Authority.Keys().Intermediate}, nil
+	}
+	return s.Issue(ctx, r)
+}

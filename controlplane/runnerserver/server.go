@@ -1,0 +1,121 @@
+// Package runnerserver is the runner listener: enrolment, the long-poll
+// that hands an approved runner its certificate, the mutual-TLS runner API,
+// and step-ca's own endpoints. The organisation and pool of a request come
+// from the runner's row, never from the request.
+package runnerserver
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/pki/ca"
+)
+
+// Options configure the runner listener's handlers.
+type Options struct {
+	Store     *store.Store
+	Authority *ca.Authority
+	Enrolment *enrolment.Service
+	Listener  *store.Listener
+	Log       *slog.Logger
+}
+
+// Server serves the runner API.
+type Server struct {
+	o Options
+}
+
+// New returns the runner API.
+func New(o Options) *Server {
+	o.Log = o.Log.With("component", "runnerapi")
+	return &Server{o: o}
+}
+
+// Handler routes the runner listener.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+runnerapi.PathEnrol, s.enrol)
+	mux.HandleFunc("POST /v1/enrol/{id}/wait", s.wait)
+	mux.Handle("GET "+runnerapi.PathWhoAmI, s.authenticated(s.whoami))
+	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
+	}))
+	// Everything else is step-ca's: bootstrap, renewal and revocation.
+	mux.Handle("/", s.o.Authority.StepHandler())
+	return mux
+}
+
+// TLSConfig is the listener's TLS: our server certificate, and client
+// certificates verified against our CA when a client offers one (enrolment
+// and bootstrap happen before a runner has one). A certificate that is
+// revoked, unknown, or belongs to a runner that is not approved fails the
+// handshake; requests on connections opened before a revocation are caught
+// per request.
+func (s *Server) TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(s.o.Authority.Keys().Root)
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: getCertificate,
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      clientCAs,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			st, err := s.o.Store.StandingOf(ctx, cs.PeerCertificates[0].SerialNumber.String())
+			if err != nil {
+				return fmt.Errorf("check client certificate: %w", err)
+			}
+			if !st.Usable() {
+				return errors.New("client certificate revoked or unknown")
+			}
+			return nil
+		},
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, runnerapi.Error{Error: runnerapi.ErrorBody{Code: code, Message: msg}})
+}
+
+// decode reads exactly one JSON object with no unknown fields, within the
+// size limit.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	body := http.MaxBytesReader(w, r.Body, runnerapi.MaxBodyBytes)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
+		err = errors.New("trailing data after the JSON object")
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, runnerapi.CodeTooLarge, fmt.Sprintf("request body over %d bytes", runnerapi.MaxBodyBytes))
+	default:
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "malformed request: "+err.Error())
+	}
+	return false
+}

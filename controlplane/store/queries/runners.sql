@@ -1,0 +1,102 @@
+-- name: CreateEnrolmentToken :one
+INSERT INTO enrolment_tokens (pool_id, token_hash, created_by, expires_at)
+VALUES (@pool_id, @token_hash, sqlc.narg('created_by'), @expires_at)
+RETURNING *;
+
+-- name: UseEnrolmentToken :one
+-- Consumes a token: unknown, used and expired tokens all match nothing.
+-- The row lock makes two enrolments racing for one token take turns, and
+-- the loser finds it used.
+UPDATE enrolment_tokens
+SET used_at = coalesce(sqlc.narg('now')::timestamptz, now())
+WHERE token_hash = @token_hash
+  AND used_at IS NULL
+  AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+RETURNING *;
+
+-- name: CreateRunner :one
+INSERT INTO runners (pool_id, name, public_key, fingerprint, csr, enrolment_token_id)
+VALUES (@pool_id, @name, @public_key, @fingerprint, @csr, @enrolment_token_id)
+RETURNING *;
+
+-- name: GetRunner :one
+SELECT sqlc.embed(r), p.organisation_id
+FROM runners r JOIN pools p ON p.id = r.pool_id
+WHERE r.id = @id
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
+
+-- name: GetRunnerForUpdate :one
+-- Locks the runner: approval, rejection and revocation of one runner apply
+-- one at a time, each seeing the status the last one left. NO KEY UPDATE,
+-- not UPDATE: approval issues a certificate whose row references the runner
+-- (a KEY SHARE lock, taken on another connection), which FOR UPDATE would
+-- block until this very transaction ends.
+SELECT sqlc.embed(r), p.organisation_id
+FROM runners r JOIN pools p ON p.id = r.pool_id
+WHERE r.id = @id
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
+FOR NO KEY UPDATE OF r;
+
+-- name: ListRunners :many
+SELECT sqlc.embed(r), p.organisation_id
+FROM runners r JOIN pools p ON p.id = r.pool_id
+WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
+  AND (sqlc.narg('pool_id')::uuid IS NULL OR r.pool_id = sqlc.narg('pool_id'))
+  AND (sqlc.narg('status')::text IS NULL OR r.status = sqlc.narg('status'))
+ORDER BY r.enrolled_at, r.id;
+
+-- name: SetRunnerStatus :one
+UPDATE runners
+SET status = @status, status_reason = @status_reason,
+    decided_at = coalesce(sqlc.narg('now')::timestamptz, now()), decided_by = sqlc.narg('decided_by')
+WHERE id = @id
+RETURNING *;
+
+-- name: NotifyRunnerStatus :exec
+-- Wakes enrolment long-polls (and mTLS checks) on every replica; delivered
+-- when the surrounding transaction commits.
+SELECT pg_notify('runmesh_runner_status', @runner_id::text);
+
+-- name: InsertCertificate :exec
+INSERT INTO certificates (serial, runner_id, der, not_before, not_after)
+VALUES (@serial, sqlc.narg('runner_id'), @der, @not_before, @not_after)
+ON CONFLICT (serial) DO NOTHING;
+
+-- name: GetCertificate :one
+SELECT * FROM certificates WHERE serial = @serial;
+
+-- name: LatestRunnerCertificate :one
+SELECT * FROM certificates
+WHERE runner_id = @runner_id
+  AND serial NOT IN (SELECT serial FROM certificate_revocations)
+ORDER BY not_after DESC
+LIMIT 1;
+
+-- name: LatestCertificatesForRunners :many
+SELECT DISTINCT ON (runner_id) *
+FROM certificates
+WHERE runner_id = ANY(@runner_ids::uuid[])
+ORDER BY runner_id, not_after DESC;
+
+-- name: InsertRevocation :execrows
+INSERT INTO certificate_revocations (serial, reason_code, reason, revoked_at, expires_at, mtls, provisioner_id)
+VALUES (@serial, @reason_code, @reason, @revoked_at, sqlc.narg('expires_at'), @mtls, @provisioner_id)
+ON CONFLICT (serial) DO NOTHING;
+
+-- name: RevokeRunnerCertificates :execrows
+-- Revocation by identity: every certificate of the runner that is still
+-- valid becomes a revocation row too, so CRL-style checks agree.
+INSERT INTO certificate_revocations (serial, reason, expires_at)
+SELECT c.serial, @reason, c.not_after
+FROM certificates c
+WHERE c.runner_id = @runner_id AND c.not_after > now()
+ON CONFLICT (serial) DO NOTHING;
+
+-- name: CertificateStanding :one
+-- What a presented certificate is worth: unknown serials are as good as
+-- revoked (fail closed), and so is any certificate of a runner that is not
+-- approved, whatever its serial.
+SELECT
+    EXISTS (SELECT 1 FROM certificates c WHERE c.serial = @serial) AS known,
+    EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = @serial) AS revoked,
+    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = @serial), '')::text AS runner_status;
