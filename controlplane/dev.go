@@ -28,7 +28,8 @@ type DevOptions struct {
 	StateDir   string
 	AdminAddr  string
 	RunnerAddr string
-	Out        io.Writer // where the human-readable banner goes
+	CertLife   time.Duration // runner certificate lifetime
+	Out        io.Writer     // where the human-readable banner goes
 	Log        *slog.Logger
 }
 
@@ -94,7 +95,7 @@ func RunDev(ctx context.Context, o DevOptions) error {
 
 	srv, err := New(Options{
 		Pool: pool, Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults,
-		CA: keys, RunnerAddr: o.RunnerAddr, RunnerNames: runnerNames(runnerHost),
+		CA: keys, RunnerAddr: o.RunnerAddr, RunnerNames: runnerNames(runnerHost), RunnerCertLifetime: o.CertLife,
 	})
 	if err != nil {
 		return err

@@ -31,7 +31,9 @@ func (c *serverCert) issue(ctx context.Context) error {
 	return nil
 }
 
-func (c *serverCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.current.Load(), nil }
+func (c *serverCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return c.current.Load(), nil
+}
 
 // renew keeps the certificate fresh until ctx ends, retrying failures.
 func (c *serverCert) renew(ctx context.Context) {

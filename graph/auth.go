@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 )
 
 type principalKey struct{}

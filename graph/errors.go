@@ -45,7 +45,7 @@ func errorCode(err error) string {
 		return CodeNotFound
 	case errors.Is(err, errForbidden):
 		return CodeForbidden
-	case errors.Is(err, store.ErrConflict), errors.Is(err, enrolment.ErrWrongStatus):
+	case errors.Is(err, store.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)):
 		return CodeConflict
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi):
 		return CodeBadInput
@@ -84,15 +84,16 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		case CodeForbidden:
 			gqlErr.Message = "forbidden"
 		case CodeConflict:
-			if errors.Is(err, enrolment.ErrWrongStatus) {
-				gqlErr.Message = err.Error()
+			var ws *enrolment.WrongStatusError
+			if errors.As(err, &ws) {
+				gqlErr.Message = ws.Error()
 			} else {
 				gqlErr.Message = "conflict: " + trimStoreErr(err)
 			}
 		case CodeBadInput:
 			var bi badInput
 			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
-				gqlErr.Message = err.Error()
+				gqlErr.Message = enrolment.ErrFingerprintMismatch.Error()
 			} else if errors.As(err, &bi) {
 				gqlErr.Message = bi.msg
 			} else {

@@ -186,9 +186,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stateDir := fs.String("state-dir", defaultDevStateDir(), "where the private PostgreSQL and dev.env live (kept between runs)")
 	adminAddr := fs.String("admin-addr", "127.0.0.1:8444", "admin listener (loopback only: plain HTTP)")
 	runnerAddr := fs.String("runner-addr", "127.0.0.1:8443", "runner listener (TLS from the dev CA)")
+	certLifetime := fs.Duration("runner-cert-lifetime", 24*time.Hour, "lifetime of runner certificates (short ones show renewal at work)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *certLifetime < time.Minute {
+		return errors.New("--runner-cert-lifetime: at least 1m")
 	}
 	abs, err := filepath.Abs(*stateDir)
 	if err != nil {
@@ -198,6 +202,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		StateDir:   abs,
 		AdminAddr:  *adminAddr,
 		RunnerAddr: *runnerAddr,
+		CertLife:   *certLifetime,
 		Out:        stdout,
 		Log:        newLogger(stderr, *logLevel),
 	})

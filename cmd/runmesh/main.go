@@ -31,6 +31,12 @@ commands:
   create-admin-token --name N --role ROLE [--organisation ID] [--ttl-seconds N]
                                       create an admin; prints its token once
   audit-log [--first N]               recent admin actions (platform admins)
+  create-enrolment-token --pool ID|NAME [--ttl-seconds N]
+                                      a single-use token for one runner; prints only the token
+  runners [--pool ID] [--status S]    list runners
+  approve-runner ID FINGERPRINT       approve a pending runner (the whole fingerprint its host shows)
+  reject-runner ID REASON             turn a pending runner away
+  revoke-runner ID REASON             withdraw a runner's identity
   query [--var NAME=JSON ...] QUERY   run any GraphQL operation; QUERY "-" reads stdin
 
 environment: RUNMESH_ADMIN_URL, RUNMESH_ADMIN_TOKEN (or --env-file)
@@ -71,6 +77,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
+	if cmd == "create-enrolment-token" {
+		return createEnrolmentToken(ctx, c, rest, stdout, stderr)
+	}
 	query, vars, err := op(rest, stdin, stderr)
 	if err != nil {
 		return err
@@ -80,6 +89,73 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 		return err
 	}
 	return printJSON(stdout, data)
+}
+
+// createEnrolmentToken prints the token alone on stdout, so that
+// `runmesh create-enrolment-token --pool gpu > enrol.token` leaves a file
+// for `runmesh-agent enrol --token-file`. A pool may be named instead of
+// given by id when the name is unambiguous among the pools the caller sees.
+func createEnrolmentToken(ctx context.Context, c *client, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("create-enrolment-token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pool := fs.String("pool", "", "pool id or name")
+	ttl := fs.Int("ttl-seconds", 3600, "how long the token stays usable")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *pool == "" {
+		return errors.New("usage: create-enrolment-token --pool ID|NAME [--ttl-seconds N]")
+	}
+	poolID := *pool
+	if !looksLikeID(poolID) {
+		data, err := c.do(ctx, `{ pools { id name } }`, nil)
+		if err != nil {
+			return err
+		}
+		var out struct {
+			Pools []struct{ ID, Name string }
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return err
+		}
+		var ids []string
+		for _, p := range out.Pools {
+			if p.Name == *pool {
+				ids = append(ids, p.ID)
+			}
+		}
+		switch len(ids) {
+		case 0:
+			return fmt.Errorf("no pool named %q", *pool)
+		case 1:
+			poolID = ids[0]
+		default:
+			return fmt.Errorf("%d pools are named %q: give the id (runmesh pools)", len(ids), *pool)
+		}
+	}
+	data, err := c.do(ctx, `mutation($p: ID!, $ttl: Int!) { createEnrolmentToken(poolId: $p, ttlSeconds: $ttl) { token expiresAt pool { name } } }`,
+		map[string]any{"p": poolID, "ttl": *ttl})
+	if err != nil {
+		return err
+	}
+	var out struct {
+		CreateEnrolmentToken struct {
+			Token     string
+			ExpiresAt string
+			Pool      struct{ Name string }
+		}
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return err
+	}
+	t := out.CreateEnrolmentToken
+	fmt.Fprintf(stderr, "enrolment token for pool %q, single use, expires %s\n", t.Pool.Name, t.ExpiresAt)
+	_, err = fmt.Fprintln(stdout, t.Token)
+	return err
+}
+
+func looksLikeID(s string) bool {
+	return len(s) == 36 && strings.Count(s, "-") == 4
 }
 
 type command func(args []string, stdin io.Reader, stderr io.Writer) (query string, vars map[string]any, err error)
@@ -157,6 +233,24 @@ var commands = map[string]command{
 		return `query($n: Int!) { auditLog(first: $n) { id at actorName action outcome detail } }`,
 			map[string]any{"n": *first}, nil
 	},
+	"create-enrolment-token": func([]string, io.Reader, io.Writer) (string, map[string]any, error) {
+		return "", nil, errors.New("handled in run")
+	},
+	"runners": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("runners", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		pool := fs.String("pool", "", "pool id")
+		status := fs.String("status", "", "PENDING, APPROVED, REJECTED or REVOKED")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		return `query($p: ID, $s: RunnerStatus) { runners(poolId: $p, status: $s) { id name status statusReason
+			fingerprintHint pool { name } enrolledAt certificate { serial notAfter } } }`,
+			map[string]any{"p": nullable(*pool), "s": nullable(strings.ToUpper(*status))}, nil
+	},
+	"approve-runner": runnerDecision("approveRunner", "fingerprint", "approve-runner ID FINGERPRINT"),
+	"reject-runner":  runnerDecision("rejectRunner", "reason", "reject-runner ID REASON"),
+	"revoke-runner":  runnerDecision("revokeRunner", "reason", "revoke-runner ID REASON"),
 	"query": func(args []string, stdin io.Reader, stderr io.Writer) (string, map[string]any, error) {
 		fs := flag.NewFlagSet("query", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -189,6 +283,16 @@ var commands = map[string]command{
 		}
 		return q, vars, nil
 	},
+}
+
+func runnerDecision(mutation, arg, usage string) command {
+	return func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 2 {
+			return "", nil, errors.New("usage: " + usage)
+		}
+		return fmt.Sprintf(`mutation($id: ID!, $v: String!) { %s(id: $id, %s: $v) { id name status statusReason certificate { serial notAfter } } }`, mutation, arg),
+			map[string]any{"id": args[0], "v": args[1]}, nil
+	}
 }
 
 func fixed(q string) command {

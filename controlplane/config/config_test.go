@@ -37,9 +37,9 @@ func TestValidConfigGetsDefaults(t *testing.T) {
 func TestMissingIsNotInvalid(t *testing.T) {
 	t.Parallel()
 	for name, doc := range map[string]string{
-		"empty file":  "",
-		"no version":  "database: {url: x}\nadmin: {listen: '127.0.0.1:1'}\n",
-		"no database": "version: 1\n",
+		"empty file":      "",
+		"no version":      "database: {url: x}\nadmin: {listen: '127.0.0.1:1'}\n",
+		"no database":     "version: 1\n",
 		"no runner names": "version: 1\ndatabase: {url: x}\nadmin: {listen: '127.0.0.1:1'}\n",
 	} {
 		_, err := config.Parse([]byte(doc))

@@ -19,13 +19,16 @@ import (
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
-var (
-	// ErrFingerprintMismatch: the fingerprint given at approval is not the
-	// runner's. Nothing changes.
-	ErrFingerprintMismatch = errors.New("fingerprint does not match the runner's key")
-	// ErrWrongStatus: the runner is not in a status the action applies to.
-	ErrWrongStatus = errors.New("runner is not in a status this applies to")
-)
+// ErrFingerprintMismatch: the fingerprint given at approval is not the
+// runner's. Nothing changes.
+var ErrFingerprintMismatch = errors.New("fingerprint does not match the runner's key")
+
+// WrongStatusError: the runner is not in a status the action applies to.
+type WrongStatusError struct{ Status store.RunnerStatus }
+
+func (e *WrongStatusError) Error() string {
+	return fmt.Sprintf("the runner is %s: this does not apply to it", e.Status)
+}
 
 // Service issues enrolment tokens and decides on runners.
 type Service struct {
@@ -62,7 +65,7 @@ func (s *Service) CreateToken(ctx context.Context, scope store.Scope, poolID uui
 func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (store.Runner, error) {
 	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerPending {
-			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		if subtle.ConstantTimeCompare([]byte(fingerprint), []byte(r.Fingerprint)) != 1 {
 			return store.RunnerDecision{}, ErrFingerprintMismatch
@@ -78,7 +81,7 @@ func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, 
 func (s *Service) Reject(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
 	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerPending {
-			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		return store.RunnerDecision{Status: store.RunnerRejected, Reason: reason}, nil
 	})
@@ -90,7 +93,7 @@ func (s *Service) Reject(ctx context.Context, scope store.Scope, id uuid.UUID, r
 func (s *Service) Revoke(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
 	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerApproved && r.Status != store.RunnerPending {
-			return store.RunnerDecision{}, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: reason}, nil
 	})
@@ -111,13 +114,14 @@ func (s *Service) Issue(ctx context.Context, r store.Runner) ([]*x509.Certificat
 // a fresh one.
 func (s *Service) CurrentChain(ctx context.Context, r store.Runner) ([]*x509.Certificate, error) {
 	if r.Status != store.RunnerApproved {
-		return nil, fmt.Errorf("%w: it is %s", ErrWrongStatus, r.Status)
+		return nil, &WrongStatusError{Status: r.Status}
 	}
 	c, err := s.Store.LatestRunnerCertificate(ctx, r.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
-	if err == nil && time.Until(c.NotAfter) > c.NotAfter.Sub(c.NotBefore)/3 {
+	// Fresh while before its renewal point, two thirds from issue to expiry.
+	if err == nil && time.Now().Before(c.IssuedAt.Add(c.NotAfter.Sub(c.IssuedAt)*2/3)) {
 		leaf, err := x509.ParseCertificate(c.DER)
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/smallstep/certificates/api"
 	"github.com/smallstep/certificates/authority"
+	"github.com/smallstep/certificates/authority/config"
 	"github.com/smallstep/certificates/authority/provisioner"
 	"github.com/smallstep/certificates/db"
 
@@ -39,9 +40,19 @@ type Authority struct {
 	auth *authority.Authority
 }
 
+// Backdate is how far before issue a certificate becomes valid, so hosts
+// whose clocks run a little behind accept it. The authority renews a
+// certificate for (NotAfter - NotBefore - Backdate), so the same value must
+// go into the authority's own config and into what we issue, or every
+// renewal would shorten the lifetime.
+const Backdate = 30 * time.Second
+
 // NewAuthority embeds a smallstep authority over keys and cdb.
 func NewAuthority(keys *Keys, cdb CertificateDB) (*Authority, error) {
 	a, err := authority.NewEmbedded(
+		authority.WithConfig(&config.Config{AuthorityConfig: &config.AuthConfig{
+			Backdate: &provisioner.Duration{Duration: Backdate},
+		}}),
 		authority.WithX509RootCerts(keys.Root),
 		authority.WithX509Signer(keys.Intermediate, keys.IntermediateKey),
 		authority.WithDatabase(cdb),
@@ -78,8 +89,7 @@ func (a *Authority) IssueRunner(ctx context.Context, csr *x509.CertificateReques
 			c.URIs = append(c.URIs[:0], pki.RunnerURI(id))
 			c.KeyUsage = x509.KeyUsageDigitalSignature
 			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-			// Backdated a little: runner clocks drift.
-			c.NotBefore = now.Add(-time.Minute)
+			c.NotBefore = now.Add(-Backdate)
 			c.NotAfter = now.Add(lifetime)
 			return nil
 		}))
@@ -118,7 +128,7 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 			}
 			c.KeyUsage = x509.KeyUsageDigitalSignature
 			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-			c.NotBefore = now.Add(-time.Minute)
+			c.NotBefore = now.Add(-Backdate)
 			c.NotAfter = now.Add(lifetime)
 			return nil
 		}))

@@ -1,0 +1,150 @@
+// Package runnerclient is the agent's HTTPS client for the runner API: the
+// pinned root for the server, and the runner's current certificate for
+// itself, picked afresh at every handshake so a renewed certificate is used
+// without a restart.
+package runnerclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/pki"
+)
+
+// Client talks to one runner listener.
+type Client struct {
+	base string
+	http *http.Client
+}
+
+// New is a client that authenticates as id.
+func New(id *identity.Identity) (*Client, error) {
+	return newClient(id.State.Server, id.Root, id.ClientCertificate)
+}
+
+// Anonymous is a client without a client certificate (enrolment).
+func Anonymous(server string, root *x509.Certificate) (*Client, error) {
+	return newClient(server, root, nil)
+}
+
+func newClient(server string, root *x509.Certificate, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) (*Client, error) {
+	u, err := url.Parse(strings.TrimSuffix(server, "/"))
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("server must be an https:// URL, got %q", server)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(root)
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{
+			RootCAs:              roots,
+			ServerName:           u.Hostname(),
+			MinVersion:           tls.VersionTLS12,
+			GetClientCertificate: getCert,
+		},
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &Client{base: u.String(), http: &http.Client{Transport: tr}}, nil
+}
+
+// APIError is a refusal from the runner API, with its stable code.
+type APIError struct {
+	Status int
+	Code   string
+	Msg    string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("the server refused: %s (%s, HTTP %d)", e.Msg, e.Code, e.Status)
+}
+
+// Do sends in as JSON (nil: no body) and decodes the answer into out. A
+// non-2xx answer is an *APIError.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e runnerapi.Error
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			// step-ca's endpoints answer {"status":..., "message":...}.
+			var step struct{ Message string }
+			_ = json.Unmarshal(raw, &step)
+			e.Error = runnerapi.ErrorBody{Code: http.StatusText(resp.StatusCode), Message: step.Message}
+		}
+		return &APIError{Status: resp.StatusCode, Code: e.Error.Code, Msg: e.Error.Message}
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// IsRefusal reports whether err is the server saying no (as opposed to the
+// server being unreachable).
+func IsRefusal(err error) bool {
+	var e *APIError
+	return errors.As(err, &e)
+}
+
+// WhoAmI asks who the server thinks we are.
+func (c *Client) WhoAmI(ctx context.Context) (runnerapi.WhoAmIResponse, error) {
+	var out runnerapi.WhoAmIResponse
+	err := c.Do(ctx, http.MethodGet, runnerapi.PathWhoAmI, nil, &out)
+	return out, err
+}
+
+// Renew asks step-ca's /renew for a fresh certificate for the one this
+// connection presents, and returns the new chain.
+func (c *Client) Renew(ctx context.Context) ([]*x509.Certificate, error) {
+	var out struct {
+		CertChain []string `json:"certChain"`
+		Crt       string   `json:"crt"`
+		CA        string   `json:"ca"`
+	}
+	if err := c.Do(ctx, http.MethodPost, "/renew", nil, &out); err != nil {
+		return nil, err
+	}
+	pemChain := strings.Join(out.CertChain, "")
+	if pemChain == "" {
+		pemChain = out.Crt + out.CA
+	}
+	return pki.ParseCertificates([]byte(pemChain))
+}
+
+// CloseIdle drops kept-alive connections, so the next request handshakes
+// with the current certificate.
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }

@@ -1,0 +1,253 @@
+// Command runmesh-agent is the runmesh runner.
+//
+//	runmesh-agent enrol --server URL --ca-fingerprint HEX --token-file F|--token - [--name N]
+//	runmesh-agent fingerprint      the key fingerprint an administrator compares
+//	runmesh-agent status           enrolment, certificate and the server's view, as JSON
+//	runmesh-agent run              the daemon
+//
+// Every command takes --state-dir (default /var/lib/runmesh-agent).
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/runmesh/runmesh/agent/enrol"
+	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/agent/renewal"
+	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/controlplane/sdnotify"
+	"github.com/runmesh/runmesh/pki"
+)
+
+// version is set at build time.
+var version = "dev"
+
+const usage = `usage: runmesh-agent COMMAND [--state-dir DIR] [flags]
+
+commands:
+  enrol --server URL --ca-fingerprint HEX (--token-file FILE | --token -) [--name NAME]
+              join a pool with a single-use token and wait for approval;
+              run it again to resume an interrupted enrolment
+  fingerprint print this runner's key fingerprint, for the administrator to compare
+  status      print the enrolment, the certificate and the server's view as JSON
+  run         run the agent (renews its certificate at 2/3 of its life)
+  version     print the version
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "runmesh-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command given")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	cmd, rest := args[0], args[1:]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	stateDir := fs.String("state-dir", identity.DefaultStateDir, "where the key, certificates and state live")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	log := func() *slog.Logger {
+		var l slog.Level
+		_ = l.UnmarshalText([]byte(*logLevel))
+		return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: l}))
+	}
+	switch cmd {
+	case "enrol", "enroll":
+		server := fs.String("server", "", "the runner listener, https://host:port")
+		fingerprint := fs.String("ca-fingerprint", "", "hex SHA-256 of the control plane's root (runmesh-server ca fingerprint)")
+		tokenFile := fs.String("token-file", "", "file holding the enrolment token")
+		token := fs.String("token", "", `"-" reads the enrolment token from standard input`)
+		name := fs.String("name", hostname(), "this runner's name")
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		if *server == "" || *fingerprint == "" {
+			return errors.New("enrol needs --server and --ca-fingerprint")
+		}
+		if *token != "" && *token != "-" {
+			return errors.New("tokens are never taken from the command line, where any user of this host can read them: use --token-file FILE or --token - (standard input)")
+		}
+		_, err := enrol.Run(ctx, enrol.Options{
+			Server: *server, CAFingerprint: *fingerprint, Name: *name, Dir: identity.Dir(*stateDir),
+			Out: stdout, Log: log(),
+			Token: func() (string, error) { return readToken(*tokenFile, *token == "-", stdin) },
+		})
+		return err
+	case "fingerprint":
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		key, err := identity.Dir(*stateDir).LoadKey()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, pki.KeyFingerprint(key.Public().(ed25519.PublicKey)))
+		return nil
+	case "status":
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return status(ctx, identity.Dir(*stateDir), stdout)
+	case "run":
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		return daemon(ctx, identity.Dir(*stateDir), log())
+	case "version":
+		fmt.Fprintln(stdout, version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+}
+
+func hostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "runner"
+	}
+	return strings.SplitN(h, ".", 2)[0]
+}
+
+// readToken reads the token from a file or standard input, one line.
+func readToken(file string, fromStdin bool, stdin io.Reader) (string, error) {
+	var r io.Reader
+	switch {
+	case file != "" && fromStdin:
+		return "", errors.New("give --token-file or --token -, not both")
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		defer f.Close()
+		r = f
+	case fromStdin:
+		r = stdin
+	default:
+		return "", errors.New("this runner has not enrolled yet: give the enrolment token with --token-file FILE or --token -")
+	}
+	line, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	token := strings.TrimSpace(line)
+	if token == "" {
+		return "", errors.New("the enrolment token is empty")
+	}
+	return token, nil
+}
+
+type statusReport struct {
+	StateDir       string      `json:"state_dir"`
+	Enrolment      string      `json:"enrolment"` // none, pending, enrolled
+	Server         string      `json:"server,omitempty"`
+	RunnerID       string      `json:"runner_id,omitempty"`
+	Name           string      `json:"name,omitempty"`
+	KeyFingerprint string      `json:"key_fingerprint,omitempty"`
+	Certificate    *certStatus `json:"certificate,omitempty"`
+	ServerView     *serverView `json:"server_view,omitempty"`
+}
+
+type certStatus struct {
+	Serial   string    `json:"serial"`
+	NotAfter time.Time `json:"not_after"`
+	Expired  bool      `json:"expired"`
+}
+
+// serverView is what the control plane answers to whoami, or why it did not.
+type serverView struct {
+	WhoAmI any    `json:"whoami,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func status(ctx context.Context, dir identity.Dir, stdout io.Writer) error {
+	rep := statusReport{StateDir: string(dir), Enrolment: "none"}
+	if key, err := dir.LoadKey(); err == nil {
+		rep.KeyFingerprint = pki.KeyFingerprint(key.Public().(ed25519.PublicKey))
+	}
+	if st, err := dir.LoadState(); err == nil {
+		rep.Enrolment, rep.Server, rep.RunnerID, rep.Name = "pending", st.Server, st.RunnerID, st.Name
+	}
+	if chain, _, err := dir.LoadChain(); err == nil {
+		rep.Enrolment = "enrolled"
+		leaf := chain[0]
+		rep.Certificate = &certStatus{leaf.SerialNumber.String(), leaf.NotAfter.UTC(), time.Now().After(leaf.NotAfter)}
+		rep.ServerView = &serverView{}
+		if who, err := whoami(ctx, dir); err != nil {
+			rep.ServerView.Error = err.Error()
+		} else {
+			rep.ServerView.WhoAmI = who
+		}
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+func whoami(ctx context.Context, dir identity.Dir) (any, error) {
+	id, err := identity.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := runnerclient.New(id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.WhoAmI(ctx)
+}
+
+// daemon runs the agent until SIGINT or SIGTERM.
+func daemon(ctx context.Context, dir identity.Dir, log *slog.Logger) error {
+	id, err := identity.Load(dir)
+	if err != nil {
+		return err
+	}
+	c, err := runnerclient.New(id)
+	if err != nil {
+		return err
+	}
+	who, err := c.WhoAmI(ctx)
+	if err != nil {
+		return fmt.Errorf("the control plane does not accept this runner: %w", err)
+	}
+	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
+		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
+	r := &renewal.Renewer{ID: id, Client: c, Log: log, Renewed: func(leaf *x509.Certificate) {
+		sdnotify.Status(statusLine(leaf))
+	}}
+	go r.Run(ctx)
+	sdnotify.Ready(statusLine(id.Leaf()))
+	go sdnotify.Watchdog(ctx, func(context.Context) error { return nil })
+	<-ctx.Done()
+	sdnotify.Stopping()
+	log.Info("agent stopping")
+	return nil
+}
