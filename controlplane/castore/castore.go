@@ -104,6 +104,11 @@ func (d *DB) StoreCertificateChain(chain ...*x509.Certificate) error {
 	})
 }
 
+// StoreRenewedCertificate records a renewal like any issue.
+func (d *DB) StoreRenewedCertificate(_ *x509.Certificate, chain ...*x509.Certificate) error {
+	return d.StoreCertificateChain(chain...)
+}
+
 // UseToken: runmesh has no one-time-token provisioners; every token is
 // refused as already used.
 func (d *DB) UseToken(string, string) (bool, error) { return false, nil }

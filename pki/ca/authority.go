@@ -32,6 +32,10 @@ type CertificateDB interface {
 	db.AuthDB
 	// StoreCertificateChain records an issued certificate (chain[0]).
 	StoreCertificateChain(chain ...*x509.Certificate) error
+	// StoreRenewedCertificate records a renewal. The authority stores
+	// renewals only through this method: without it a renewed certificate
+	// would go unrecorded, and unrecorded certificates are refused.
+	StoreRenewedCertificate(old *x509.Certificate, chain ...*x509.Certificate) error
 }
 
 // Authority issues and renews certificates with the intermediate.
