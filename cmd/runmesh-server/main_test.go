@@ -1,156 +1,29 @@
 package main_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/cmd/internal/e2e"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+const serverPkg = "github.com/runmesh/runmesh/cmd/runmesh-server"
 
-// binary builds runmesh-server once per test run: these tests drive the
-// real program, as a user or systemd would.
-func binary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "runmesh-server-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "runmesh-server")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	require.NoError(t, buildErr)
-	return binPath
-}
-
-// stateDir is a fresh directory the unprivileged PostgreSQL user can reach
-// (t.TempDir's directories are 0700, closed to it when we run as root).
-func stateDir(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, os.Chmod(dir, 0o711))
-	require.NoError(t, os.Chmod(filepath.Dir(dir), 0o711))
-	return filepath.Join(dir, "state")
-}
-
-// notifySocket listens where a program run under systemd would send
-// sd_notify messages, and hands them over one by one.
-func notifySocket(t *testing.T) (path string, msgs <-chan string) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "notify.sock")
-	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
-	require.NoError(t, err)
-	t.Cleanup(func() { conn.Close() })
-	ch := make(chan string, 32)
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := conn.Read(buf)
-			if err != nil {
-				close(ch)
-				return
-			}
-			for _, line := range strings.Split(string(buf[:n]), "\n") {
-				ch <- line
-			}
-		}
-	}()
-	return path, ch
-}
-
-func waitFor(t *testing.T, msgs <-chan string, want string) {
-	t.Helper()
-	timeout := time.After(90 * time.Second)
-	for {
-		select {
-		case m, ok := <-msgs:
-			require.True(t, ok, "notify socket closed before %s", want)
-			if m == want {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no %s within 90s", want)
-		}
-	}
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
-	done   chan error
-}
-
-func start(t *testing.T, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(binary(t), args...), stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	require.NoError(t, p.cmd.Start())
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	})
-	return p
-}
-
-func (p *proc) stop(t *testing.T) {
-	t.Helper()
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-p.done:
-		p.done <- err
-		require.NoError(t, err, "exit after SIGTERM; stderr:\n%s", p.stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("did not exit within 30s of SIGTERM")
-	}
-}
-
-func readEnv(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	fi, err := f.Stat()
-	require.NoError(t, err)
-	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "dev.env holds a token")
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		env[k] = v
-	}
-	return env
-}
+func server(t *testing.T) string { return e2e.Binary(t, serverPkg) }
 
 func graphql(t *testing.T, url, token, query string) (int, string) {
 	t.Helper()
@@ -177,28 +50,39 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+func devArgs(state string) []string {
+	return []string{"dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}
+}
+
 func TestDevEndToEnd(t *testing.T) {
 	t.Parallel()
-	state := stateDir(t)
-	sock, msgs := notifySocket(t)
-	env := []string{"NOTIFY_SOCKET=" + sock}
+	state := e2e.StateDir(t)
+	notify := e2e.NewNotify(t)
+	env := []string{notify.Env()}
 
-	p := start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0")
-	waitFor(t, msgs, "READY=1")
+	p := e2e.Start(t, env, server(t), devArgs(state)...)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
 
-	// READY=1 comes only once the listener is bound and the schema is in place.
-	dev := readEnv(t, filepath.Join(state, "dev.env"))
+	// READY=1 comes only once the listeners are bound and the schema is in place.
+	envPath := filepath.Join(state, "dev.env")
+	fi, err := os.Stat(envPath)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "dev.env holds a token")
+	dev := e2e.ReadEnvFile(t, envPath)
 	url, token := dev["RUNMESH_ADMIN_URL"], dev["RUNMESH_ADMIN_TOKEN"]
+	require.NotEmpty(t, dev["RUNMESH_RUNNER_URL"])
+	require.Len(t, dev["RUNMESH_CA_FINGERPRINT"], 64)
 	code, body := get(t, url+"/healthz")
 	require.Equal(t, http.StatusOK, code, body)
 	// Output reaches us through a pipe: it may trail the READY message.
-	require.Eventually(t, func() bool { return strings.Contains(p.stdout.String(), url+"/playground") }, 10*time.Second, 20*time.Millisecond)
-	require.Contains(t, p.stdout.String(), token, "first run prints the token")
-	require.NotContains(t, p.stderr.String(), token, "the token never reaches the logs")
+	e2e.Eventually(t, 10*time.Second, "banner printed", func() bool { return strings.Contains(p.Stdout.String(), url+"/playground") })
+	require.Contains(t, p.Stdout.String(), token, "first run prints the token")
+	require.Contains(t, p.Stdout.String(), dev["RUNMESH_CA_FINGERPRINT"])
+	require.NotContains(t, p.Stderr.String(), token, "the token never reaches the logs")
 
-	code, body = graphql(t, url, token, `{ viewer { role } }`)
+	code, body = graphql(t, url, token, `{ viewer { role } certificateAuthority { rootFingerprint } }`)
 	require.Equal(t, http.StatusOK, code)
-	require.JSONEq(t, `{"data":{"viewer":{"role":"PLATFORM_ADMIN"}}}`, body)
+	require.JSONEq(t, fmt.Sprintf(`{"data":{"viewer":{"role":"PLATFORM_ADMIN"},"certificateAuthority":{"rootFingerprint":%q}}}`, dev["RUNMESH_CA_FINGERPRINT"]), body)
 	code, _ = graphql(t, url, "", `{ viewer { role } }`)
 	require.Equal(t, http.StatusUnauthorized, code)
 
@@ -210,30 +94,31 @@ func TestDevEndToEnd(t *testing.T) {
 	require.Contains(t, body, "runmesh_build_info")
 	require.Contains(t, body, `runmesh_http_request_duration_seconds_count{code="200",listener="admin",route="/graphql"}`)
 
-	p.stop(t)
-	waitFor(t, msgs, "STOPPING=1")
-	_, err := os.Stat(filepath.Join(state, "postgres", "postmaster.pid"))
+	p.Stop(t)
+	notify.WaitFor(t, "STOPPING=1", 30*time.Second)
+	_, err = os.Stat(filepath.Join(state, "postgres", "postmaster.pid"))
 	require.ErrorIs(t, err, os.ErrNotExist, "dev stops its PostgreSQL on the way out")
 
-	// A second run keeps the data and does not print the token again.
-	p = start(t, env, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0")
-	waitFor(t, msgs, "READY=1")
-	require.Eventually(t, func() bool { return strings.Contains(p.stdout.String(), "/playground") }, 10*time.Second, 20*time.Millisecond)
-	require.NotContains(t, p.stdout.String(), token)
-	dev = readEnv(t, filepath.Join(state, "dev.env"))
-	require.Equal(t, token, dev["RUNMESH_ADMIN_TOKEN"])
-	code, body = graphql(t, dev["RUNMESH_ADMIN_URL"], token, `{ viewer { name } }`)
+	// A second run keeps the data and the CA, and does not print the token again.
+	p = e2e.Start(t, env, server(t), devArgs(state)...)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	e2e.Eventually(t, 10*time.Second, "banner printed", func() bool { return strings.Contains(p.Stdout.String(), "/playground") })
+	require.NotContains(t, p.Stdout.String(), token)
+	again := e2e.ReadEnvFile(t, envPath)
+	require.Equal(t, token, again["RUNMESH_ADMIN_TOKEN"])
+	require.Equal(t, dev["RUNMESH_CA_FINGERPRINT"], again["RUNMESH_CA_FINGERPRINT"])
+	code, body = graphql(t, again["RUNMESH_ADMIN_URL"], token, `{ viewer { name } }`)
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, `{"data":{"viewer":{"name":"dev-admin"}}}`, body)
-	p.stop(t)
+	p.Stop(t)
 }
 
-func TestDevRefusesANonLoopbackAddress(t *testing.T) {
+func TestDevRefusesANonLoopbackAdminAddress(t *testing.T) {
 	t.Parallel()
-	state := stateDir(t)
-	out, err := exec.Command(binary(t), "dev", "--state-dir", state, "--admin-addr", "0.0.0.0:0").CombinedOutput()
+	state := e2e.StateDir(t)
+	out, err := e2e.Run(t, nil, server(t), "dev", "--state-dir", state, "--admin-addr", "0.0.0.0:0")
 	require.Error(t, err)
-	require.Contains(t, string(out), "only on loopback")
+	require.Contains(t, out, "only on loopback")
 	_, err = os.Stat(state)
 	require.ErrorIs(t, err, os.ErrNotExist, "refused before touching anything")
 }
@@ -254,23 +139,22 @@ func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 	dbURL := storetest.NewEmptyDatabase(t)
 	cfg := writeConfig(t, dbURL)
 
-	out, err := exec.Command(binary(t), "serve", "--config", cfg).CombinedOutput()
+	out, err := e2e.Run(t, nil, server(t), "serve", "--config", cfg)
 	require.Error(t, err)
-	require.Contains(t, string(out), "run `runmesh-server migrate`")
+	require.Contains(t, out, "run `runmesh-server migrate`")
 
-	out, err = exec.Command(binary(t), "migrate", "--config", cfg).CombinedOutput()
-	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "applied migrations")
-	out, err = exec.Command(binary(t), "migrate", "--config", cfg).CombinedOutput()
-	require.NoError(t, err, string(out))
-	require.Contains(t, string(out), "up to date")
+	out = e2e.MustRun(t, nil, server(t), "migrate", "--config", cfg)
+	require.Contains(t, out, "applied migrations")
+	out = e2e.MustRun(t, nil, server(t), "migrate", "--config", cfg)
+	require.Contains(t, out, "up to date")
 
-	sock, msgs := notifySocket(t)
-	p := start(t, []string{"NOTIFY_SOCKET=" + sock}, "serve", "--config", cfg)
-	waitFor(t, msgs, "READY=1")
-	p.stop(t)
-	waitFor(t, msgs, "STOPPING=1")
-	require.Contains(t, p.stderr.String(), `"msg":"admin listener up"`, "logs are JSON")
+	notify := e2e.NewNotify(t)
+	p := e2e.Start(t, []string{notify.Env()}, server(t), "serve", "--config", cfg)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	p.Stop(t)
+	notify.WaitFor(t, "STOPPING=1", 30*time.Second)
+	require.True(t, p.Stderr.HasLog("admin listener up"), "logs are JSON")
+	require.True(t, p.Stderr.HasLog("created the CA"), "the first start creates the CA")
 
 	// A database migrated by a newer runmesh is refused, and left as it is.
 	ctx := context.Background()
@@ -281,9 +165,9 @@ func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 	_, err = conn.Exec(ctx, "INSERT INTO runmesh_schema_migrations (version, name) VALUES ($1, 'future')", future)
 	require.NoError(t, err)
 	for _, cmd := range []string{"serve", "migrate"} {
-		out, err = exec.Command(binary(t), cmd, "--config", cfg).CombinedOutput()
+		out, err = e2e.Run(t, nil, server(t), cmd, "--config", cfg)
 		require.Error(t, err, cmd)
-		require.Contains(t, string(out), "newer than this binary knows", cmd)
+		require.Contains(t, out, "newer than this binary knows", cmd)
 	}
 	var v int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT max(version) FROM runmesh_schema_migrations").Scan(&v))
@@ -294,29 +178,39 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "server.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("version: 1\ndatabase: {url: x}\nadmin: {listen: '127.0.0.1:0'}\nadmin_token: oops\n"), 0o600))
-	out, err := exec.Command(binary(t), "serve", "--config", path).CombinedOutput()
+	out, err := e2e.Run(t, nil, server(t), "serve", "--config", path)
 	require.Error(t, err)
-	require.Contains(t, string(out), "field admin_token not found")
+	require.Contains(t, out, "field admin_token not found")
 
-	out, err = exec.Command(binary(t), "serve", "--config", filepath.Join(t.TempDir(), "nope.yaml")).CombinedOutput()
+	out, err = e2e.Run(t, nil, server(t), "serve", "--config", filepath.Join(t.TempDir(), "nope.yaml"))
 	require.Error(t, err)
-	require.Contains(t, string(out), "file not found")
+	require.Contains(t, out, "file not found")
 }
 
-// syncBuffer is a bytes.Buffer safe to read while the process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+func TestCACommands(t *testing.T) {
+	t.Parallel()
+	state := t.TempDir()
+	out, err := e2e.Run(t, nil, server(t), "ca", "fingerprint", "--state-dir", state)
+	require.Error(t, err)
+	require.Contains(t, out, "no CA")
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	fp := strings.TrimSpace(e2e.MustRun(t, nil, server(t), "ca", "init", "--state-dir", state))
+	require.Len(t, fp, 64)
+	require.Equal(t, fp, strings.TrimSpace(e2e.MustRun(t, nil, server(t), "ca", "fingerprint", "--state-dir", state)))
+	// The same string step prints.
+	require.Equal(t, fp, strings.TrimSpace(e2e.MustRun(t, nil, e2e.Step(t), "certificate", "fingerprint", filepath.Join(state, "ca", "root.crt"))))
+	// A second init keeps the CA, and says so.
+	out = e2e.MustRun(t, nil, server(t), "ca", "init", "--state-dir", state)
+	require.Contains(t, out, "already exists")
+	require.True(t, strings.HasSuffix(strings.TrimSpace(out), fp))
+	for _, key := range []string{"root.key", "intermediate.key"} {
+		fi, err := os.Stat(filepath.Join(state, "ca", key))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), key)
+	}
+	// A key others can read is refused.
+	require.NoError(t, os.Chmod(filepath.Join(state, "ca", "intermediate.key"), 0o644))
+	out, err = e2e.Run(t, nil, server(t), "ca", "fingerprint", "--state-dir", state)
+	require.Error(t, err)
+	require.Contains(t, out, "readable by its owner only")
 }

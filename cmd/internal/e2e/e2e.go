@@ -1,0 +1,270 @@
+// Package e2e drives the real runmesh binaries in tests: it builds them
+// once per test binary, runs them as processes, and listens where systemd
+// would for their sd_notify messages.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildMu  sync.Mutex
+	built    = map[string]string{}
+	buildDir string
+)
+
+// Binary builds the main package pkg (an import path) once per test binary
+// and returns the executable's path.
+func Binary(t testing.TB, pkg string) string {
+	t.Helper()
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if p, ok := built[pkg]; ok {
+		return p
+	}
+	if buildDir == "" {
+		dir, err := os.MkdirTemp("", "runmesh-e2e-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		buildDir = dir
+	}
+	out := filepath.Join(buildDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	built[pkg] = out
+	return out
+}
+
+// StateDir is a fresh directory the unprivileged PostgreSQL user can reach
+// (t.TempDir's directories are 0700, closed to it when tests run as root).
+func StateDir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "state")
+}
+
+// Notify listens where a program run under systemd sends sd_notify
+// messages.
+type Notify struct {
+	Path string
+	msgs chan string
+}
+
+// NewNotify opens a notify socket for the test.
+func NewNotify(t testing.TB) *Notify {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify.sock")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	n := &Notify{Path: path, msgs: make(chan string, 64)}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			k, err := conn.Read(buf)
+			if err != nil {
+				close(n.msgs)
+				return
+			}
+			for _, line := range strings.Split(string(buf[:k]), "\n") {
+				n.msgs <- line
+			}
+		}
+	}()
+	return n
+}
+
+// Env is the environment entry that points a process at this socket.
+func (n *Notify) Env() string { return "NOTIFY_SOCKET=" + n.Path }
+
+// WaitFor waits for the message want (e.g. "READY=1").
+func (n *Notify) WaitFor(t testing.TB, want string, within time.Duration) {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case m, ok := <-n.msgs:
+			if !ok {
+				t.Fatalf("notify socket closed before %s", want)
+			}
+			if m == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s within %v", want, within)
+		}
+	}
+}
+
+// Proc is a running binary.
+type Proc struct {
+	Cmd    *exec.Cmd
+	Stdout *Buffer
+	Stderr *Buffer
+	done   chan error
+	err    error
+	exited bool
+}
+
+// Start runs bin with args and extra environment; it is killed when the
+// test ends, if still running.
+func Start(t testing.TB, env []string, bin string, args ...string) *Proc {
+	t.Helper()
+	p := &Proc{Cmd: exec.Command(bin, args...), Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan error, 1)}
+	p.Cmd.Env = append(os.Environ(), env...)
+	p.Cmd.Stdout, p.Cmd.Stderr = p.Stdout, p.Stderr
+	if err := p.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.Cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.Cmd.Process.Kill()
+		p.Wait(t, time.Minute)
+	})
+	return p
+}
+
+// Wait waits for the process to exit and returns its error.
+func (p *Proc) Wait(t testing.TB, within time.Duration) error {
+	t.Helper()
+	if p.exited {
+		return p.err
+	}
+	select {
+	case p.err = <-p.done:
+		p.exited = true
+		return p.err
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %v; stderr:\n%s", p.Cmd.Path, within, p.Stderr)
+		return nil
+	}
+}
+
+// Stop sends SIGTERM and requires a clean exit.
+func (p *Proc) Stop(t testing.TB) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wait(t, 30*time.Second); err != nil {
+		t.Fatalf("%s exited with %v after SIGTERM; stderr:\n%s", p.Cmd.Path, err, p.Stderr)
+	}
+}
+
+// Eventually waits until cond holds.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Buffer collects a process's output; safe to read while it writes.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// ReadEnvFile reads KEY=value lines.
+func ReadEnvFile(t testing.TB, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	env := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), "=")
+		env[k] = v
+	}
+	return env
+}
+
+// Run runs a binary to completion and returns its combined output.
+func Run(t testing.TB, env []string, bin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// MustRun is Run that fails the test on error.
+func MustRun(t testing.TB, env []string, bin string, args ...string) string {
+	t.Helper()
+	out, err := Run(t, env, bin, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", filepath.Base(bin), args, err, out)
+	}
+	return out
+}
+
+// StepVersion is the step CLI the interop tests use.
+const StepVersion = "v0.29.0"
+
+// Step returns the step CLI, building it with `go install` into the user's
+// cache on first use (minutes, once per machine; later runs reuse it).
+func Step(t testing.TB) string {
+	t.Helper()
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(cache, "runmesh-tools", "step-"+StepVersion)
+	bin := filepath.Join(dir, "step")
+	if _, err := os.Stat(bin); err == nil {
+		return bin
+	}
+	t.Logf("building the step CLI %s into %s (once per machine)", StepVersion, dir)
+	cmd := exec.Command("go", "install", "github.com/smallstep/cli/cmd/step@"+StepVersion)
+	cmd.Dir = os.TempDir() // outside our module: install exactly that version
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install step: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// Fields of one JSON log line, for matching.
+func (s *Buffer) HasLog(msg string) bool {
+	return strings.Contains(s.String(), fmt.Sprintf(`"msg":%q`, msg))
+}

@@ -1,0 +1,163 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/cmd/internal/e2e"
+)
+
+// TestIdentityEndToEnd walks a runner's identity with the real programs:
+// runmesh-server dev (with its PostgreSQL), runmesh-agent, the runmesh CLI
+// and the step CLI. Token → enrol → wrong fingerprint refused → right one
+// → whoami over mTLS → step ca renew → the agent renews by itself and picks
+// up renewals on disk → step ca renew --daemon → step ca revoke → revoke the
+// runner → handshake and renewal refused within a second.
+func TestIdentityEndToEnd(t *testing.T) {
+	t.Parallel()
+	serverBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-server")
+	agentBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-agent")
+	cliBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh")
+	step := e2e.Step(t)
+
+	// A one-minute certificate: renewal comes due half a minute in.
+	state := e2e.StateDir(t)
+	notify := e2e.NewNotify(t)
+	srv := e2e.Start(t, []string{notify.Env()}, serverBin, "dev", "--state-dir", state,
+		"--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0", "--runner-cert-lifetime", "1m")
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	envFile := filepath.Join(state, "dev.env")
+	dev := e2e.ReadEnvFile(t, envFile)
+	cli := func(args ...string) (string, error) {
+		return e2e.Run(t, nil, cliBin, append([]string{"--env-file", envFile}, args...)...)
+	}
+
+	// An enrolment token, into a file only we can read.
+	tokenFile := filepath.Join(t.TempDir(), "enrol.token")
+	out, err := e2e.Run(t, nil, cliBin, "--env-file", envFile, "create-enrolment-token", "--pool", "default")
+	require.NoError(t, err, out)
+	token := regexp.MustCompile(`rmet_[A-Za-z0-9_-]+`).FindString(out)
+	require.NotEmpty(t, token)
+	require.NoError(t, os.WriteFile(tokenFile, []byte(token+"\n"), 0o600))
+
+	agentDir := filepath.Join(t.TempDir(), "agent")
+	enrol := e2e.Start(t, nil, agentBin, "enrol", "--server", dev["RUNMESH_RUNNER_URL"], "--ca-fingerprint", dev["RUNMESH_CA_FINGERPRINT"],
+		"--token-file", tokenFile, "--state-dir", agentDir, "--name", "e2e-runner")
+	var runnerID string
+	e2e.Eventually(t, 30*time.Second, "the agent enrolled", func() bool {
+		m := regexp.MustCompile(`enrolled as runner ([0-9a-f-]{36})`).FindStringSubmatch(enrol.Stdout.String())
+		if m != nil {
+			runnerID = m[1]
+		}
+		return m != nil
+	})
+
+	// The fingerprint the host shows is step's, and the pinned root is the server's.
+	fingerprint := strings.TrimSpace(e2e.MustRun(t, nil, agentBin, "fingerprint", "--state-dir", agentDir))
+	require.Equal(t, fingerprint, strings.TrimSpace(e2e.MustRun(t, nil, step, "crypto", "key", "fingerprint", filepath.Join(agentDir, "key.pem"))))
+	require.Contains(t, enrol.Stdout.String(), fingerprint)
+	require.Equal(t, dev["RUNMESH_CA_FINGERPRINT"], strings.TrimSpace(e2e.MustRun(t, nil, step, "certificate", "fingerprint", filepath.Join(agentDir, "root.pem"))))
+	fi, err := os.Stat(filepath.Join(agentDir, "key.pem"))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+
+	// A wrong fingerprint is refused; the right one approves.
+	out, err = cli("approve-runner", runnerID, "SHA256:"+strings.Repeat("A", 43)+"=")
+	require.Error(t, err)
+	require.Contains(t, out, "fingerprint does not match")
+	out = e2e.MustRun(t, nil, cliBin, "--env-file", envFile, "runners", "--status", "PENDING")
+	require.Contains(t, out, runnerID)
+	approved := time.Now()
+	e2e.MustRun(t, nil, cliBin, "--env-file", envFile, "approve-runner", runnerID, fingerprint)
+	require.NoError(t, enrol.Wait(t, 10*time.Second), enrol.Stderr.String())
+	t.Logf("approval to certificate on the runner, through two processes: %v", time.Since(approved))
+	require.Contains(t, enrol.Stdout.String(), "approved: certificate")
+	for _, s := range []string{enrol.Stdout.String(), enrol.Stderr.String(), srv.Stderr.String()} {
+		require.NotContains(t, s, token, "the enrolment token is never printed or logged")
+	}
+
+	// whoami over mTLS.
+	status := agentStatus(t, agentBin, agentDir)
+	require.Equal(t, "enrolled", status.Enrolment)
+	require.Equal(t, runnerID, status.ServerView.WhoAmI.RunnerID, status.ServerView.Error)
+	firstSerial := status.Certificate.Serial
+
+	// The agent daemon: ready once the server accepts it.
+	agentNotify := e2e.NewNotify(t)
+	agent := e2e.Start(t, []string{agentNotify.Env()}, agentBin, "run", "--state-dir", agentDir)
+	agentNotify.WaitFor(t, "READY=1", 30*time.Second)
+
+	// step, pinned by fingerprint, renews the runner's certificate in place;
+	// the running agent picks the new file up without a restart.
+	stepEnv := []string{"STEPPATH=" + t.TempDir()}
+	e2e.MustRun(t, stepEnv, step, "ca", "bootstrap", "--ca-url", dev["RUNMESH_RUNNER_URL"], "--fingerprint", dev["RUNMESH_CA_FINGERPRINT"])
+	e2e.MustRun(t, stepEnv, step, "ca", "renew", "--force", filepath.Join(agentDir, "cert.pem"), filepath.Join(agentDir, "key.pem"))
+	stepSerial := agentStatus(t, agentBin, agentDir).Certificate.Serial
+	require.NotEqual(t, firstSerial, stepSerial)
+	e2e.Eventually(t, 15*time.Second, "the agent picked up step's renewal", func() bool {
+		return agent.Stderr.HasLog("picked up a certificate renewed on disk")
+	})
+
+	// step's own daemon, next to the agent's renewal, both at 2/3 of the life.
+	daemon := e2e.Start(t, stepEnv, step, "ca", "renew", "--daemon", filepath.Join(agentDir, "cert.pem"), filepath.Join(agentDir, "key.pem"))
+	e2e.Eventually(t, 60*time.Second, "the agent renewed by itself", func() bool { return agent.Stderr.HasLog("certificate renewed") })
+	e2e.Eventually(t, 60*time.Second, "step ca renew --daemon renewed", func() bool {
+		return strings.Contains(daemon.Stderr.String(), "ertificate renewed") || strings.Contains(daemon.Stdout.String(), "ertificate renewed")
+	})
+	_ = daemon.Cmd.Process.Kill()
+	status = agentStatus(t, agentBin, agentDir)
+	require.NotEqual(t, stepSerial, status.Certificate.Serial)
+	require.Equal(t, runnerID, status.ServerView.WhoAmI.RunnerID, status.ServerView.Error)
+	agent.Stop(t)
+
+	// The runner revokes one certificate with step: that serial is done, the
+	// runner and its other certificates are not.
+	certPath, keyPath := filepath.Join(agentDir, "cert.pem"), filepath.Join(agentDir, "key.pem")
+	kept, err := os.ReadFile(certPath)
+	require.NoError(t, err)
+	e2e.MustRun(t, stepEnv, step, "ca", "renew", "--force", certPath, keyPath)
+	e2e.MustRun(t, stepEnv, step, "ca", "revoke", "--cert", certPath, "--key", keyPath, "--reason", "rotation drill")
+	status = agentStatus(t, agentBin, agentDir)
+	require.Contains(t, status.ServerView.Error, "bad certificate", "the revoked certificate fails the handshake")
+	require.NoError(t, os.WriteFile(certPath, kept, 0o644))
+	status = agentStatus(t, agentBin, agentDir)
+	require.Equal(t, runnerID, status.ServerView.WhoAmI.RunnerID, status.ServerView.Error)
+
+	// Revoke the runner: its handshakes and renewals fail at once.
+	e2e.MustRun(t, nil, cliBin, "--env-file", envFile, "revoke-runner", runnerID, "decommissioned")
+	revoked := time.Now()
+	status = agentStatus(t, agentBin, agentDir)
+	require.Contains(t, status.ServerView.Error, "bad certificate")
+	out, err = e2e.Run(t, stepEnv, step, "ca", "renew", "--force", certPath, keyPath)
+	require.Error(t, err, out)
+	require.Less(t, time.Since(revoked), time.Second, "handshake and renewal refused within a second of the revocation")
+	out = e2e.MustRun(t, nil, cliBin, "--env-file", envFile, "runners", "--status", "REVOKED")
+	require.Contains(t, out, "decommissioned")
+	srv.Stop(t)
+}
+
+type statusReport struct {
+	Enrolment   string
+	Certificate struct{ Serial string }
+	ServerView  struct {
+		WhoAmI struct {
+			RunnerID string `json:"runner_id"`
+		}
+		Error string
+	} `json:"server_view"`
+}
+
+func agentStatus(t *testing.T, agentBin, dir string) statusReport {
+	t.Helper()
+	out := e2e.MustRun(t, nil, agentBin, "status", "--state-dir", dir)
+	var s statusReport
+	require.NoError(t, json.Unmarshal([]byte(out), &s), out)
+	return s
+}
