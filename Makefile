@@ -11,7 +11,7 @@ GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test build demo check
+.PHONY: help generate verify lint test build demo check bench bench-pki
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,5 +39,10 @@ build: ## build the binaries into bin/
 
 demo: build ## run the control plane on its embedded default (private PostgreSQL)
 	./bin/runmesh-server dev
+
+bench: bench-pki ## every benchmark (each starts its own PostgreSQL and server)
+
+bench-pki: ## approval → certificate latency and mTLS handshakes per second
+	$(GO) run ./cmd/runmesh-bench pki
 
 check: verify lint test ## generated code, lint and tests: run before you push

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/pgcluster"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/pki/ca"
+)
+
+// benchEnv is a control plane on loopback over a durable, throwaway
+// PostgreSQL: what a benchmark measures against.
+type benchEnv struct {
+	dir        string
+	cluster    *pgcluster.Cluster
+	pool       *pgxpool.Pool
+	store      *store.Store
+	srv        *controlplane.Server
+	keys       *ca.Keys
+	adminURL   string
+	runnerAddr string
+	adminToken string
+	poolID     string
+}
+
+func startEnv(ctx context.Context) (*benchEnv, error) {
+	dir, err := os.MkdirTemp("", "runmesh-bench-")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &benchEnv{dir: dir}
+	e.cluster, err = pgcluster.Start(ctx, pgcluster.Options{
+		DataDir: filepath.Join(dir, "pg"), LogFile: filepath.Join(dir, "pg.log"), Durable: true,
+	})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	if err := e.cluster.CreateDatabase(ctx, "runmesh"); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.pool, err = pgxpool.New(ctx, e.cluster.URL("runmesh")); err != nil {
+		e.close()
+		return nil, err
+	}
+	if _, err := store.Migrate(ctx, e.pool); err != nil {
+		e.close()
+		return nil, err
+	}
+	e.store = store.New(e.pool)
+	if e.keys, _, err = ca.Init(filepath.Join(dir, "ca"), "bench"); err != nil {
+		e.close()
+		return nil, err
+	}
+	e.srv, err = controlplane.New(controlplane.Options{
+		Pool: e.pool, Store: e.store, Log: slog.New(slog.DiscardHandler),
+		AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: e.keys, RunnerNames: []string{"127.0.0.1"},
+	})
+	if err == nil {
+		err = e.srv.Start(ctx)
+	}
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.adminURL = "http://" + e.srv.AdminAddr().String()
+	e.runnerAddr = e.srv.RunnerAddr().String()
+	token, digest := tokens.Admin.New()
+	if _, err := e.store.CreateAdminWithToken(ctx, store.NewAdmin{Name: "bench", Role: store.RolePlatformAdmin, TokenHash: digest}); err != nil {
+		e.close()
+		return nil, err
+	}
+	e.adminToken = token
+	p, err := e.store.CreatePool(ctx, store.NewPool{Name: "bench"})
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.poolID = p.ID.String()
+	return e, nil
+}
+
+func (e *benchEnv) close() {
+	if e.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		e.srv.Stop(ctx)
+		cancel()
+	}
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.cluster != nil {
+		e.cluster.Stop()
+	}
+	os.RemoveAll(e.dir)
+}
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func machine() string {
+	return fmt.Sprintf("%d cores, %s/%s, %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
+}

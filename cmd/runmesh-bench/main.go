@@ -1,0 +1,55 @@
+// Command runmesh-bench measures runmesh on this machine. Each benchmark
+// starts what it needs itself (a throwaway PostgreSQL from the machine's
+// binaries, a real control plane on loopback) and prints its numbers.
+//
+//	runmesh-bench pki [-runners N] [-duration D] [-workers W]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `usage: runmesh-bench BENCHMARK [flags]
+
+benchmarks:
+  pki    approval → certificate-on-runner latency, and mTLS handshakes per second
+`
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "runmesh-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no benchmark given")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	switch args[0] {
+	case "pki":
+		o := pkiOptions{}
+		fs.IntVar(&o.runners, "runners", 50, "runners to enrol and approve, one after another")
+		fs.DurationVar(&o.duration, "duration", 10e9, "how long to run handshakes")
+		fs.IntVar(&o.workers, "workers", 4, "concurrent handshaking clients")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return benchPKI(ctx, o, stdout)
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown benchmark %q", args[0])
+	}
+}
