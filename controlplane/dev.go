@@ -1,7 +1,6 @@
 package controlplane
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,11 +9,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/runmesh/runmesh/controlplane/devenv"
 	"github.com/runmesh/runmesh/controlplane/pgcluster"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
@@ -32,9 +31,6 @@ type DevOptions struct {
 	Out        io.Writer     // where the human-readable banner goes
 	Log        *slog.Logger
 }
-
-// DevEnvFile is written into the state directory for scripts to source.
-const DevEnvFile = "dev.env"
 
 // RunDev runs the embedded default: a private PostgreSQL in the state
 // directory (kept between runs), the schema migrated, a platform admin with a
@@ -87,7 +83,7 @@ func RunDev(ctx context.Context, o DevOptions) error {
 	}
 	st := store.New(pool)
 
-	envPath := filepath.Join(o.StateDir, DevEnvFile)
+	envPath := filepath.Join(o.StateDir, devenv.FileName)
 	token, firstRun, err := devAdminToken(ctx, st, envPath)
 	if err != nil {
 		return err
@@ -109,7 +105,7 @@ func RunDev(ctx context.Context, o DevOptions) error {
 		"RUNMESH_ADMIN_URL": adminURL, "RUNMESH_ADMIN_TOKEN": token,
 		"RUNMESH_RUNNER_URL": runnerURL, "RUNMESH_CA_FINGERPRINT": keys.Fingerprint(),
 	}
-	if err := writeEnvFile(envPath, env); err != nil {
+	if err := devenv.Write(envPath, env); err != nil {
 		return err
 	}
 	printBanner(o.Out, env, envPath, firstRun)
@@ -139,7 +135,7 @@ func devAdminToken(ctx context.Context, st *store.Store, envPath string) (token 
 		return "", false, err
 	}
 	if n > 0 {
-		env, err := readEnvFile(envPath)
+		env, err := devenv.Read(envPath)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", false, err
 		}
@@ -192,38 +188,6 @@ func printBanner(w io.Writer, env map[string]string, envPath string, firstRun bo
 	fmt.Fprintf(w, "    runmesh --env-file %s create-enrolment-token --pool %s > enrol.token\n", envPath, DevPool)
 	fmt.Fprintf(w, "    runmesh-agent enrol --server %s --ca-fingerprint %s --token-file enrol.token --state-dir ./agent\n",
 		env["RUNMESH_RUNNER_URL"], env["RUNMESH_CA_FINGERPRINT"])
-}
-
-// writeEnvFile writes KEY=value lines, mode 0600 (it holds a token),
-// replacing the file atomically.
-func writeEnvFile(path string, env map[string]string) error {
-	var b strings.Builder
-	for _, k := range []string{"RUNMESH_ADMIN_URL", "RUNMESH_RUNNER_URL", "RUNMESH_ADMIN_TOKEN", "RUNMESH_CA_FINGERPRINT"} {
-		if v, ok := env[k]; ok && v != "" {
-			fmt.Fprintf(&b, "%s=%s\n", k, v)
-		}
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
-
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
-			env[k] = v
-		}
-	}
-	return env, sc.Err()
 }
 
 func checkLoopback(addr string) error {

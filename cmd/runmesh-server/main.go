@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
@@ -99,11 +101,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, cfg.Log.Level)
-	url, err := cfg.DatabaseURL()
-	if err != nil {
-		return err
-	}
-	pool, err := store.Connect(ctx, url)
+	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -154,16 +152,20 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	return srv.Stop(stopCtx)
 }
 
+func openDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	url, err := cfg.DatabaseURL()
+	if err != nil {
+		return nil, err
+	}
+	return store.Connect(ctx, url)
+}
+
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := loadConfig("migrate", args, stderr)
 	if err != nil {
 		return err
 	}
-	url, err := cfg.DatabaseURL()
-	if err != nil {
-		return err
-	}
-	pool, err := store.Connect(ctx, url)
+	pool, err := openDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}

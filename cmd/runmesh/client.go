@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,8 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
+
+	"github.com/runmesh/runmesh/controlplane/devenv"
 )
 
 type client struct {
@@ -22,7 +22,7 @@ type client struct {
 func newClient(envFile string, getenv func(string) string) (*client, error) {
 	c := &client{url: getenv("RUNMESH_ADMIN_URL"), token: getenv("RUNMESH_ADMIN_TOKEN"), http: http.DefaultClient}
 	if envFile != "" {
-		env, err := readEnvFile(envFile)
+		env, err := devenv.Read(envFile)
 		if err != nil {
 			return nil, err
 		}
@@ -89,24 +89,4 @@ func (c *client) do(ctx context.Context, query string, vars map[string]any) (jso
 		return nil, errors.New(strings.Join(msgs, "; "))
 	}
 	return out.Data, nil
-}
-
-func readEnvFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
-			env[k] = strings.Trim(v, `"'`)
-		}
-	}
-	return env, sc.Err()
 }

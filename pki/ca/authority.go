@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -85,18 +86,10 @@ func (a *Authority) IssueRunner(ctx context.Context, csr *x509.CertificateReques
 	if _, ok := csr.PublicKey.(ed25519.PublicKey); !ok {
 		return nil, errors.New("runner keys must be Ed25519")
 	}
-	now := time.Now()
-	chain, err := a.auth.SignWithContext(ctx, csr, provisioner.SignOptions{}, provisioner.CertificateModifierFunc(
-		func(c *x509.Certificate, _ provisioner.SignOptions) error {
-			c.Subject = pkix.Name{CommonName: id, Organization: []string{"runmesh runner"}}
-			c.DNSNames, c.IPAddresses, c.EmailAddresses = nil, nil, nil
-			c.URIs = append(c.URIs[:0], pki.RunnerURI(id))
-			c.KeyUsage = x509.KeyUsageDigitalSignature
-			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-			c.NotBefore = now.Add(-Backdate)
-			c.NotAfter = now.Add(lifetime)
-			return nil
-		}))
+	chain, err := a.sign(ctx, csr, lifetime, x509.ExtKeyUsageClientAuth, func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: id, Organization: []string{"runmesh runner"}}
+		c.URIs = []*url.URL{pki.RunnerURI(id)}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("issue runner certificate: %w", err)
 	}
@@ -110,7 +103,7 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 	if err != nil {
 		return nil, err
 	}
-	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: names[0]}}, key)
+	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 	if err != nil {
 		return nil, err
 	}
@@ -118,24 +111,16 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	chain, err := a.auth.SignWithContext(ctx, csr, provisioner.SignOptions{}, provisioner.CertificateModifierFunc(
-		func(c *x509.Certificate, _ provisioner.SignOptions) error {
-			c.Subject = pkix.Name{CommonName: names[0]}
-			c.DNSNames, c.IPAddresses, c.EmailAddresses, c.URIs = nil, nil, nil, nil
-			for _, n := range names {
-				if ip := net.ParseIP(n); ip != nil {
-					c.IPAddresses = append(c.IPAddresses, ip)
-				} else {
-					c.DNSNames = append(c.DNSNames, n)
-				}
+	chain, err := a.sign(ctx, csr, lifetime, x509.ExtKeyUsageServerAuth, func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: names[0]}
+		for _, n := range names {
+			if ip := net.ParseIP(n); ip != nil {
+				c.IPAddresses = append(c.IPAddresses, ip)
+			} else {
+				c.DNSNames = append(c.DNSNames, n)
 			}
-			c.KeyUsage = x509.KeyUsageDigitalSignature
-			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-			c.NotBefore = now.Add(-Backdate)
-			c.NotAfter = now.Add(lifetime)
-			return nil
-		}))
+		}
+	})
 	if err != nil {
 		return nil, fmt.Errorf("issue server certificate: %w", err)
 	}
@@ -144,6 +129,22 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 		out.Certificate = append(out.Certificate, c.Raw)
 	}
 	return out, nil
+}
+
+// sign issues a leaf for csr's key with the authority. Names come only from
+// name: whatever the CSR asked for is dropped first.
+func (a *Authority) sign(ctx context.Context, csr *x509.CertificateRequest, lifetime time.Duration, usage x509.ExtKeyUsage, name func(*x509.Certificate)) ([]*x509.Certificate, error) {
+	now := time.Now()
+	return a.auth.SignWithContext(ctx, csr, provisioner.SignOptions{}, provisioner.CertificateModifierFunc(
+		func(c *x509.Certificate, _ provisioner.SignOptions) error {
+			c.DNSNames, c.IPAddresses, c.EmailAddresses, c.URIs = nil, nil, nil, nil
+			name(c)
+			c.KeyUsage = x509.KeyUsageDigitalSignature
+			c.ExtKeyUsage = []x509.ExtKeyUsage{usage}
+			c.NotBefore = now.Add(-Backdate)
+			c.NotAfter = now.Add(lifetime)
+			return nil
+		}))
 }
 
 // StepHandler serves the step-ca endpoints runners and the step CLI use:

@@ -4,7 +4,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net"
@@ -16,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runmesh/runmesh/controlplane/devenv"
 )
 
 var (
@@ -202,19 +203,12 @@ func (s *Buffer) String() string {
 	return s.b.String()
 }
 
-// ReadEnvFile reads KEY=value lines.
+// ReadEnvFile reads dev.env.
 func ReadEnvFile(t testing.TB, path string) map[string]string {
 	t.Helper()
-	f, err := os.Open(path)
+	env, err := devenv.Read(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	env := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, _ := strings.Cut(sc.Text(), "=")
-		env[k] = v
 	}
 	return env
 }
