@@ -7,6 +7,8 @@ LDFLAGS := -X github.com/runmesh/runmesh/controlplane.Version=$(VERSION)
 PKG ?= ./...
 RUN ?=
 GOTESTFLAGS ?= -timeout 30m $(if $(RUN),-run '$(RUN)')
+# go-nvml's header marks many functions deprecated; we call none of those.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help

@@ -9,6 +9,7 @@ tool (
 
 require (
 	github.com/99designs/gqlgen v0.17.98
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/go-chi/chi/v5 v5.5.0
 	github.com/google/uuid v1.6.0

@@ -1,0 +1,156 @@
+package runnerapi
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// PathHeartbeat is where a runner reports itself.
+const PathHeartbeat = "/v1/heartbeat"
+
+// Capacity is what a runner measured about itself.
+type Capacity struct {
+	Host HostCapacity `json:"host"`
+	GPUs []GPU        `json:"gpus"`
+	// GPUsUnavailable says why there are no GPUs when NVML could not be
+	// used (library not found, driver mismatch...). Empty when NVML works,
+	// even if it finds no GPU.
+	GPUsUnavailable string  `json:"gpus_unavailable,omitempty"`
+	DriverVersion   string  `json:"driver_version,omitempty"`
+	Labels          []Label `json:"labels,omitempty"`
+}
+
+// HostCapacity is the host's share of CPU, memory and disk, as limited by
+// its cgroup where one applies.
+type HostCapacity struct {
+	Hostname string `json:"hostname"`
+	// Cores may be fractional (a CPU quota of 2.5 cores).
+	Cores              float64 `json:"cores"`
+	MemoryMiB          int64   `json:"memory_mib"`
+	MemoryAvailableMiB int64   `json:"memory_available_mib"`
+	DiskFreeMiB        int64   `json:"disk_free_mib"`
+	// Limited says which figures a cgroup limit lowered ("cpu", "memory").
+	Limited []string `json:"limited,omitempty"`
+}
+
+// GPU is one GPU as NVML reports it.
+type GPU struct {
+	Index          int     `json:"index"`
+	UUID           string  `json:"uuid"`
+	Name           string  `json:"name"`
+	MemoryTotalMiB int64   `json:"memory_total_mib"`
+	MemoryUsedMiB  int64   `json:"memory_used_mib"`
+	MemoryFreeMiB  int64   `json:"memory_free_mib"`
+	Utilisation    int     `json:"utilisation_percent"`
+	TemperatureC   int     `json:"temperature_c"`
+	PowerWatts     float64 `json:"power_watts"`
+	Healthy        bool    `json:"healthy"`
+	// Health is the evidence when unhealthy, e.g. "XID 79 at 2026-11-30T12:00:00Z".
+	Health string `json:"health,omitempty"`
+}
+
+// Label sources.
+const (
+	LabelDetected = "detected"
+	LabelDeclared = "declared"
+)
+
+// Label is a key=value fact about the runner and where it came from.
+type Label struct {
+	Key    string `json:"key"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
+}
+
+// Condition is one named part of the agent's health.
+type Condition struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Severity string `json:"severity"` // info, warning, error
+	Title    string `json:"title"`
+}
+
+// HeartbeatRequest is sent every leaseSeconds/3.
+type HeartbeatRequest struct {
+	// RunnerID, when given, must be the runner the certificate names.
+	RunnerID     string      `json:"runner_id,omitempty"`
+	AgentVersion string      `json:"agent_version"`
+	Capacity     Capacity    `json:"capacity"`
+	Health       []Condition `json:"health,omitempty"`
+}
+
+// HeartbeatResponse tells the runner when to come back.
+type HeartbeatResponse struct {
+	// NextHeartbeatSeconds is leaseSeconds/3 of the runner's pool.
+	NextHeartbeatSeconds int  `json:"next_heartbeat_seconds"`
+	Quarantined          bool `json:"quarantined,omitempty"`
+	Draining             bool `json:"draining,omitempty"`
+}
+
+// Bounds on what a runner may claim: beyond them the report is impossible,
+// not merely large.
+const (
+	MaxGPUs          = 64
+	MaxGPUMemoryMiB  = 1 << 30 // 1 PiB
+	MaxCores         = 4096
+	MaxHostMemoryMiB = 1 << 30 // 1 PiB of RAM or disk on one host: beyond any real one
+	MaxLabels        = 64
+)
+
+// CheckCapacity refuses impossible values: negative or non-finite numbers,
+// more than MaxGPUs GPUs, more than a PiB of memory on one GPU, used memory
+// above total, duplicate GPU UUIDs.
+func CheckCapacity(c Capacity) error {
+	h := c.Host
+	if math.IsNaN(h.Cores) || math.IsInf(h.Cores, 0) || h.Cores < 0 || h.Cores > MaxCores {
+		return fmt.Errorf("host.cores: %v is impossible", h.Cores)
+	}
+	for name, v := range map[string]int64{"memory_mib": h.MemoryMiB, "memory_available_mib": h.MemoryAvailableMiB, "disk_free_mib": h.DiskFreeMiB} {
+		if v < 0 || v > MaxHostMemoryMiB {
+			return fmt.Errorf("host.%s: %d is impossible", name, v)
+		}
+	}
+	if len(c.GPUs) > MaxGPUs {
+		return fmt.Errorf("gpus: %d GPUs is more than %d", len(c.GPUs), MaxGPUs)
+	}
+	seen := map[string]bool{}
+	for i, g := range c.GPUs {
+		switch {
+		case g.UUID == "" || len(g.UUID) > 128:
+			return fmt.Errorf("gpus[%d].uuid: missing or too long", i)
+		case seen[g.UUID]:
+			return fmt.Errorf("gpus[%d].uuid: %s appears twice", i, g.UUID)
+		case g.Index < 0 || g.Index >= MaxGPUs:
+			return fmt.Errorf("gpus[%d].index: %d is impossible", i, g.Index)
+		case g.MemoryTotalMiB < 0 || g.MemoryTotalMiB > MaxGPUMemoryMiB:
+			return fmt.Errorf("gpus[%d].memory_total_mib: %d is impossible", i, g.MemoryTotalMiB)
+		case g.MemoryUsedMiB < 0 || g.MemoryFreeMiB < 0 || g.MemoryUsedMiB > g.MemoryTotalMiB || g.MemoryFreeMiB > g.MemoryTotalMiB:
+			return fmt.Errorf("gpus[%d]: used %d and free %d MiB do not fit in %d", i, g.MemoryUsedMiB, g.MemoryFreeMiB, g.MemoryTotalMiB)
+		case g.Utilisation < 0 || g.Utilisation > 100:
+			return fmt.Errorf("gpus[%d].utilisation_percent: %d is impossible", i, g.Utilisation)
+		case g.TemperatureC < -50 || g.TemperatureC > 200:
+			return fmt.Errorf("gpus[%d].temperature_c: %d is impossible", i, g.TemperatureC)
+		case math.IsNaN(g.PowerWatts) || math.IsInf(g.PowerWatts, 0) || g.PowerWatts < 0 || g.PowerWatts > 100000:
+			return fmt.Errorf("gpus[%d].power_watts: %v is impossible", i, g.PowerWatts)
+		}
+		seen[g.UUID] = true
+	}
+	if len(c.Labels) > MaxLabels {
+		return fmt.Errorf("labels: more than %d", MaxLabels)
+	}
+	for i, l := range c.Labels {
+		if l.Key == "" || len(l.Key) > 128 || len(l.Value) > 256 {
+			return fmt.Errorf("labels[%d]: key 1 to 128 characters, value at most 256", i)
+		}
+		if l.Source != LabelDetected && l.Source != LabelDeclared {
+			return fmt.Errorf("labels[%d].source: %q is neither %s nor %s", i, l.Source, LabelDetected, LabelDeclared)
+		}
+	}
+	return nil
+}
+
+// Interval is leaseSeconds/3, never below one second.
+func Interval(leaseSeconds int) time.Duration {
+	return max(time.Duration(leaseSeconds)*time.Second/3, time.Second)
+}
