@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -8,16 +9,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/runmesh/runmesh/controlplane/store"
 )
 
 // metrics is the server's Prometheus registry. A registry of our own (not
 // the global one) keeps tests that start several servers independent.
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.HistogramVec
+	reg              *prometheus.Registry
+	requests         *prometheus.HistogramVec
+	heartbeatLatency prometheus.Histogram
+	heartbeatBatch   prometheus.Histogram
 }
 
-func newMetrics(version string) *metrics {
+func newMetrics(version string, s *store.Store, defaultLeaseSeconds int) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -25,6 +30,16 @@ func newMetrics(version string) *metrics {
 			Help:    "HTTP request latency by listener, route and status code.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"listener", "route", "code"}),
+		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "runmesh_heartbeat_duration_seconds",
+			Help:    "Time from a heartbeat's arrival to its answer, with the report durable in PostgreSQL.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		heartbeatBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "runmesh_heartbeat_batch_runners",
+			Help:    "Heartbeats written per statement.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
 	}
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "runmesh_build_info",
@@ -36,22 +51,85 @@ func newMetrics(version string) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests,
+		m.heartbeatLatency,
+		m.heartbeatBatch,
 		build,
+		&fleetCollector{store: s, defaultLeaseSeconds: defaultLeaseSeconds},
 	)
 	return m
+}
+
+// fleetCollector reads the fleet's gauges from PostgreSQL at each scrape,
+// so every replica reports the same truth.
+type fleetCollector struct {
+	store               *store.Store
+	defaultLeaseSeconds int
+}
+
+var (
+	runnersDesc = prometheus.NewDesc("runmesh_runners", "Runners by status and whether they are online (heartbeated within their pool's lease).", []string{"status", "online"}, nil)
+	gpusDesc    = prometheus.NewDesc("runmesh_gpus", "GPUs reported by runners, by runner status and GPU health.", []string{"status", "health"}, nil)
+	scrapeDesc  = prometheus.NewDesc("runmesh_fleet_scrape_error", "1 when the fleet gauges could not be read from the database.", nil, nil)
+)
+
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- runnersDesc
+	ch <- gpusDesc
+	ch <- scrapeDesc
+}
+
+func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.store.FleetCounts(ctx, c.defaultLeaseSeconds)
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 1)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
+	type key struct{ status, online string }
+	runners := map[key]float64{}
+	healthy, unhealthy := map[string]float64{}, map[string]float64{}
+	for _, st := range []store.RunnerStatus{store.RunnerPending, store.RunnerApproved, store.RunnerRejected, store.RunnerRevoked} {
+		for _, on := range []string{"true", "false"} {
+			runners[key{string(st), on}] = 0
+		}
+		healthy[string(st)], unhealthy[string(st)] = 0, 0
+	}
+	for _, f := range counts {
+		runners[key{string(f.Status), strconv.FormatBool(f.Online)}] += float64(f.Runners)
+		healthy[string(f.Status)] += float64(f.GPUsHealthy)
+		unhealthy[string(f.Status)] += float64(f.GPUs - f.GPUsHealthy)
+	}
+	for k, v := range runners {
+		ch <- prometheus.MustNewConstMetric(runnersDesc, prometheus.GaugeValue, v, k.status, k.online)
+	}
+	for st := range healthy {
+		ch <- prometheus.MustNewConstMetric(gpusDesc, prometheus.GaugeValue, healthy[st], st, "healthy")
+		ch <- prometheus.MustNewConstMetric(gpusDesc, prometheus.GaugeValue, unhealthy[st], st, "unhealthy")
+	}
 }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// instrument records the latency of every request on route.
+// instrument records the latency of every request. An empty route means
+// "the pattern the ServeMux inside next matched" (a bounded set, unlike
+// paths, which carry ids).
 func (m *metrics) instrument(listener, route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)
-		m.requests.WithLabelValues(listener, route, strconv.Itoa(sw.status)).Observe(time.Since(start).Seconds())
+		label := route
+		if label == "" {
+			label = r.Pattern
+		}
+		if label == "" || label == "/" || label == "/v1/" {
+			label = "other"
+		}
+		m.requests.WithLabelValues(listener, label, strconv.Itoa(sw.status)).Observe(time.Since(start).Seconds())
 	})
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/castore"
 	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/runnerserver"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
@@ -53,19 +54,21 @@ type Options struct {
 
 // Server is a running control plane. Start it, then Stop it.
 type Server struct {
-	opts      Options
-	log       *slog.Logger
-	metrics   *metrics
-	authority *ca.Authority
-	listener  *store.Listener
-	cert      *serverCert
-	admin     *http.Server
-	runner    *http.Server
-	adminLn   net.Listener
-	runnerLn  net.Listener
-	serving   chan error
-	cancel    context.CancelFunc
-	bg        sync.WaitGroup
+	opts       Options
+	log        *slog.Logger
+	metrics    *metrics
+	authority  *ca.Authority
+	listener   *store.Listener
+	heartbeats *fleet.Writer
+	runnerAPI  *runnerserver.Server
+	cert       *serverCert
+	admin      *http.Server
+	runner     *http.Server
+	adminLn    net.Listener
+	runnerLn   net.Listener
+	serving    chan error
+	cancel     context.CancelFunc
+	bg         sync.WaitGroup
 }
 
 // New builds a server; it binds nothing until Start.
@@ -76,14 +79,24 @@ func New(o Options) (*Server, error) {
 	if o.RunnerCertLifetime == 0 {
 		o.RunnerCertLifetime = enrolment.DefaultCertLifetime
 	}
-	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version)}
-	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
+	if o.Defaults == (graph.Defaults{}) {
+		o.Defaults = graph.DefaultDefaults
+	}
+	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds)}
+	// The runner API's identity cache must forget at once when this replica
+	// revokes or decides; it exists only further down, hence the indirection.
+	forget := func() {
+		if s.runnerAPI != nil {
+			s.runnerAPI.Forget()
+		}
+	}
+	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store, forget))
 	if err != nil {
 		return nil, err
 	}
 	s.authority = auth
 	s.listener = store.NewListener(o.Pool, o.Log)
-	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime}
+	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime, Changed: forget}
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
 
 	mux := http.NewServeMux()
@@ -105,12 +118,16 @@ func New(o Options) (*Server, error) {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 
-	rs := runnerserver.New(runnerserver.Options{Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Log: o.Log})
+	s.heartbeats = fleet.NewWriter(o.Store, o.Log.With("component", "heartbeats"), fleet.WriterOptions{BatchSize: s.metrics.heartbeatBatch})
+	s.runnerAPI = runnerserver.New(runnerserver.Options{
+		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
+		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
+	})
 	s.runner = &http.Server{
-		Handler:           s.metrics.instrument("runner", "all", rs.Handler()),
+		Handler:           s.metrics.instrument("runner", "", s.runnerAPI.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		TLSConfig:         rs.TLSConfig(s.cert.get),
+		TLSConfig:         s.runnerAPI.TLSConfig(s.cert.get),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
@@ -126,6 +143,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.goBackground(func() { s.listener.Run(bg) })
 	s.goBackground(func() { s.cert.renew(bg) })
+	s.goBackground(func() { s.heartbeats.Run(bg) })
+	s.goBackground(func() { s.runnerAPI.Run(bg) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

@@ -13,7 +13,9 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph/model"
 )
 
 // Error codes clients may rely on (extensions.code).
@@ -45,13 +47,15 @@ func errorCode(err error) string {
 		return CodeNotFound
 	case errors.Is(err, errForbidden):
 		return CodeForbidden
-	case errors.Is(err, store.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)):
+	case errors.Is(err, store.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)), errors.Is(err, fleet.ErrRetired):
 		return CodeConflict
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi):
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi), errors.As(err, new(*model.InputError)):
 		return CodeBadInput
 	}
+	// gqlgen's own errors (parsing, validation, arguments) wrap nothing;
+	// one that wraps an error of ours is classified by what it wraps.
 	var gqlErr *gqlerror.Error
-	if errors.As(err, &gqlErr) {
+	if errors.As(err, &gqlErr) && gqlErr.Err == nil {
 		if code, ok := gqlErr.Extensions["code"].(string); ok {
 			return code
 		}
@@ -85,15 +89,21 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 			gqlErr.Message = "forbidden"
 		case CodeConflict:
 			var ws *enrolment.WrongStatusError
-			if errors.As(err, &ws) {
+			switch {
+			case errors.As(err, &ws):
 				gqlErr.Message = ws.Error()
-			} else {
+			case errors.Is(err, fleet.ErrRetired):
+				gqlErr.Message = fleet.ErrRetired.Error()
+			default:
 				gqlErr.Message = "conflict: " + trimStoreErr(err)
 			}
 		case CodeBadInput:
 			var bi badInput
+			var ie *model.InputError
 			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
 				gqlErr.Message = enrolment.ErrFingerprintMismatch.Error()
+			} else if errors.As(err, &ie) {
+				gqlErr.Message = ie.Msg
 			} else if errors.As(err, &bi) {
 				gqlErr.Message = bi.msg
 			} else {

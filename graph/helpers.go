@@ -2,12 +2,15 @@ package graph
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
 )
@@ -115,4 +118,45 @@ func setting(own *int, def int) *model.IntSetting {
 		s.InForce = *own
 	}
 	return s
+}
+
+func runnerCapacity(c runnerapi.Capacity) *model.RunnerCapacity {
+	out := &model.RunnerCapacity{
+		Hostname: c.Host.Hostname, Cores: c.Host.Cores, MemoryMiB: int(c.Host.MemoryMiB),
+		MemoryAvailableMiB: int(c.Host.MemoryAvailableMiB), DiskFreeMiB: int(c.Host.DiskFreeMiB),
+		LimitedBy: c.Host.Limited,
+	}
+	if out.LimitedBy == nil {
+		out.LimitedBy = []string{}
+	}
+	if c.GPUsUnavailable != "" {
+		out.GpusUnavailable = &c.GPUsUnavailable
+	}
+	if c.DriverVersion != "" {
+		out.DriverVersion = &c.DriverVersion
+	}
+	return out
+}
+
+func labels(ls []runnerapi.Label) []model.Label {
+	out := make([]model.Label, 0, len(ls))
+	for _, l := range ls {
+		src := model.LabelSourceDetected
+		if l.Source == runnerapi.LabelDeclared {
+			src = model.LabelSourceDeclared
+		}
+		out = append(out, model.Label{Key: l.Key, Value: l.Value, Source: src})
+	}
+	return out
+}
+
+func health(b []byte) ([]runnerapi.Condition, error) {
+	out := []runnerapi.Condition{}
+	if len(b) == 0 {
+		return out, nil
+	}
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("runner health: %w", err)
+	}
+	return out, nil
 }

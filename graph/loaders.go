@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
@@ -18,6 +19,7 @@ type loaders struct {
 	pool                *dataloadgen.Loader[uuid.UUID, store.Pool]
 	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []store.Pool]
 	certificate         *dataloadgen.Loader[uuid.UUID, store.Certificate] // newest, by runner
+	runnerSeen          *dataloadgen.Loader[uuid.UUID, time.Time]         // by pool
 }
 
 type loadersKey struct{}
@@ -34,6 +36,8 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		// Only runners the caller already loaded through its scope reach
 		// the certificate loader.
 		certificate: dataloadgen.NewMappedLoader(s.LatestCertificates, wait),
+		// Pools reach here only through the caller's scope, too.
+		runnerSeen: dataloadgen.NewMappedLoader(s.RunnerSeen, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.
@@ -66,4 +70,45 @@ func inScope(scope store.Scope, org uuid.UUID) bool {
 
 func loadersFor(ctx context.Context) *loaders {
 	return ctx.Value(loadersKey{}).(*loaders)
+}
+
+// prefetchRunners loads, in one batch each, what the selected fields of a
+// runner list will ask for. Per-item loads alone batch only what arrives
+// within the loader's wait, and a long list on a busy host straddles
+// several waits; after this they all find their value cached.
+func prefetchRunners(ctx context.Context, runners []store.Runner) {
+	l := loadersFor(ctx)
+	op := graphql.GetOperationContext(ctx)
+	var runnerIDs, poolIDs, orgIDs []uuid.UUID
+	seenPool, seenOrg := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
+	for _, r := range runners {
+		runnerIDs = append(runnerIDs, r.ID)
+		if !seenPool[r.PoolID] {
+			seenPool[r.PoolID] = true
+			poolIDs = append(poolIDs, r.PoolID)
+		}
+		if r.OrganisationID != nil && !seenOrg[*r.OrganisationID] {
+			seenOrg[*r.OrganisationID] = true
+			orgIDs = append(orgIDs, *r.OrganisationID)
+		}
+	}
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		switch f.Name {
+		case "certificate":
+			l.certificate.LoadAllThunk(ctx, runnerIDs)
+		case "organisation":
+			l.organisation.LoadAllThunk(ctx, orgIDs)
+		case "pool":
+			for _, sub := range graphql.CollectFields(op, f.Selections, nil) {
+				switch sub.Name {
+				case "organisation":
+					// A pool's organisation is its runners' organisation.
+					l.organisation.LoadAllThunk(ctx, orgIDs)
+				case "runnerSeen":
+					l.runnerSeen.LoadAllThunk(ctx, poolIDs)
+				}
+			}
+			l.pool.LoadAllThunk(ctx, poolIDs)
+		}
+	}
 }

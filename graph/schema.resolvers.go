@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph/generated"
@@ -28,6 +30,14 @@ func (r *adminResolver) Organisation(ctx context.Context, obj *store.Admin) (*st
 // Detail is the resolver for the detail field.
 func (r *auditEntryResolver) Detail(ctx context.Context, obj *store.AuditEntry) (string, error) {
 	return string(obj.Detail), nil
+}
+
+// Health is the resolver for the health field.
+func (r *gPUResolver) Health(ctx context.Context, obj *runnerapi.GPU) (*string, error) {
+	if obj.Health == "" {
+		return nil, nil
+	}
+	return &obj.Health, nil
 }
 
 // CreateOrganisation is the resolver for the createOrganisation field.
@@ -208,6 +218,50 @@ func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reaso
 	return &runner, nil
 }
 
+// DrainRunner is the resolver for the drainRunner field.
+func (r *mutationResolver) DrainRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := fleet.Drain(ctx, r.Store, me.Scope(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// ResumeRunner is the resolver for the resumeRunner field.
+func (r *mutationResolver) ResumeRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := fleet.Resume(ctx, r.Store, me.Scope(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// RetireRunner is the resolver for the retireRunner field.
+func (r *mutationResolver) RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	if err := checkReason(reason); err != nil {
+		return nil, err
+	}
+	by := me.ID
+	runner, err := r.Enrolment.Retire(ctx, me.Scope(), id, reason, &by)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// ClearQuarantine is the resolver for the clearQuarantine field.
+func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := fleet.ClearQuarantine(ctx, r.Store, me.Scope(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
 // Pools is the resolver for the pools field.
 func (r *organisationResolver) Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error) {
 	return loadersFor(ctx).poolsOfOrganisation.Load(ctx, obj.ID)
@@ -226,6 +280,18 @@ func (r *poolResolver) LeaseSeconds(ctx context.Context, obj *store.Pool) (*mode
 // QueueTimeoutHours is the resolver for the queueTimeoutHours field.
 func (r *poolResolver) QueueTimeoutHours(ctx context.Context, obj *store.Pool) (*model.IntSetting, error) {
 	return setting(obj.QueueTimeoutHours, r.Defaults.QueueTimeoutHours), nil
+}
+
+// RunnerSeen is the resolver for the runnerSeen field.
+func (r *poolResolver) RunnerSeen(ctx context.Context, obj *store.Pool) (*time.Time, error) {
+	t, err := loadersFor(ctx).runnerSeen.Load(ctx, obj.ID)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &t, nil
 }
 
 // Viewer is the resolver for the viewer field.
@@ -267,7 +333,12 @@ func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*store.Pool, er
 // Runners is the resolver for the runners field.
 func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error) {
 	me, _ := principal(ctx)
-	return r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: poolID, Status: status})
+	runners, err := r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: poolID, Status: status})
+	if err != nil {
+		return nil, err
+	}
+	prefetchRunners(ctx, runners)
+	return runners, nil
 }
 
 // Runner is the resolver for the runner field.
@@ -325,11 +396,62 @@ func (r *runnerResolver) Certificate(ctx context.Context, obj *store.Runner) (*s
 	return &c, nil
 }
 
+// Online is the resolver for the online field.
+func (r *runnerResolver) Online(ctx context.Context, obj *store.Runner) (bool, error) {
+	return fleet.Online(*obj, r.Defaults.LeaseSeconds, time.Now()), nil
+}
+
+// TakingWork is the resolver for the takingWork field.
+func (r *runnerResolver) TakingWork(ctx context.Context, obj *store.Runner) (bool, error) {
+	return fleet.TakingWork(*obj, time.Now()), nil
+}
+
+// Capacity is the resolver for the capacity field.
+func (r *runnerResolver) Capacity(ctx context.Context, obj *store.Runner) (*model.RunnerCapacity, error) {
+	c, err := fleet.Capacity(*obj)
+	if err != nil {
+		return nil, err
+	}
+	return runnerCapacity(c), nil
+}
+
+// Gpus is the resolver for the gpus field.
+func (r *runnerResolver) Gpus(ctx context.Context, obj *store.Runner) ([]runnerapi.GPU, error) {
+	return fleet.GPUs(*obj)
+}
+
+// Labels is the resolver for the labels field.
+func (r *runnerResolver) Labels(ctx context.Context, obj *store.Runner) ([]model.Label, error) {
+	c, err := fleet.Capacity(*obj)
+	if err != nil {
+		return nil, err
+	}
+	return labels(c.Labels), nil
+}
+
+// Health is the resolver for the health field.
+func (r *runnerResolver) Health(ctx context.Context, obj *store.Runner) ([]runnerapi.Condition, error) {
+	return health(obj.Health)
+}
+
+// Quarantined is the resolver for the quarantined field.
+func (r *runnerResolver) Quarantined(ctx context.Context, obj *store.Runner) (bool, error) {
+	return obj.QuarantinedAt != nil, nil
+}
+
+// Retired is the resolver for the retired field.
+func (r *runnerResolver) Retired(ctx context.Context, obj *store.Runner) (bool, error) {
+	return obj.RetiredAt != nil, nil
+}
+
 // Admin returns generated.AdminResolver implementation.
 func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 
 // AuditEntry returns generated.AuditEntryResolver implementation.
 func (r *Resolver) AuditEntry() generated.AuditEntryResolver { return &auditEntryResolver{r} }
+
+// GPU returns generated.GPUResolver implementation.
+func (r *Resolver) GPU() generated.GPUResolver { return &gPUResolver{r} }
 
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
@@ -349,6 +471,7 @@ func (r *Resolver) Runner() generated.RunnerResolver { return &runnerResolver{r}
 type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
+	gPUResolver          struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	organisationResolver struct{ *Resolver }
 	poolResolver         struct{ *Resolver }

@@ -29,6 +29,9 @@ func (c *Collector) Measure() (runnerapi.Capacity, error) {
 	}
 	cap := runnerapi.Capacity{Host: host}
 	cap.GPUs, cap.DriverVersion, cap.GPUsUnavailable = c.GPUs.Measure()
+	if cap.GPUs == nil {
+		cap.GPUs = []runnerapi.GPU{}
+	}
 	cap.Labels = labels(cap, c.Declared)
 	return cap, nil
 }

@@ -36,10 +36,12 @@ type Options struct {
 	// Token returns the enrolment token. It is called only when the runner
 	// has not enrolled yet, so a resumed enrolment needs no token.
 	Token func() (string, error)
-	Name  string
-	Dir   identity.Dir
-	Out   io.Writer // progress for the operator
-	Log   *slog.Logger
+	// Capacity measures the runner; the administrator sees and approves it.
+	Capacity func() (runnerapi.Capacity, error)
+	Name     string
+	Dir      identity.Dir
+	Out      io.Writer // progress for the operator
+	Log      *slog.Logger
 	// WaitSeconds is the length of one long-poll (the server caps it).
 	WaitSeconds int
 }
@@ -96,7 +98,11 @@ func Run(ctx context.Context, o Options) (identity.State, error) {
 		if err != nil {
 			return st, err
 		}
-		resp, err := enrol(ctx, client, token, o.Name, key)
+		measured, err := o.Capacity()
+		if err != nil {
+			return st, fmt.Errorf("measure capacity: %w", err)
+		}
+		resp, err := enrol(ctx, client, token, o.Name, key, measured)
 		if err != nil {
 			return st, err
 		}
@@ -203,7 +209,7 @@ func verifyServer(chain []*x509.Certificate, root *x509.Certificate, host string
 	return err
 }
 
-func enrol(ctx context.Context, client *runnerclient.Client, token, name string, key ed25519.PrivateKey) (runnerapi.EnrolResponse, error) {
+func enrol(ctx context.Context, client *runnerclient.Client, token, name string, key ed25519.PrivateKey, c runnerapi.Capacity) (runnerapi.EnrolResponse, error) {
 	var out runnerapi.EnrolResponse
 	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: name}}, key)
 	if err != nil {
@@ -212,7 +218,7 @@ func enrol(ctx context.Context, client *runnerclient.Client, token, name string,
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err = client.Do(ctx, http.MethodPost, runnerapi.PathEnrol, runnerapi.EnrolRequest{
-		Token: token, Name: name, PublicKey: key.Public().(ed25519.PublicKey), CSR: string(pki.EncodeCSR(csrDER)),
+		Token: token, Name: name, PublicKey: key.Public().(ed25519.PublicKey), CSR: string(pki.EncodeCSR(csrDER)), Capacity: c,
 	}, &out)
 	return out, err
 }

@@ -19,14 +19,20 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/runmesh/runmesh/agent/capacity"
+	"github.com/runmesh/runmesh/agent/config"
 	"github.com/runmesh/runmesh/agent/enrol"
+	"github.com/runmesh/runmesh/agent/heartbeat"
 	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/agent/metrics"
 	"github.com/runmesh/runmesh/agent/renewal"
 	"github.com/runmesh/runmesh/agent/runnerclient"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
@@ -44,7 +50,8 @@ commands:
               run it again to resume an interrupted enrolment
   fingerprint print this runner's key fingerprint, for the administrator to compare
   status      print the enrolment, the certificate and the server's view as JSON
-  run         run the agent (renews its certificate at 2/3 of its life)
+  capacity    print what this runner measures (GPUs through NVML, cores, memory, disk) as JSON
+  run         run the agent: heartbeats with capacity, certificate renewal, /metrics
   version     print the version
 `
 
@@ -66,6 +73,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	stateDir := fs.String("state-dir", identity.DefaultStateDir, "where the key, certificates and state live")
+	configFile := fs.String("config", "", "configuration file (default: built-in defaults)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	log := func() *slog.Logger {
 		var l slog.Level
@@ -88,9 +96,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if *token != "" && *token != "-" {
 			return errors.New("tokens are never taken from the command line, where any user of this host can read them: use --token-file FILE or --token - (standard input)")
 		}
-		_, err := enrol.Run(ctx, enrol.Options{
+		cfg, err := config.Load(*configFile, *stateDir)
+		if err != nil {
+			return err
+		}
+		collector, closeGPUs := newCollector(cfg)
+		defer closeGPUs()
+		_, err = enrol.Run(ctx, enrol.Options{
 			Server: *server, CAFingerprint: *fingerprint, Name: *name, Dir: identity.Dir(*stateDir),
-			Out: stdout, Log: log(),
+			Out: stdout, Log: log(), Capacity: collector.Measure,
 			Token: func() (string, error) { return readToken(*tokenFile, *token == "-", stdin) },
 		})
 		return err
@@ -109,11 +123,32 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 		return status(ctx, identity.Dir(*stateDir), stdout)
+	case "capacity":
+		if err := fs.Parse(rest); err != nil {
+			return err
+		}
+		cfg, err := config.Load(*configFile, *stateDir)
+		if err != nil {
+			return err
+		}
+		collector, closeGPUs := newCollector(cfg)
+		defer closeGPUs()
+		c, err := collector.Measure()
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
 	case "run":
 		if err := fs.Parse(rest); err != nil {
 			return err
 		}
-		return daemon(ctx, identity.Dir(*stateDir), log())
+		cfg, err := config.Load(*configFile, *stateDir)
+		if err != nil {
+			return err
+		}
+		return daemon(ctx, identity.Dir(*stateDir), cfg, log())
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil
@@ -224,8 +259,18 @@ func whoami(ctx context.Context, dir identity.Dir) (any, error) {
 	return c.WhoAmI(ctx)
 }
 
+// newCollector measures this host: GPUs through NVML, the rest from
+// /proc and cgroups.
+func newCollector(cfg config.Config) (*capacity.Collector, func()) {
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		cfg.WorkDir = os.TempDir()
+	}
+	gpus := capacity.NewGPUs(nvmlLibrary())
+	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels}, gpus.Close
+}
+
 // daemon runs the agent until SIGINT or SIGTERM.
-func daemon(ctx context.Context, dir identity.Dir, log *slog.Logger) error {
+func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	id, err := identity.Load(dir)
 	if err != nil {
 		return err
@@ -240,14 +285,72 @@ func daemon(ctx context.Context, dir identity.Dir, log *slog.Logger) error {
 	}
 	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
 		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
+
+	collector, closeGPUs := newCollector(cfg)
+	defer closeGPUs()
+	go collector.GPUs.WatchHealth(ctx, log.With("component", "gpu-health"))
+
+	m := metrics.New()
+	m.CertificateExpiry(id.Leaf().NotAfter)
+	if cfg.Metrics.Listen != "off" {
+		srv := &http.Server{Addr: cfg.Metrics.Listen, Handler: metricsMux(m), ReadHeaderTimeout: 10 * time.Second}
+		ln, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			return fmt.Errorf("metrics listener: %w", err)
+		}
+		log.Info("metrics listener up", "addr", ln.Addr().String())
+		go srv.Serve(ln)
+		defer srv.Close()
+	}
+
 	r := &renewal.Renewer{ID: id, Client: c, Log: log, Renewed: func(leaf *x509.Certificate) {
-		sdnotify.Status(statusLine(leaf))
+		m.CertificateExpiry(leaf.NotAfter)
 	}}
 	go r.Run(ctx)
-	sdnotify.Ready(statusLine(id.Leaf()))
+
+	beats := make(chan heartbeat.Beat, 1)
+	loop := &heartbeat.Loop{
+		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
+		Health: heartbeat.Conditions,
+		Observe: func(b heartbeat.Beat) {
+			if b.Err != nil {
+				m.Heartbeat("error")
+			} else {
+				m.Heartbeat("ok")
+				m.SetGPUs(b.Capacity, nil)
+			}
+			select {
+			case beats <- b:
+			default:
+			}
+		},
+	}
+	go loop.Run(ctx)
+
+	// READY=1 once the first heartbeat is in: the control plane knows us.
+	ready := false
 	go sdnotify.Watchdog(ctx, func(context.Context) error { return nil })
-	<-ctx.Done()
-	sdnotify.Stopping()
-	log.Info("agent stopping")
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			sdnotify.Stopping()
+			log.Info("agent stopping")
+			return nil
+		case b := <-beats:
+			line := statusLine(id.Leaf(), b)
+			if b.Err == nil && !ready {
+				ready = true
+				sdnotify.Ready(line)
+				log.Info("first heartbeat accepted", "gpus", len(b.Capacity.GPUs), "next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
+				continue
+			}
+			sdnotify.Status(line)
+		}
+	}
+}
+
+func metricsMux(m *metrics.Agent) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", m.Handler())
+	return mux
 }

@@ -4,8 +4,30 @@ import (
 	"crypto/x509"
 	"fmt"
 	"time"
+
+	"github.com/runmesh/runmesh/agent/heartbeat"
 )
 
-func statusLine(leaf *x509.Certificate) string {
-	return fmt.Sprintf("enrolled; certificate %s valid until %s", leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339))
+// statusLine is the one-line health summary for sd_notify STATUS=.
+func statusLine(leaf *x509.Certificate, b heartbeat.Beat) string {
+	state := "online"
+	switch {
+	case b.Err != nil:
+		state = "heartbeat failing: " + b.Err.Error()
+	case b.Response.Quarantined:
+		state = "online, quarantined"
+	case b.Response.Draining:
+		state = "online, draining"
+	}
+	healthy := 0
+	for _, g := range b.Capacity.GPUs {
+		if g.Healthy {
+			healthy++
+		}
+	}
+	gpus := fmt.Sprintf("%d GPUs (%d healthy)", len(b.Capacity.GPUs), healthy)
+	if b.Capacity.GPUsUnavailable != "" {
+		gpus = "no GPUs: " + b.Capacity.GPUsUnavailable
+	}
+	return fmt.Sprintf("%s; %s; certificate until %s", state, gpus, leaf.NotAfter.UTC().Format(time.RFC3339))
 }

@@ -31,6 +31,9 @@ type EnrolRequest struct {
 	PublicKey []byte `json:"public_key"`
 	// CSR is a PEM certificate request signed by that key.
 	CSR string `json:"csr"`
+	// Capacity is what the runner measured: what the administrator sees,
+	// and approves, with the runner.
+	Capacity Capacity `json:"capacity"`
 }
 
 // EnrolResponse says who the runner now is.
@@ -104,6 +107,8 @@ const (
 	CodeInvalidCSR      = "invalid_csr"
 	CodeConflict        = "conflict"
 	CodeUnauthenticated = "unauthenticated"
+	CodeForbidden       = "forbidden"
+	CodeRetry           = "retry"
 	CodeNotFound        = "not_found"
 	CodeInternal        = "internal"
 )

@@ -2,11 +2,13 @@ package runnerserver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/pki"
@@ -16,9 +18,10 @@ type callerKey struct{}
 
 // caller is the authenticated runner and the certificate it presented.
 type caller struct {
-	runner store.Runner
-	serial string
-	expiry time.Time
+	runner    store.Runner
+	inventory *fleet.Inventory
+	serial    string
+	expiry    time.Time
 }
 
 // authenticated admits requests carrying a client certificate of an
@@ -47,21 +50,20 @@ func (s *Server) authenticated(next http.HandlerFunc) http.Handler {
 			return
 		}
 		serial := leaf.SerialNumber.String()
-		st, err := s.o.Store.StandingOf(r.Context(), serial)
+		who, err := s.ids.lookup(r.Context(), serial, id)
+		if errors.Is(err, store.ErrNotFound) {
+			deny("unknown runner")
+			return
+		}
 		if err != nil {
 			s.internal(w, r, "authenticate runner", err)
 			return
 		}
-		if !st.Usable() {
+		if !who.standing.Usable() {
 			deny("certificate revoked, or its runner is not approved")
 			return
 		}
-		runner, err := s.o.Store.Runner(r.Context(), store.AllOrganisations(), id)
-		if err != nil {
-			deny("unknown runner")
-			return
-		}
-		ctx := context.WithValue(r.Context(), callerKey{}, caller{runner: runner, serial: serial, expiry: leaf.NotAfter})
+		ctx := context.WithValue(r.Context(), callerKey{}, caller{runner: who.runner, inventory: who.inventory, serial: serial, expiry: leaf.NotAfter})
 		next(w, r.WithContext(ctx))
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
@@ -45,6 +46,15 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeInvalidCSR, "csr: not signed by public_key")
 		return
 	}
+	if err := runnerapi.CheckCapacity(req.Capacity); err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
+		return
+	}
+	rep, err := fleet.Report(req.Capacity)
+	if err != nil {
+		s.internal(w, r, "enrol", err)
+		return
+	}
 	digest, ok := tokens.Enrolment.Digest(req.Token)
 	if !ok {
 		// Same answer as for an unknown, used or expired token.
@@ -53,7 +63,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 	}
 	fp := pki.KeyFingerprint(pub)
 	runner, err := s.o.Store.Enrol(r.Context(), store.NewRunner{
-		TokenDigest: digest, Name: req.Name, PublicKey: pub, Fingerprint: fp, CSR: csr.Raw,
+		TokenDigest: digest, Name: req.Name, PublicKey: pub, Fingerprint: fp, CSR: csr.Raw, Capacity: rep,
 	})
 	switch {
 	case errors.Is(err, store.ErrTokenRefused):

@@ -16,31 +16,52 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
 // Options configure the runner listener's handlers.
 type Options struct {
-	Store     *store.Store
-	Authority *ca.Authority
-	Enrolment *enrolment.Service
-	Listener  *store.Listener
-	Log       *slog.Logger
+	Store      *store.Store
+	Authority  *ca.Authority
+	Enrolment  *enrolment.Service
+	Listener   *store.Listener
+	Heartbeats *fleet.Writer
+	Log        *slog.Logger
+	// DefaultLeaseSeconds is the lease of pools without their own; a
+	// runner heartbeats every third of it.
+	DefaultLeaseSeconds int
+	// HeartbeatLatency observes how long each heartbeat took, storage
+	// included, if set.
+	HeartbeatLatency prometheus.Observer
 }
 
 // Server serves the runner API.
 type Server struct {
-	o Options
+	o   Options
+	ids *identities
 }
 
-// New returns the runner API.
+// New returns the runner API. Run it for the life of the listener.
 func New(o Options) *Server {
 	o.Log = o.Log.With("component", "runnerapi")
-	return &Server{o: o}
+	return &Server{o: o, ids: newIdentities(o.Store)}
 }
+
+// Run keeps the identity cache honest until ctx ends.
+func (s *Server) Run(ctx context.Context) { s.ids.watch(ctx, s.o.Listener) }
+
+// Forget drops every cached identity: call it when this replica has just
+// changed a runner or revoked a certificate, so its next request does not
+// wait for the notification.
+func (s *Server) Forget() { s.ids.forget() }
 
 // Handler routes the runner listener.
 func (s *Server) Handler() http.Handler {
@@ -48,6 +69,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST "+runnerapi.PathEnrol, s.enrol)
 	mux.HandleFunc("POST /v1/enrol/{id}/wait", s.wait)
 	mux.Handle("GET "+runnerapi.PathWhoAmI, s.authenticated(s.whoami))
+	mux.Handle("POST "+runnerapi.PathHeartbeat, s.authenticated(s.heartbeat))
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))
@@ -76,11 +98,16 @@ func (s *Server) TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certi
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			st, err := s.o.Store.StandingOf(ctx, cs.PeerCertificates[0].SerialNumber.String())
+			leaf := cs.PeerCertificates[0]
+			runnerID := uuid.Nil
+			if id, ok := pki.RunnerID(leaf); ok {
+				runnerID, _ = uuid.Parse(id)
+			}
+			who, err := s.ids.lookup(ctx, leaf.SerialNumber.String(), runnerID)
 			if err != nil {
 				return fmt.Errorf("check client certificate: %w", err)
 			}
-			if !st.Usable() {
+			if !who.standing.Usable() {
 				return errors.New("client certificate revoked or unknown")
 			}
 			return nil

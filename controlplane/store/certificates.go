@@ -82,11 +82,19 @@ type Revocation struct {
 // RevokeCertificate records a revocation; false if the serial was
 // already revoked.
 func (s *Store) RevokeCertificate(ctx context.Context, r Revocation) (bool, error) {
-	n, err := s.q.InsertRevocation(ctx, s.conn(ctx), dbsqlc.InsertRevocationParams{
-		Serial: r.Serial, ReasonCode: int32(r.ReasonCode), Reason: r.Reason, RevokedAt: r.RevokedAt,
-		ExpiresAt: r.ExpiresAt, Mtls: r.MTLS, ProvisionerID: r.ProvisionerID,
+	var added bool
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		n, err := s.q.InsertRevocation(ctx, s.conn(ctx), dbsqlc.InsertRevocationParams{
+			Serial: r.Serial, ReasonCode: int32(r.ReasonCode), Reason: r.Reason, RevokedAt: r.RevokedAt,
+			ExpiresAt: r.ExpiresAt, Mtls: r.MTLS, ProvisionerID: r.ProvisionerID,
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		added = n == 1
+		return mapErr(s.q.NotifyRevocation(ctx, s.conn(ctx), r.Serial))
 	})
-	return n == 1, mapErr(err)
+	return added, err
 }
 
 // CertificateStanding says whether a presented certificate may be used.

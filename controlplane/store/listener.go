@@ -12,8 +12,11 @@ import (
 
 // Channels the server listens on.
 const (
-	// ChannelRunnerStatus carries a runner id whenever its status changes.
+	// ChannelRunnerStatus carries a runner id whenever the runner changes
+	// (status, inventory, controls).
 	ChannelRunnerStatus = "runmesh_runner_status"
+	// ChannelRevocations carries a serial whenever one is revoked.
+	ChannelRevocations = "runmesh_revocations"
 )
 
 // Listener holds one connection LISTENing for the whole process and fans
@@ -110,7 +113,7 @@ func (l *Listener) listen(ctx context.Context, onListening func()) error {
 	// The connection leaves the pool: it is ours for as long as it lives.
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, ch := range []string{ChannelRunnerStatus} {
+	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}

@@ -34,10 +34,40 @@ type Runner struct {
 	EnrolledAt     time.Time
 	DecidedAt      *time.Time
 	DecidedBy      *uuid.UUID
+
+	// PoolLeaseSeconds is the pool's own lease setting (nil: the default).
+	PoolLeaseSeconds *int
+	RunnerCapacity
 }
 
-func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID) Runner {
+// RunnerCapacity is what the runner last reported, and the controls on it.
+type RunnerCapacity struct {
+	AgentVersion      string
+	LastHeartbeatAt   *time.Time
+	LastWorkRequestAt *time.Time
+	Capacity          []byte // runnerapi.Capacity as JSON, without the GPUs
+	GPUs              []byte // []runnerapi.GPU as JSON
+	Health            []byte // []runnerapi.Condition as JSON
+	Cores             float64
+	MemoryMiB         int64
+	GPUCount          int
+	GPUsHealthy       int
+	Inventory         []byte // Inventory as JSON; nil before approval
+	QuarantinedAt     *time.Time
+	QuarantineReason  string
+	Draining          bool
+	RetiredAt         *time.Time
+}
+
+func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runner {
 	return Runner{
+		PoolLeaseSeconds: intPtr(leaseSeconds),
+		RunnerCapacity: RunnerCapacity{
+			AgentVersion: r.AgentVersion, LastHeartbeatAt: r.LastHeartbeatAt, LastWorkRequestAt: r.LastWorkRequestAt,
+			Capacity: r.Capacity, GPUs: r.Gpus, Health: r.Health, Cores: r.Cores, MemoryMiB: r.MemoryMib,
+			GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy), Inventory: r.Inventory,
+			QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
+		},
 		ID:             r.ID,
 		PoolID:         r.PoolID,
 		OrganisationID: uuidPtr(org),
@@ -86,6 +116,7 @@ type NewRunner struct {
 	PublicKey   []byte
 	Fingerprint string
 	CSR         []byte
+	Capacity    ReportedCapacity
 }
 
 // Enrol consumes the token and creates a PENDING runner in the token's pool,
@@ -108,12 +139,11 @@ func (s *Store) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 		if err != nil {
 			return mapErr(err)
 		}
-		r, err := s.q.GetRunner(ctx, s.conn(ctx), dbsqlc.GetRunnerParams{ID: row.ID, AllOrgs: true})
-		if err != nil {
-			return mapErr(err)
+		if err := s.SetEnrolmentCapacity(ctx, row.ID, n.Capacity); err != nil {
+			return err
 		}
-		out = runnerFromRow(r.Runner, r.OrganisationID)
-		return nil
+		out, err = s.Runner(ctx, AllOrganisations(), row.ID)
+		return err
 	})
 	return out, err
 }
@@ -124,7 +154,7 @@ func (s *Store) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, 
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
-	return runnerFromRow(r.Runner, r.OrganisationID), nil
+	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds), nil
 }
 
 // RunnerFilter narrows a runner listing.
@@ -148,7 +178,7 @@ func (s *Store) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Run
 	}
 	out := make([]Runner, len(rows))
 	for i, r := range rows {
-		out[i] = runnerFromRow(r.Runner, r.OrganisationID)
+		out[i] = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
 	}
 	return out, nil
 }
@@ -160,25 +190,17 @@ type RunnerDecision struct {
 	Reason string
 }
 
-// DecideRunner locks the runner (inside scope), lets decide look at it and
-// choose its new status, stores that, and wakes whoever waits on the
-// runner. decide's error aborts everything. Work decide does on the store
-// with ctx joins the transaction.
+// DecideRunner changes a runner's status: decide looks at the locked runner
+// and chooses. Revocation revokes every certificate of the runner too.
 func (s *Store) DecideRunner(ctx context.Context, scope Scope, id uuid.UUID, by *uuid.UUID, decide func(ctx context.Context, r Runner) (RunnerDecision, error)) (Runner, error) {
-	var out Runner
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.all, ScopeOrg: scope.org})
-		if err != nil {
-			return mapErr(err)
-		}
-		d, err := decide(ctx, runnerFromRow(row.Runner, row.OrganisationID))
+	return s.UpdateRunner(ctx, scope, id, func(ctx context.Context, r Runner) error {
+		d, err := decide(ctx, r)
 		if err != nil {
 			return err
 		}
-		updated, err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
+		if err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
 			ID: id, Status: string(d.Status), StatusReason: d.Reason, DecidedBy: nullUUID(by),
-		})
-		if err != nil {
+		}); err != nil {
 			return mapErr(err)
 		}
 		if d.Status == RunnerRevoked {
@@ -188,11 +210,30 @@ func (s *Store) DecideRunner(ctx context.Context, scope Scope, id uuid.UUID, by 
 				return mapErr(err)
 			}
 		}
+		return nil
+	})
+}
+
+// UpdateRunner locks the runner (inside scope), runs change, and tells
+// every replica the runner changed (their caches and waiters re-read it),
+// all in one transaction. Work change does on the store with ctx joins the
+// transaction; its error aborts everything. It returns the runner as
+// stored afterwards.
+func (s *Store) UpdateRunner(ctx context.Context, scope Scope, id uuid.UUID, change func(ctx context.Context, r Runner) error) (Runner, error) {
+	var out Runner
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.all, ScopeOrg: scope.org})
+		if err != nil {
+			return mapErr(err)
+		}
+		if err := change(ctx, runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)); err != nil {
+			return err
+		}
 		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), id.String()); err != nil {
 			return mapErr(err)
 		}
-		out = runnerFromRow(updated, row.OrganisationID)
-		return nil
+		out, err = s.Runner(ctx, scope, id)
+		return err
 	})
 	return out, err
 }

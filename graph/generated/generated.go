@@ -15,6 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/google/uuid"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
 	gqlparser "github.com/vektah/gqlparser/v2"
@@ -33,6 +34,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Admin() AdminResolver
 	AuditEntry() AuditEntryResolver
+	GPU() GPUResolver
 	Mutation() MutationResolver
 	Organisation() OrganisationResolver
 	Pool() PoolResolver
@@ -87,6 +89,27 @@ type ComplexityRoot struct {
 		Token     func(childComplexity int) int
 	}
 
+	GPU struct {
+		Health         func(childComplexity int) int
+		Healthy        func(childComplexity int) int
+		Index          func(childComplexity int) int
+		MemoryFreeMiB  func(childComplexity int) int
+		MemoryTotalMiB func(childComplexity int) int
+		MemoryUsedMiB  func(childComplexity int) int
+		Name           func(childComplexity int) int
+		PowerWatts     func(childComplexity int) int
+		TemperatureC   func(childComplexity int) int
+		UUID           func(childComplexity int) int
+		Utilisation    func(childComplexity int) int
+	}
+
+	HealthCondition struct {
+		Name     func(childComplexity int) int
+		OK       func(childComplexity int) int
+		Severity func(childComplexity int) int
+		Title    func(childComplexity int) int
+	}
+
 	IntSetting struct {
 		Default   func(childComplexity int) int
 		InForce   func(childComplexity int) int
@@ -94,13 +117,23 @@ type ComplexityRoot struct {
 		Own       func(childComplexity int) int
 	}
 
+	Label struct {
+		Key    func(childComplexity int) int
+		Source func(childComplexity int) int
+		Value  func(childComplexity int) int
+	}
+
 	Mutation struct {
 		ApproveRunner        func(childComplexity int, id uuid.UUID, fingerprint string) int
+		ClearQuarantine      func(childComplexity int, id uuid.UUID) int
 		CreateAdminToken     func(childComplexity int, input model.CreateAdminTokenInput) int
 		CreateEnrolmentToken func(childComplexity int, poolID uuid.UUID, ttlSeconds int) int
 		CreateOrganisation   func(childComplexity int, input model.CreateOrganisationInput) int
 		CreatePool           func(childComplexity int, input model.CreatePoolInput) int
+		DrainRunner          func(childComplexity int, id uuid.UUID) int
 		RejectRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		ResumeRunner         func(childComplexity int, id uuid.UUID) int
+		RetireRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		RevokeRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		UpdatePool           func(childComplexity int, input model.UpdatePoolInput) int
 	}
@@ -119,6 +152,7 @@ type ComplexityRoot struct {
 		Name              func(childComplexity int) int
 		Organisation      func(childComplexity int) int
 		QueueTimeoutHours func(childComplexity int) int
+		RunnerSeen        func(childComplexity int) int
 	}
 
 	Query struct {
@@ -134,16 +168,40 @@ type ComplexityRoot struct {
 	}
 
 	Runner struct {
-		Certificate     func(childComplexity int) int
-		DecidedAt       func(childComplexity int) int
-		EnrolledAt      func(childComplexity int) int
-		FingerprintHint func(childComplexity int) int
-		ID              func(childComplexity int) int
-		Name            func(childComplexity int) int
-		Organisation    func(childComplexity int) int
-		Pool            func(childComplexity int) int
-		Status          func(childComplexity int) int
-		StatusReason    func(childComplexity int) int
+		AgentVersion     func(childComplexity int) int
+		Capacity         func(childComplexity int) int
+		Certificate      func(childComplexity int) int
+		DecidedAt        func(childComplexity int) int
+		Draining         func(childComplexity int) int
+		EnrolledAt       func(childComplexity int) int
+		FingerprintHint  func(childComplexity int) int
+		Gpus             func(childComplexity int) int
+		Health           func(childComplexity int) int
+		ID               func(childComplexity int) int
+		Labels           func(childComplexity int) int
+		LastHeartbeatAt  func(childComplexity int) int
+		Name             func(childComplexity int) int
+		Online           func(childComplexity int) int
+		Organisation     func(childComplexity int) int
+		Pool             func(childComplexity int) int
+		QuarantineReason func(childComplexity int) int
+		Quarantined      func(childComplexity int) int
+		QuarantinedAt    func(childComplexity int) int
+		Retired          func(childComplexity int) int
+		Status           func(childComplexity int) int
+		StatusReason     func(childComplexity int) int
+		TakingWork       func(childComplexity int) int
+	}
+
+	RunnerCapacity struct {
+		Cores              func(childComplexity int) int
+		DiskFreeMiB        func(childComplexity int) int
+		DriverVersion      func(childComplexity int) int
+		GpusUnavailable    func(childComplexity int) int
+		Hostname           func(childComplexity int) int
+		LimitedBy          func(childComplexity int) int
+		MemoryAvailableMiB func(childComplexity int) int
+		MemoryMiB          func(childComplexity int) int
 	}
 }
 
@@ -157,6 +215,9 @@ type AdminResolver interface {
 type AuditEntryResolver interface {
 	Detail(ctx context.Context, obj *store.AuditEntry) (string, error)
 }
+type GPUResolver interface {
+	Health(ctx context.Context, obj *runnerapi.GPU) (*string, error)
+}
 type MutationResolver interface {
 	CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*store.Organisation, error)
 	CreatePool(ctx context.Context, input model.CreatePoolInput) (*store.Pool, error)
@@ -166,6 +227,10 @@ type MutationResolver interface {
 	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*store.Runner, error)
 	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
 	RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
+	DrainRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
+	ResumeRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
+	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
+	ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error)
 }
 type OrganisationResolver interface {
 	Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error)
@@ -174,6 +239,8 @@ type PoolResolver interface {
 	Organisation(ctx context.Context, obj *store.Pool) (*store.Organisation, error)
 	LeaseSeconds(ctx context.Context, obj *store.Pool) (*model.IntSetting, error)
 	QueueTimeoutHours(ctx context.Context, obj *store.Pool) (*model.IntSetting, error)
+
+	RunnerSeen(ctx context.Context, obj *store.Pool) (*time.Time, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*store.Admin, error)
@@ -193,6 +260,17 @@ type RunnerResolver interface {
 	FingerprintHint(ctx context.Context, obj *store.Runner) (string, error)
 
 	Certificate(ctx context.Context, obj *store.Runner) (*store.Certificate, error)
+	Online(ctx context.Context, obj *store.Runner) (bool, error)
+
+	TakingWork(ctx context.Context, obj *store.Runner) (bool, error)
+
+	Capacity(ctx context.Context, obj *store.Runner) (*model.RunnerCapacity, error)
+	Gpus(ctx context.Context, obj *store.Runner) ([]runnerapi.GPU, error)
+	Labels(ctx context.Context, obj *store.Runner) ([]model.Label, error)
+	Health(ctx context.Context, obj *store.Runner) ([]runnerapi.Condition, error)
+	Quarantined(ctx context.Context, obj *store.Runner) (bool, error)
+
+	Retired(ctx context.Context, obj *store.Runner) (bool, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -363,6 +441,98 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.CreatedEnrolmentToken.Token(childComplexity), true
 
+	case "GPU.health":
+		if e.ComplexityRoot.GPU.Health == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Health(childComplexity), true
+	case "GPU.healthy":
+		if e.ComplexityRoot.GPU.Healthy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Healthy(childComplexity), true
+	case "GPU.index":
+		if e.ComplexityRoot.GPU.Index == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Index(childComplexity), true
+	case "GPU.memoryFreeMiB":
+		if e.ComplexityRoot.GPU.MemoryFreeMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.MemoryFreeMiB(childComplexity), true
+	case "GPU.memoryTotalMiB":
+		if e.ComplexityRoot.GPU.MemoryTotalMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.MemoryTotalMiB(childComplexity), true
+	case "GPU.memoryUsedMiB":
+		if e.ComplexityRoot.GPU.MemoryUsedMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.MemoryUsedMiB(childComplexity), true
+	case "GPU.name":
+		if e.ComplexityRoot.GPU.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Name(childComplexity), true
+	case "GPU.powerWatts":
+		if e.ComplexityRoot.GPU.PowerWatts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.PowerWatts(childComplexity), true
+	case "GPU.temperatureC":
+		if e.ComplexityRoot.GPU.TemperatureC == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.TemperatureC(childComplexity), true
+	case "GPU.uuid":
+		if e.ComplexityRoot.GPU.UUID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.UUID(childComplexity), true
+	case "GPU.utilisationPercent":
+		if e.ComplexityRoot.GPU.Utilisation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Utilisation(childComplexity), true
+
+	case "HealthCondition.name":
+		if e.ComplexityRoot.HealthCondition.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.Name(childComplexity), true
+	case "HealthCondition.ok":
+		if e.ComplexityRoot.HealthCondition.OK == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.OK(childComplexity), true
+	case "HealthCondition.severity":
+		if e.ComplexityRoot.HealthCondition.Severity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.Severity(childComplexity), true
+	case "HealthCondition.title":
+		if e.ComplexityRoot.HealthCondition.Title == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.Title(childComplexity), true
+
 	case "IntSetting.default":
 		if e.ComplexityRoot.IntSetting.Default == nil {
 			break
@@ -388,6 +558,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.IntSetting.Own(childComplexity), true
 
+	case "Label.key":
+		if e.ComplexityRoot.Label.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Label.Key(childComplexity), true
+	case "Label.source":
+		if e.ComplexityRoot.Label.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Label.Source(childComplexity), true
+	case "Label.value":
+		if e.ComplexityRoot.Label.Value == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Label.Value(childComplexity), true
+
 	case "Mutation.approveRunner":
 		if e.ComplexityRoot.Mutation.ApproveRunner == nil {
 			break
@@ -399,6 +588,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ApproveRunner(childComplexity, args["id"].(uuid.UUID), args["fingerprint"].(string)), true
+	case "Mutation.clearQuarantine":
+		if e.ComplexityRoot.Mutation.ClearQuarantine == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_clearQuarantine_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ClearQuarantine(childComplexity, args["id"].(uuid.UUID)), true
 	case "Mutation.createAdminToken":
 		if e.ComplexityRoot.Mutation.CreateAdminToken == nil {
 			break
@@ -443,6 +643,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreatePool(childComplexity, args["input"].(model.CreatePoolInput)), true
+	case "Mutation.drainRunner":
+		if e.ComplexityRoot.Mutation.DrainRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_drainRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DrainRunner(childComplexity, args["id"].(uuid.UUID)), true
 	case "Mutation.rejectRunner":
 		if e.ComplexityRoot.Mutation.RejectRunner == nil {
 			break
@@ -454,6 +665,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RejectRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
+	case "Mutation.resumeRunner":
+		if e.ComplexityRoot.Mutation.ResumeRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resumeRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResumeRunner(childComplexity, args["id"].(uuid.UUID)), true
+	case "Mutation.retireRunner":
+		if e.ComplexityRoot.Mutation.RetireRunner == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_retireRunner_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RetireRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
 	case "Mutation.revokeRunner":
 		if e.ComplexityRoot.Mutation.RevokeRunner == nil {
 			break
@@ -538,6 +771,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.QueueTimeoutHours(childComplexity), true
+	case "Pool.runnerSeen":
+		if e.ComplexityRoot.Pool.RunnerSeen == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.RunnerSeen(childComplexity), true
 
 	case "Query.auditLog":
 		if e.ComplexityRoot.Query.AuditLog == nil {
@@ -625,6 +864,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
 
+	case "Runner.agentVersion":
+		if e.ComplexityRoot.Runner.AgentVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.AgentVersion(childComplexity), true
+	case "Runner.capacity":
+		if e.ComplexityRoot.Runner.Capacity == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Capacity(childComplexity), true
 	case "Runner.certificate":
 		if e.ComplexityRoot.Runner.Certificate == nil {
 			break
@@ -637,6 +888,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.DecidedAt(childComplexity), true
+	case "Runner.draining":
+		if e.ComplexityRoot.Runner.Draining == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Draining(childComplexity), true
 	case "Runner.enrolledAt":
 		if e.ComplexityRoot.Runner.EnrolledAt == nil {
 			break
@@ -649,18 +906,48 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.FingerprintHint(childComplexity), true
+	case "Runner.gpus":
+		if e.ComplexityRoot.Runner.Gpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Gpus(childComplexity), true
+	case "Runner.health":
+		if e.ComplexityRoot.Runner.Health == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Health(childComplexity), true
 	case "Runner.id":
 		if e.ComplexityRoot.Runner.ID == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Runner.ID(childComplexity), true
+	case "Runner.labels":
+		if e.ComplexityRoot.Runner.Labels == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Labels(childComplexity), true
+	case "Runner.lastHeartbeatAt":
+		if e.ComplexityRoot.Runner.LastHeartbeatAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.LastHeartbeatAt(childComplexity), true
 	case "Runner.name":
 		if e.ComplexityRoot.Runner.Name == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Runner.Name(childComplexity), true
+	case "Runner.online":
+		if e.ComplexityRoot.Runner.Online == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Online(childComplexity), true
 	case "Runner.organisation":
 		if e.ComplexityRoot.Runner.Organisation == nil {
 			break
@@ -673,6 +960,30 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.Pool(childComplexity), true
+	case "Runner.quarantineReason":
+		if e.ComplexityRoot.Runner.QuarantineReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.QuarantineReason(childComplexity), true
+	case "Runner.quarantined":
+		if e.ComplexityRoot.Runner.Quarantined == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Quarantined(childComplexity), true
+	case "Runner.quarantinedAt":
+		if e.ComplexityRoot.Runner.QuarantinedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.QuarantinedAt(childComplexity), true
+	case "Runner.retired":
+		if e.ComplexityRoot.Runner.Retired == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Retired(childComplexity), true
 	case "Runner.status":
 		if e.ComplexityRoot.Runner.Status == nil {
 			break
@@ -685,6 +996,61 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.StatusReason(childComplexity), true
+	case "Runner.takingWork":
+		if e.ComplexityRoot.Runner.TakingWork == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.TakingWork(childComplexity), true
+
+	case "RunnerCapacity.cores":
+		if e.ComplexityRoot.RunnerCapacity.Cores == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.Cores(childComplexity), true
+	case "RunnerCapacity.diskFreeMiB":
+		if e.ComplexityRoot.RunnerCapacity.DiskFreeMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.DiskFreeMiB(childComplexity), true
+	case "RunnerCapacity.driverVersion":
+		if e.ComplexityRoot.RunnerCapacity.DriverVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.DriverVersion(childComplexity), true
+	case "RunnerCapacity.gpusUnavailable":
+		if e.ComplexityRoot.RunnerCapacity.GpusUnavailable == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.GpusUnavailable(childComplexity), true
+	case "RunnerCapacity.hostname":
+		if e.ComplexityRoot.RunnerCapacity.Hostname == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.Hostname(childComplexity), true
+	case "RunnerCapacity.limitedBy":
+		if e.ComplexityRoot.RunnerCapacity.LimitedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.LimitedBy(childComplexity), true
+	case "RunnerCapacity.memoryAvailableMiB":
+		if e.ComplexityRoot.RunnerCapacity.MemoryAvailableMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.MemoryAvailableMiB(childComplexity), true
+	case "RunnerCapacity.memoryMiB":
+		if e.ComplexityRoot.RunnerCapacity.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.MemoryMiB(childComplexity), true
 
 	}
 	return 0, false
@@ -848,6 +1214,17 @@ type Mutation {
   handshake or request, and it cannot renew.
   """
   revokeRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  "Stops a runner taking new work; what it runs carries on. It stays online while it heartbeats."
+  drainRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  "Lets a drained runner take work again."
+  resumeRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  "Takes a runner out of the fleet for good: it is revoked and marked retired."
+  retireRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Lifts a quarantine, and accepts what the runner reports now as its inventory, so
+  the difference that quarantined it does not do so again.
+  """
+  clearQuarantine(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
 }
 
 enum RunnerStatus {
@@ -876,6 +1253,75 @@ type Runner {
   decidedAt: Time
   "The runner's newest certificate, once it has one."
   certificate: Certificate
+  "Heartbeated within its pool's lease (three heartbeat intervals). Only heartbeats make a runner online."
+  online: Boolean!
+  lastHeartbeatAt: Time
+  "Approved, not quarantined, draining or retired, and heard from (a heartbeat or a request for work) within three minutes."
+  takingWork: Boolean!
+  agentVersion: String!
+  "What the runner measured: at enrolment, then at every heartbeat."
+  capacity: RunnerCapacity!
+  "Its GPUs with their latest metrics."
+  gpus: [GPU!]!
+  labels: [Label!]!
+  "The agent's health, as a list of named conditions."
+  health: [HealthCondition!]!
+  "Quarantined runners take no work until an administrator clears them."
+  quarantined: Boolean!
+  quarantineReason: String!
+  quarantinedAt: Time
+  draining: Boolean!
+  retired: Boolean!
+}
+
+type RunnerCapacity {
+  hostname: String!
+  "CPU cores this runner may use (its cgroup's quota, if lower than the host's)."
+  cores: Float!
+  memoryMiB: Int!
+  memoryAvailableMiB: Int!
+  "Free disk under the agent's work directory."
+  diskFreeMiB: Int!
+  "Which figures a cgroup limit lowered: cpu, memory."
+  limitedBy: [String!]!
+  "Why the runner reports no GPUs, when NVML could not be used."
+  gpusUnavailable: String
+  driverVersion: String
+}
+
+type GPU {
+  index: Int!
+  uuid: String!
+  name: String!
+  memoryTotalMiB: Int!
+  memoryUsedMiB: Int!
+  memoryFreeMiB: Int!
+  utilisationPercent: Int!
+  temperatureC: Int!
+  powerWatts: Float!
+  healthy: Boolean!
+  "The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error."
+  health: String
+}
+
+enum LabelSource {
+  "Measured by the agent (keys under runmesh.io/)."
+  DETECTED
+  "Written in the agent's configuration."
+  DECLARED
+}
+
+type Label {
+  key: String!
+  value: String!
+  source: LabelSource!
+}
+
+type HealthCondition {
+  name: String!
+  ok: Boolean!
+  severity: String!
+  title: String!
 }
 
 type Certificate {
@@ -924,6 +1370,8 @@ type Pool {
   "How long a job may wait in the queue before it expires."
   queueTimeoutHours: IntSetting!
   createdAt: Time!
+  "The newest heartbeat of any of the pool's runners."
+  runnerSeen: Time
 }
 
 "A setting with a server-wide default that a pool may override."
@@ -1079,6 +1527,48 @@ func (ec *executionContext) childFields_CreatedEnrolmentToken(ctx context.Contex
 	return nil, fmt.Errorf("no field named %q was found under type CreatedEnrolmentToken", field.Name)
 }
 
+func (ec *executionContext) childFields_GPU(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "index":
+		return ec.fieldContext_GPU_index(ctx, field)
+	case "uuid":
+		return ec.fieldContext_GPU_uuid(ctx, field)
+	case "name":
+		return ec.fieldContext_GPU_name(ctx, field)
+	case "memoryTotalMiB":
+		return ec.fieldContext_GPU_memoryTotalMiB(ctx, field)
+	case "memoryUsedMiB":
+		return ec.fieldContext_GPU_memoryUsedMiB(ctx, field)
+	case "memoryFreeMiB":
+		return ec.fieldContext_GPU_memoryFreeMiB(ctx, field)
+	case "utilisationPercent":
+		return ec.fieldContext_GPU_utilisationPercent(ctx, field)
+	case "temperatureC":
+		return ec.fieldContext_GPU_temperatureC(ctx, field)
+	case "powerWatts":
+		return ec.fieldContext_GPU_powerWatts(ctx, field)
+	case "healthy":
+		return ec.fieldContext_GPU_healthy(ctx, field)
+	case "health":
+		return ec.fieldContext_GPU_health(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type GPU", field.Name)
+}
+
+func (ec *executionContext) childFields_HealthCondition(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_HealthCondition_name(ctx, field)
+	case "ok":
+		return ec.fieldContext_HealthCondition_ok(ctx, field)
+	case "severity":
+		return ec.fieldContext_HealthCondition_severity(ctx, field)
+	case "title":
+		return ec.fieldContext_HealthCondition_title(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type HealthCondition", field.Name)
+}
+
 func (ec *executionContext) childFields_IntSetting(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "inForce":
@@ -1091,6 +1581,18 @@ func (ec *executionContext) childFields_IntSetting(ctx context.Context, field gr
 		return ec.fieldContext_IntSetting_isDefault(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type IntSetting", field.Name)
+}
+
+func (ec *executionContext) childFields_Label(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_Label_key(ctx, field)
+	case "value":
+		return ec.fieldContext_Label_value(ctx, field)
+	case "source":
+		return ec.fieldContext_Label_source(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Label", field.Name)
 }
 
 func (ec *executionContext) childFields_Organisation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1121,6 +1623,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_queueTimeoutHours(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Pool_createdAt(ctx, field)
+	case "runnerSeen":
+		return ec.fieldContext_Pool_runnerSeen(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }
@@ -1147,8 +1651,56 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_decidedAt(ctx, field)
 	case "certificate":
 		return ec.fieldContext_Runner_certificate(ctx, field)
+	case "online":
+		return ec.fieldContext_Runner_online(ctx, field)
+	case "lastHeartbeatAt":
+		return ec.fieldContext_Runner_lastHeartbeatAt(ctx, field)
+	case "takingWork":
+		return ec.fieldContext_Runner_takingWork(ctx, field)
+	case "agentVersion":
+		return ec.fieldContext_Runner_agentVersion(ctx, field)
+	case "capacity":
+		return ec.fieldContext_Runner_capacity(ctx, field)
+	case "gpus":
+		return ec.fieldContext_Runner_gpus(ctx, field)
+	case "labels":
+		return ec.fieldContext_Runner_labels(ctx, field)
+	case "health":
+		return ec.fieldContext_Runner_health(ctx, field)
+	case "quarantined":
+		return ec.fieldContext_Runner_quarantined(ctx, field)
+	case "quarantineReason":
+		return ec.fieldContext_Runner_quarantineReason(ctx, field)
+	case "quarantinedAt":
+		return ec.fieldContext_Runner_quarantinedAt(ctx, field)
+	case "draining":
+		return ec.fieldContext_Runner_draining(ctx, field)
+	case "retired":
+		return ec.fieldContext_Runner_retired(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Runner", field.Name)
+}
+
+func (ec *executionContext) childFields_RunnerCapacity(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "hostname":
+		return ec.fieldContext_RunnerCapacity_hostname(ctx, field)
+	case "cores":
+		return ec.fieldContext_RunnerCapacity_cores(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_RunnerCapacity_memoryMiB(ctx, field)
+	case "memoryAvailableMiB":
+		return ec.fieldContext_RunnerCapacity_memoryAvailableMiB(ctx, field)
+	case "diskFreeMiB":
+		return ec.fieldContext_RunnerCapacity_diskFreeMiB(ctx, field)
+	case "limitedBy":
+		return ec.fieldContext_RunnerCapacity_limitedBy(ctx, field)
+	case "gpusUnavailable":
+		return ec.fieldContext_RunnerCapacity_gpusUnavailable(ctx, field)
+	case "driverVersion":
+		return ec.fieldContext_RunnerCapacity_driverVersion(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunnerCapacity", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1303,6 +1855,20 @@ func (ec *executionContext) field_Mutation_approveRunner_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_clearQuarantine_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_createAdminToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1367,7 +1933,57 @@ func (ec *executionContext) field_Mutation_createPool_args(ctx context.Context, 
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_drainRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_rejectRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resumeRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_retireRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
@@ -2200,6 +2816,351 @@ func (ec *executionContext) fieldContext_CreatedEnrolmentToken_pool(_ context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _GPU_index(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_index(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Index, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_index(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_uuid(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_uuid(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UUID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_uuid(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
+}
+
+func (ec *executionContext) _GPU_name(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
+}
+
+func (ec *executionContext) _GPU_memoryTotalMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_memoryTotalMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryTotalMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_memoryTotalMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_memoryUsedMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_memoryUsedMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryUsedMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_memoryUsedMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_memoryFreeMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_memoryFreeMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryFreeMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_memoryFreeMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_utilisationPercent(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_utilisationPercent(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Utilisation, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_utilisationPercent(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_temperatureC(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_temperatureC(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TemperatureC, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_temperatureC(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPU_powerWatts(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_powerWatts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PowerWatts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_powerWatts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Float")
+}
+
+func (ec *executionContext) _GPU_healthy(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_healthy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Healthy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_healthy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_health(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.GPU().Health(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_health(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPU", field, true, true, "String")
+}
+
+func (ec *executionContext) _HealthCondition_name(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
+}
+
+func (ec *executionContext) _HealthCondition_ok(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_ok(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OK, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_ok(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _HealthCondition_severity(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_severity(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Severity, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_severity(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
+}
+
+func (ec *executionContext) _HealthCondition_title(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_title(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Title, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_title(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
+}
+
 func (ec *executionContext) _IntSetting_inForce(ctx context.Context, field graphql.CollectedField, obj *model.IntSetting) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -2290,6 +3251,75 @@ func (ec *executionContext) _IntSetting_isDefault(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_IntSetting_isDefault(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("IntSetting", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Label_key(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Label_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Label_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Label", field, false, false, "String")
+}
+
+func (ec *executionContext) _Label_value(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Label_value(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Value, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Label_value(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Label", field, false, false, "String")
+}
+
+func (ec *executionContext) _Label_source(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Label_source(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Source, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.LabelSource) graphql.Marshaler {
+			return ec.marshalNLabelSource2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelSource(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Label_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Label", field, false, false, "LabelSource")
 }
 
 func (ec *executionContext) _Mutation_createOrganisation(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -2788,6 +3818,254 @@ func (ec *executionContext) fieldContext_Mutation_revokeRunner(ctx context.Conte
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_drainRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_drainRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DrainRunner(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_drainRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_drainRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resumeRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resumeRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResumeRunner(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resumeRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resumeRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_retireRunner(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_retireRunner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RetireRunner(ctx, fc.Args["id"].(uuid.UUID), fc.Args["reason"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_retireRunner(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_retireRunner_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_clearQuarantine(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_clearQuarantine(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ClearQuarantine(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_clearQuarantine(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_clearQuarantine_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Organisation_id(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3052,6 +4330,29 @@ func (ec *executionContext) _Pool_createdAt(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Pool_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Pool_runnerSeen(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_runnerSeen(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Pool().RunnerSeen(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_runnerSeen(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Pool", field, true, true, "Time")
 }
 
 func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -3763,6 +5064,525 @@ func (ec *executionContext) fieldContext_Runner_certificate(_ context.Context, f
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Runner_online(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_online(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Online(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_online(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Runner_lastHeartbeatAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_lastHeartbeatAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastHeartbeatAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_lastHeartbeatAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Runner_takingWork(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_takingWork(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().TakingWork(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_takingWork(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Runner_agentVersion(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_agentVersion(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AgentVersion, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_agentVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
+}
+
+func (ec *executionContext) _Runner_capacity(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_capacity(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Capacity(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RunnerCapacity) graphql.Marshaler {
+			return ec.marshalNRunnerCapacity2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerCapacity(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_capacity(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunnerCapacity(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_gpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Gpus(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
+			return ec.marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPUᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_gpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_GPU(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_labels(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_labels(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Labels(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.Label) graphql.Marshaler {
+			return ec.marshalNLabel2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_labels(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Label(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_health(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Health(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
+			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐConditionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_health(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HealthCondition(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_quarantined(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_quarantined(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Quarantined(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_quarantined(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Runner_quarantineReason(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_quarantineReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.QuarantineReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_quarantineReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
+}
+
+func (ec *executionContext) _Runner_quarantinedAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_quarantinedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.QuarantinedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_quarantinedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Runner_draining(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_draining(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Draining, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_draining(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Runner_retired(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_retired(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Retired(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_retired(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _RunnerCapacity_hostname(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_hostname(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Hostname, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_hostname(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerCapacity_cores(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_cores(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cores, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_cores(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "Float")
+}
+
+func (ec *executionContext) _RunnerCapacity_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_memoryMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_memoryMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RunnerCapacity_memoryAvailableMiB(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_memoryAvailableMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryAvailableMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_memoryAvailableMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RunnerCapacity_diskFreeMiB(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_diskFreeMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DiskFreeMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_diskFreeMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RunnerCapacity_limitedBy(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_limitedBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LimitedBy, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_limitedBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerCapacity_gpusUnavailable(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_gpusUnavailable(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GpusUnavailable, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_gpusUnavailable(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerCapacity_driverVersion(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_driverVersion(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DriverVersion, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_driverVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -5367,6 +7187,138 @@ func (ec *executionContext) _CreatedEnrolmentToken(ctx context.Context, sel ast.
 	return out
 }
 
+var gPUImplementors = []string{"GPU"}
+
+func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj *runnerapi.GPU) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, gPUImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("GPU")
+		case "index":
+			out.Values[i] = ec._GPU_index(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "uuid":
+			out.Values[i] = ec._GPU_uuid(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "name":
+			out.Values[i] = ec._GPU_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "memoryTotalMiB":
+			out.Values[i] = ec._GPU_memoryTotalMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "memoryUsedMiB":
+			out.Values[i] = ec._GPU_memoryUsedMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "memoryFreeMiB":
+			out.Values[i] = ec._GPU_memoryFreeMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "utilisationPercent":
+			out.Values[i] = ec._GPU_utilisationPercent(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "temperatureC":
+			out.Values[i] = ec._GPU_temperatureC(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "powerWatts":
+			out.Values[i] = ec._GPU_powerWatts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "healthy":
+			out.Values[i] = ec._GPU_healthy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "health":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._GPU_health(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var healthConditionImplementors = []string{"HealthCondition"}
+
+func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.SelectionSet, obj *runnerapi.Condition) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, healthConditionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("HealthCondition")
+		case "name":
+			out.Values[i] = ec._HealthCondition_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "ok":
+			out.Values[i] = ec._HealthCondition_ok(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "severity":
+			out.Values[i] = ec._HealthCondition_severity(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "title":
+			out.Values[i] = ec._HealthCondition_title(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var intSettingImplementors = []string{"IntSetting"}
 
 func (ec *executionContext) _IntSetting(ctx context.Context, sel ast.SelectionSet, obj *model.IntSetting) graphql.Marshaler {
@@ -5395,6 +7347,49 @@ func (ec *executionContext) _IntSetting(ctx context.Context, sel ast.SelectionSe
 			}
 		case "isDefault":
 			out.Values[i] = ec._IntSetting_isDefault(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var labelImplementors = []string{"Label"}
+
+func (ec *executionContext) _Label(ctx context.Context, sel ast.SelectionSet, obj *model.Label) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, labelImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Label")
+		case "key":
+			out.Values[i] = ec._Label_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "value":
+			out.Values[i] = ec._Label_value(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "source":
+			out.Values[i] = ec._Label_source(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -5486,6 +7481,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "revokeRunner":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_revokeRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "drainRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_drainRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resumeRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resumeRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "retireRunner":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_retireRunner(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "clearQuarantine":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_clearQuarantine(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -5600,6 +7623,12 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "runnerSeen":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_runnerSeen(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -5786,6 +7815,147 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Runner_certificate(ctx, field, obj)
 				})
+		case "online":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_online(ctx, field, obj)
+				})
+		case "lastHeartbeatAt":
+			out.Values[i] = ec._Runner_lastHeartbeatAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "takingWork":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_takingWork(ctx, field, obj)
+				})
+		case "agentVersion":
+			out.Values[i] = ec._Runner_agentVersion(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "capacity":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_capacity(ctx, field, obj)
+				})
+		case "gpus":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_gpus(ctx, field, obj)
+				})
+		case "labels":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_labels(ctx, field, obj)
+				})
+		case "health":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_health(ctx, field, obj)
+				})
+		case "quarantined":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_quarantined(ctx, field, obj)
+				})
+		case "quarantineReason":
+			out.Values[i] = ec._Runner_quarantineReason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "quarantinedAt":
+			out.Values[i] = ec._Runner_quarantinedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "draining":
+			out.Values[i] = ec._Runner_draining(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "retired":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_retired(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runnerCapacityImplementors = []string{"RunnerCapacity"}
+
+func (ec *executionContext) _RunnerCapacity(ctx context.Context, sel ast.SelectionSet, obj *model.RunnerCapacity) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runnerCapacityImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunnerCapacity")
+		case "hostname":
+			out.Values[i] = ec._RunnerCapacity_hostname(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cores":
+			out.Values[i] = ec._RunnerCapacity_cores(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "memoryMiB":
+			out.Values[i] = ec._RunnerCapacity_memoryMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "memoryAvailableMiB":
+			out.Values[i] = ec._RunnerCapacity_memoryAvailableMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "diskFreeMiB":
+			out.Values[i] = ec._RunnerCapacity_diskFreeMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "limitedBy":
+			out.Values[i] = ec._RunnerCapacity_limitedBy(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "gpusUnavailable":
+			out.Values[i] = ec._RunnerCapacity_gpusUnavailable(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "driverVersion":
+			out.Values[i] = ec._RunnerCapacity_driverVersion(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -6246,6 +8416,60 @@ func (ec *executionContext) marshalNCreatedEnrolmentToken2ᚖgithubᚗcomᚋrunm
 	return ec._CreatedEnrolmentToken(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
+	res, err := graphql.UnmarshalFloatContext(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNFloat2float64(ctx context.Context, sel ast.SelectionSet, v float64) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalFloatContext(v)
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Float!")
+	}
+	return graphql.WrapContextMarshaler(ctx, res)
+}
+
+func (ec *executionContext) marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPU(ctx context.Context, sel ast.SelectionSet, v runnerapi.GPU) graphql.Marshaler {
+	return ec._GPU(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPU(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐCondition(ctx context.Context, sel ast.SelectionSet, v runnerapi.Condition) graphql.Marshaler {
+	return ec._HealthCondition(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐCondition(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (uuid.UUID, error) {
 	res, err := model.UnmarshalUUID(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -6288,12 +8512,56 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) unmarshalNInt2int64(ctx context.Context, v any) (int64, error) {
+	res, err := graphql.UnmarshalInt64(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNInt2int64(ctx context.Context, sel ast.SelectionSet, v int64) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalInt64(v)
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "Int!")
+	}
+	return res
+}
+
 func (ec *executionContext) marshalNIntSetting2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐIntSetting(ctx context.Context, sel ast.SelectionSet, v *model.IntSetting) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "IntSetting!")
 		return graphql.Null
 	}
 	return ec._IntSetting(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNLabel2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabel(ctx context.Context, sel ast.SelectionSet, v model.Label) graphql.Marshaler {
+	return ec._Label(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNLabel2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelᚄ(ctx context.Context, sel ast.SelectionSet, v []model.Label) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNLabel2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabel(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNLabelSource2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelSource(ctx context.Context, v any) (model.LabelSource, error) {
+	var res model.LabelSource
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNLabelSource2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelSource(ctx context.Context, sel ast.SelectionSet, v model.LabelSource) graphql.Marshaler {
+	return v
 }
 
 func (ec *executionContext) marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v store.Organisation) graphql.Marshaler {
@@ -6408,6 +8676,14 @@ func (ec *executionContext) marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmesh�
 	return ec._Runner(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNRunnerCapacity2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerCapacity(ctx context.Context, sel ast.SelectionSet, v *model.RunnerCapacity) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "RunnerCapacity!")
+		return graphql.Null
+	}
+	return ec._RunnerCapacity(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, v any) (store.RunnerStatus, error) {
 	tmp, err := graphql.UnmarshalString(v)
 	res := unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[tmp]
@@ -6450,6 +8726,35 @@ func (ec *executionContext) marshalNString2string(ctx context.Context, sel ast.S
 		graphql.AddInvalidNullFromMarshaler(ctx, "String!")
 	}
 	return res
+}
+
+func (ec *executionContext) unmarshalNString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNString2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNString2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {

@@ -3,6 +3,10 @@
 package model
 
 import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -61,10 +65,31 @@ type IntSetting struct {
 	IsDefault bool `json:"isDefault"`
 }
 
+type Label struct {
+	Key    string      `json:"key"`
+	Value  string      `json:"value"`
+	Source LabelSource `json:"source"`
+}
+
 type Mutation struct {
 }
 
 type Query struct {
+}
+
+type RunnerCapacity struct {
+	Hostname string `json:"hostname"`
+	// CPU cores this runner may use (its cgroup's quota, if lower than the host's).
+	Cores              float64 `json:"cores"`
+	MemoryMiB          int     `json:"memoryMiB"`
+	MemoryAvailableMiB int     `json:"memoryAvailableMiB"`
+	// Free disk under the agent's work directory.
+	DiskFreeMiB int `json:"diskFreeMiB"`
+	// Which figures a cgroup limit lowered: cpu, memory.
+	LimitedBy []string `json:"limitedBy"`
+	// Why the runner reports no GPUs, when NVML could not be used.
+	GpusUnavailable *string `json:"gpusUnavailable,omitempty"`
+	DriverVersion   *string `json:"driverVersion,omitempty"`
 }
 
 type UpdatePoolInput struct {
@@ -72,4 +97,61 @@ type UpdatePoolInput struct {
 	Name              *string                 `json:"name,omitempty"`
 	LeaseSeconds      graphql.Omittable[*int] `json:"leaseSeconds,omitempty"`
 	QueueTimeoutHours graphql.Omittable[*int] `json:"queueTimeoutHours,omitempty"`
+}
+
+type LabelSource string
+
+const (
+	// Measured by the agent (keys under runmesh.io/).
+	LabelSourceDetected LabelSource = "DETECTED"
+	// Written in the agent's configuration.
+	LabelSourceDeclared LabelSource = "DECLARED"
+)
+
+var AllLabelSource = []LabelSource{
+	LabelSourceDetected,
+	LabelSourceDeclared,
+}
+
+func (e LabelSource) IsValid() bool {
+	switch e {
+	case LabelSourceDetected, LabelSourceDeclared:
+		return true
+	}
+	return false
+}
+
+func (e LabelSource) String() string {
+	return string(e)
+}
+
+func (e *LabelSource) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = LabelSource(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid LabelSource", str)
+	}
+	return nil
+}
+
+func (e LabelSource) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *LabelSource) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e LabelSource) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }

@@ -12,6 +12,16 @@ import (
 	"github.com/google/uuid"
 )
 
+// InputError is a value the caller sent that a scalar cannot read: always
+// the caller's mistake (BAD_INPUT), never ours.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+func inputErrorf(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
 // MarshalUUID writes an ID held as a UUID.
 func MarshalUUID(id uuid.UUID) graphql.Marshaler {
 	return graphql.WriterFunc(func(w io.Writer) {
@@ -23,11 +33,11 @@ func MarshalUUID(id uuid.UUID) graphql.Marshaler {
 func UnmarshalUUID(v any) (uuid.UUID, error) {
 	s, ok := v.(string)
 	if !ok {
-		return uuid.Nil, fmt.Errorf("an ID must be a string, got %T", v)
+		return uuid.Nil, inputErrorf("an ID must be a string, got %T", v)
 	}
 	id, err := uuid.Parse(s)
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("%q is not a valid ID", s)
+		return uuid.Nil, inputErrorf("%q is not a valid ID", s)
 	}
 	return id, nil
 }
@@ -43,11 +53,11 @@ func MarshalInt64ID(id int64) graphql.Marshaler {
 func UnmarshalInt64ID(v any) (int64, error) {
 	s, ok := v.(string)
 	if !ok {
-		return 0, fmt.Errorf("an ID must be a string, got %T", v)
+		return 0, inputErrorf("an ID must be a string, got %T", v)
 	}
 	id, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a valid ID", s)
+		return 0, inputErrorf("%q is not a valid ID", s)
 	}
 	return id, nil
 }

@@ -29,9 +29,16 @@ var (
 // and returns the executable's path.
 func Binary(t testing.TB, pkg string) string {
 	t.Helper()
+	return BinaryWithTags(t, pkg, "")
+}
+
+// BinaryWithTags is Binary built with -tags tags.
+func BinaryWithTags(t testing.TB, pkg, tags string) string {
+	t.Helper()
 	buildMu.Lock()
 	defer buildMu.Unlock()
-	if p, ok := built[pkg]; ok {
+	key := pkg + " " + tags
+	if p, ok := built[key]; ok {
 		return p
 	}
 	if buildDir == "" {
@@ -42,11 +49,14 @@ func Binary(t testing.TB, pkg string) string {
 		buildDir = dir
 	}
 	out := filepath.Join(buildDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	if tags != "" {
+		out += "-" + strings.ReplaceAll(tags, ",", "-")
+	}
+	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
-	built[pkg] = out
+	built[key] = out
 	return out
 }
 

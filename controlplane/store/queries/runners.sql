@@ -20,7 +20,7 @@ VALUES (@pool_id, @name, @public_key, @fingerprint, @csr, @enrolment_token_id)
 RETURNING *;
 
 -- name: GetRunner :one
-SELECT sqlc.embed(r), p.organisation_id
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = @id
   AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
@@ -31,26 +31,25 @@ WHERE r.id = @id
 -- not UPDATE: approval issues a certificate whose row references the runner
 -- (a KEY SHARE lock, taken on another connection), which FOR UPDATE would
 -- block until this very transaction ends.
-SELECT sqlc.embed(r), p.organisation_id
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = @id
   AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
 FOR NO KEY UPDATE OF r;
 
 -- name: ListRunners :many
-SELECT sqlc.embed(r), p.organisation_id
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
   AND (sqlc.narg('pool_id')::uuid IS NULL OR r.pool_id = sqlc.narg('pool_id'))
   AND (sqlc.narg('status')::text IS NULL OR r.status = sqlc.narg('status'))
 ORDER BY r.enrolled_at, r.id;
 
--- name: SetRunnerStatus :one
+-- name: SetRunnerStatus :exec
 UPDATE runners
 SET status = @status, status_reason = @status_reason,
     decided_at = coalesce(sqlc.narg('now')::timestamptz, now()), decided_by = sqlc.narg('decided_by')
-WHERE id = @id
-RETURNING *;
+WHERE id = @id;
 
 -- name: NotifyRunnerStatus :exec
 -- Wakes enrolment long-polls (and mTLS checks) on every replica; delivered
@@ -77,6 +76,10 @@ SELECT DISTINCT ON (runner_id) *
 FROM certificates
 WHERE runner_id = ANY(@runner_ids::uuid[])
 ORDER BY runner_id, not_after DESC;
+
+-- name: NotifyRevocation :exec
+-- A serial was revoked: every replica drops what it cached about it.
+SELECT pg_notify('runmesh_revocations', @serial::text);
 
 -- name: InsertRevocation :execrows
 INSERT INTO certificate_revocations (serial, reason_code, reason, revoked_at, expires_at, mtls, provisioner_id)

@@ -85,16 +85,31 @@ type Pool struct {
 }
 
 type Runner struct {
-	ID               uuid.UUID
-	PoolID           uuid.UUID
-	Name             string
-	Status           string
-	StatusReason     string
-	PublicKey        []byte
-	Fingerprint      string
-	Csr              []byte
-	EnrolmentTokenID uuid.UUID
-	EnrolledAt       time.Time
-	DecidedAt        *time.Time
-	DecidedBy        uuid.NullUUID
+	ID                uuid.UUID
+	PoolID            uuid.UUID
+	Name              string
+	Status            string
+	StatusReason      string
+	PublicKey         []byte
+	Fingerprint       string
+	Csr               []byte
+	EnrolmentTokenID  uuid.UUID
+	EnrolledAt        time.Time
+	DecidedAt         *time.Time
+	DecidedBy         uuid.NullUUID
+	AgentVersion      string
+	LastHeartbeatAt   *time.Time
+	LastWorkRequestAt *time.Time
+	Capacity          []byte
+	Gpus              []byte
+	Health            []byte
+	Cores             float64
+	MemoryMib         int64
+	GpuCount          int32
+	GpusHealthy       int32
+	Inventory         []byte
+	QuarantinedAt     *time.Time
+	QuarantineReason  string
+	Draining          bool
+	RetiredAt         *time.Time
 }

@@ -71,7 +71,7 @@ func (q *Queries) CreateEnrolmentToken(ctx context.Context, db DBTX, arg CreateE
 const createRunner = `-- name: CreateRunner :one
 INSERT INTO runners (pool_id, name, public_key, fingerprint, csr, enrolment_token_id)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, pool_id, name, status, status_reason, public_key, fingerprint, csr, enrolment_token_id, enrolled_at, decided_at, decided_by
+RETURNING id, pool_id, name, status, status_reason, public_key, fingerprint, csr, enrolment_token_id, enrolled_at, decided_at, decided_by, agent_version, last_heartbeat_at, last_work_request_at, capacity, gpus, health, cores, memory_mib, gpu_count, gpus_healthy, inventory, quarantined_at, quarantine_reason, draining, retired_at
 `
 
 type CreateRunnerParams struct {
@@ -106,6 +106,21 @@ func (q *Queries) CreateRunner(ctx context.Context, db DBTX, arg CreateRunnerPar
 		&i.EnrolledAt,
 		&i.DecidedAt,
 		&i.DecidedBy,
+		&i.AgentVersion,
+		&i.LastHeartbeatAt,
+		&i.LastWorkRequestAt,
+		&i.Capacity,
+		&i.Gpus,
+		&i.Health,
+		&i.Cores,
+		&i.MemoryMib,
+		&i.GpuCount,
+		&i.GpusHealthy,
+		&i.Inventory,
+		&i.QuarantinedAt,
+		&i.QuarantineReason,
+		&i.Draining,
+		&i.RetiredAt,
 	)
 	return i, err
 }
@@ -129,7 +144,7 @@ func (q *Queries) GetCertificate(ctx context.Context, db DBTX, serial string) (C
 }
 
 const getRunner = `-- name: GetRunner :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, p.organisation_id
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -142,8 +157,9 @@ type GetRunnerParams struct {
 }
 
 type GetRunnerRow struct {
-	Runner         Runner
-	OrganisationID uuid.NullUUID
+	Runner           Runner
+	OrganisationID   uuid.NullUUID
+	PoolLeaseSeconds *int32
 }
 
 func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (GetRunnerRow, error) {
@@ -162,13 +178,29 @@ func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (
 		&i.Runner.EnrolledAt,
 		&i.Runner.DecidedAt,
 		&i.Runner.DecidedBy,
+		&i.Runner.AgentVersion,
+		&i.Runner.LastHeartbeatAt,
+		&i.Runner.LastWorkRequestAt,
+		&i.Runner.Capacity,
+		&i.Runner.Gpus,
+		&i.Runner.Health,
+		&i.Runner.Cores,
+		&i.Runner.MemoryMib,
+		&i.Runner.GpuCount,
+		&i.Runner.GpusHealthy,
+		&i.Runner.Inventory,
+		&i.Runner.QuarantinedAt,
+		&i.Runner.QuarantineReason,
+		&i.Runner.Draining,
+		&i.Runner.RetiredAt,
 		&i.OrganisationID,
+		&i.PoolLeaseSeconds,
 	)
 	return i, err
 }
 
 const getRunnerForUpdate = `-- name: GetRunnerForUpdate :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, p.organisation_id
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -182,8 +214,9 @@ type GetRunnerForUpdateParams struct {
 }
 
 type GetRunnerForUpdateRow struct {
-	Runner         Runner
-	OrganisationID uuid.NullUUID
+	Runner           Runner
+	OrganisationID   uuid.NullUUID
+	PoolLeaseSeconds *int32
 }
 
 // Locks the runner: approval, rejection and revocation of one runner apply
@@ -207,7 +240,23 @@ func (q *Queries) GetRunnerForUpdate(ctx context.Context, db DBTX, arg GetRunner
 		&i.Runner.EnrolledAt,
 		&i.Runner.DecidedAt,
 		&i.Runner.DecidedBy,
+		&i.Runner.AgentVersion,
+		&i.Runner.LastHeartbeatAt,
+		&i.Runner.LastWorkRequestAt,
+		&i.Runner.Capacity,
+		&i.Runner.Gpus,
+		&i.Runner.Health,
+		&i.Runner.Cores,
+		&i.Runner.MemoryMib,
+		&i.Runner.GpuCount,
+		&i.Runner.GpusHealthy,
+		&i.Runner.Inventory,
+		&i.Runner.QuarantinedAt,
+		&i.Runner.QuarantineReason,
+		&i.Runner.Draining,
+		&i.Runner.RetiredAt,
 		&i.OrganisationID,
+		&i.PoolLeaseSeconds,
 	)
 	return i, err
 }
@@ -326,7 +375,7 @@ func (q *Queries) LatestRunnerCertificate(ctx context.Context, db DBTX, runnerID
 }
 
 const listRunners = `-- name: ListRunners :many
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, p.organisation_id
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR r.pool_id = $3)
@@ -342,8 +391,9 @@ type ListRunnersParams struct {
 }
 
 type ListRunnersRow struct {
-	Runner         Runner
-	OrganisationID uuid.NullUUID
+	Runner           Runner
+	OrganisationID   uuid.NullUUID
+	PoolLeaseSeconds *int32
 }
 
 func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParams) ([]ListRunnersRow, error) {
@@ -373,7 +423,23 @@ func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParam
 			&i.Runner.EnrolledAt,
 			&i.Runner.DecidedAt,
 			&i.Runner.DecidedBy,
+			&i.Runner.AgentVersion,
+			&i.Runner.LastHeartbeatAt,
+			&i.Runner.LastWorkRequestAt,
+			&i.Runner.Capacity,
+			&i.Runner.Gpus,
+			&i.Runner.Health,
+			&i.Runner.Cores,
+			&i.Runner.MemoryMib,
+			&i.Runner.GpuCount,
+			&i.Runner.GpusHealthy,
+			&i.Runner.Inventory,
+			&i.Runner.QuarantinedAt,
+			&i.Runner.QuarantineReason,
+			&i.Runner.Draining,
+			&i.Runner.RetiredAt,
 			&i.OrganisationID,
+			&i.PoolLeaseSeconds,
 		); err != nil {
 			return nil, err
 		}
@@ -383,6 +449,16 @@ func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParam
 		return nil, err
 	}
 	return items, nil
+}
+
+const notifyRevocation = `-- name: NotifyRevocation :exec
+SELECT pg_notify('runmesh_revocations', $1::text)
+`
+
+// A serial was revoked: every replica drops what it cached about it.
+func (q *Queries) NotifyRevocation(ctx context.Context, db DBTX, serial string) error {
+	_, err := db.Exec(ctx, notifyRevocation, serial)
+	return err
 }
 
 const notifyRunnerStatus = `-- name: NotifyRunnerStatus :exec
@@ -419,12 +495,11 @@ func (q *Queries) RevokeRunnerCertificates(ctx context.Context, db DBTX, arg Rev
 	return result.RowsAffected(), nil
 }
 
-const setRunnerStatus = `-- name: SetRunnerStatus :one
+const setRunnerStatus = `-- name: SetRunnerStatus :exec
 UPDATE runners
 SET status = $1, status_reason = $2,
     decided_at = coalesce($3::timestamptz, now()), decided_by = $4
 WHERE id = $5
-RETURNING id, pool_id, name, status, status_reason, public_key, fingerprint, csr, enrolment_token_id, enrolled_at, decided_at, decided_by
 `
 
 type SetRunnerStatusParams struct {
@@ -435,30 +510,15 @@ type SetRunnerStatusParams struct {
 	ID           uuid.UUID
 }
 
-func (q *Queries) SetRunnerStatus(ctx context.Context, db DBTX, arg SetRunnerStatusParams) (Runner, error) {
-	row := db.QueryRow(ctx, setRunnerStatus,
+func (q *Queries) SetRunnerStatus(ctx context.Context, db DBTX, arg SetRunnerStatusParams) error {
+	_, err := db.Exec(ctx, setRunnerStatus,
 		arg.Status,
 		arg.StatusReason,
 		arg.Now,
 		arg.DecidedBy,
 		arg.ID,
 	)
-	var i Runner
-	err := row.Scan(
-		&i.ID,
-		&i.PoolID,
-		&i.Name,
-		&i.Status,
-		&i.StatusReason,
-		&i.PublicKey,
-		&i.Fingerprint,
-		&i.Csr,
-		&i.EnrolmentTokenID,
-		&i.EnrolledAt,
-		&i.DecidedAt,
-		&i.DecidedBy,
-	)
-	return i, err
+	return err
 }
 
 const useEnrolmentToken = `-- name: UseEnrolmentToken :one

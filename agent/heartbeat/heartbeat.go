@@ -1,0 +1,106 @@
+// Package heartbeat reports the runner to the control plane every
+// leaseSeconds/3 (the server says how long that is), with jitter so a fleet
+// started together does not beat together. A failed beat is retried sooner.
+package heartbeat
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"time"
+
+	"github.com/runmesh/runmesh/agent/capacity"
+	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+// Beat is one heartbeat's outcome, for whoever watches the loop.
+type Beat struct {
+	Capacity runnerapi.Capacity
+	Response runnerapi.HeartbeatResponse
+	Err      error
+}
+
+// Loop sends heartbeats.
+type Loop struct {
+	Client    *runnerclient.Client
+	Collector *capacity.Collector
+	RunnerID  string
+	Version   string
+	Log       *slog.Logger
+	// Health lists the agent's conditions for each beat.
+	Health func(runnerapi.Capacity) []runnerapi.Condition
+	// Observe, if set, sees every beat.
+	Observe func(Beat)
+	// First is the interval before the server has said (10 s: a 30 s lease).
+	First time.Duration
+}
+
+// Run beats until ctx ends.
+func (l *Loop) Run(ctx context.Context) {
+	interval := l.First
+	if interval == 0 {
+		interval = 10 * time.Second
+	}
+	failures := 0
+	for {
+		b := l.beat(ctx)
+		if l.Observe != nil {
+			l.Observe(b)
+		}
+		next := interval
+		if b.Err == nil {
+			failures = 0
+			if s := b.Response.NextHeartbeatSeconds; s > 0 {
+				interval = time.Duration(s) * time.Second
+			}
+			next = interval
+		} else {
+			failures++
+			l.Log.Warn("heartbeat failed", "err", b.Err, "failures_in_a_row", failures)
+			// Retry sooner than the interval, so a lease survives one lost beat.
+			next = min(interval, time.Duration(failures)*time.Second)
+		}
+		jittered := time.Duration(float64(next) * (0.9 + 0.2*rand.Float64()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(jittered):
+		}
+	}
+}
+
+func (l *Loop) beat(ctx context.Context) Beat {
+	c, err := l.Collector.Measure()
+	if err != nil {
+		return Beat{Err: fmt.Errorf("measure capacity: %w", err)}
+	}
+	req := runnerapi.HeartbeatRequest{RunnerID: l.RunnerID, AgentVersion: l.Version, Capacity: c}
+	if l.Health != nil {
+		req.Health = l.Health(c)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var resp runnerapi.HeartbeatResponse
+	err = l.Client.Do(ctx, http.MethodPost, runnerapi.PathHeartbeat, req, &resp)
+	return Beat{Capacity: c, Response: resp, Err: err}
+}
+
+// Conditions is the agent's health derived from a measurement: NVML usable,
+// each GPU healthy.
+func Conditions(c runnerapi.Capacity) []runnerapi.Condition {
+	var out []runnerapi.Condition
+	if c.GPUsUnavailable != "" {
+		out = append(out, runnerapi.Condition{Name: "nvml", OK: false, Severity: "warning", Title: c.GPUsUnavailable})
+	} else {
+		out = append(out, runnerapi.Condition{Name: "nvml", OK: true, Severity: "info", Title: fmt.Sprintf("%d GPUs, driver %s", len(c.GPUs), c.DriverVersion)})
+	}
+	for _, g := range c.GPUs {
+		if !g.Healthy {
+			out = append(out, runnerapi.Condition{Name: fmt.Sprintf("gpu-%d", g.Index), OK: false, Severity: "error", Title: fmt.Sprintf("GPU %d (%s) unhealthy: %s", g.Index, g.UUID, g.Health)})
+		}
+	}
+	return out
+}

@@ -1,0 +1,279 @@
+package controlplane_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+func measured(gpus int) runnerapi.Capacity {
+	c := runnerapi.Capacity{
+		Host:          runnerapi.HostCapacity{Hostname: "gpu-01", Cores: 64, MemoryMiB: 512 * 1024, MemoryAvailableMiB: 500 * 1024, DiskFreeMiB: 1 << 20},
+		DriverVersion: "550.54.15",
+		Labels: []runnerapi.Label{
+			{Key: "runmesh.io/gpu.count", Value: fmt.Sprint(gpus), Source: runnerapi.LabelDetected},
+			{Key: "rack", Value: "r12", Source: runnerapi.LabelDeclared},
+		},
+		GPUs: []runnerapi.GPU{},
+	}
+	for i := range gpus {
+		c.GPUs = append(c.GPUs, runnerapi.GPU{
+			Index: i, UUID: fmt.Sprintf("GPU-%08d", i), Name: "NVIDIA H200", MemoryTotalMiB: 143771,
+			MemoryUsedMiB: 1000, MemoryFreeMiB: 142771, Utilisation: 50, TemperatureC: 40, PowerWatts: 300, Healthy: true,
+		})
+	}
+	return c
+}
+
+// enrolWithCapacity enrols, approves and returns a client certificate.
+func (b *testBundle) approvedRunner(t *testing.T, c runnerapi.Capacity) (string, *http.Client, *tls.Certificate) {
+	t.Helper()
+	k := newRunnerKey(t)
+	body, _ := json.Marshal(runnerapi.EnrolRequest{Token: b.enrolmentToken(t, b.poolA.ID), Name: "gpu-" + uuid.NewString()[:8], PublicKey: k.pub(), CSR: k.csr, Capacity: c})
+	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathEnrol, body)
+	require.Equal(t, http.StatusCreated, r.Status, r.Body)
+	var resp runnerapi.EnrolResponse
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &resp))
+	b.approve(t, resp.RunnerID, k)
+	cert := b.certificate(t, k, resp.RunnerID)
+	return resp.RunnerID, b.client(cert), cert
+}
+
+func (b *testBundle) beat(t *testing.T, c *http.Client, req runnerapi.HeartbeatRequest) reply {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	return b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, body)
+}
+
+const runnerFields = `id online takingWork quarantined quarantineReason draining retired agentVersion lastHeartbeatAt
+	capacity { hostname cores memoryMiB limitedBy gpusUnavailable driverVersion }
+	gpus { index uuid name memoryTotalMiB utilisationPercent healthy health }
+	labels { key value source } health { name ok severity title }`
+
+func (b *testBundle) runner(t *testing.T, id string) map[string]any {
+	t.Helper()
+	data, code := b.gql(t, b.platform, `query($id: ID!) { runner(id: $id) { `+runnerFields+` } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	return data["runner"].(map[string]any)
+}
+
+func TestHeartbeatsMakeARunnerOnlineWithItsCapacity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(8))
+
+	// Approved, with the capacity reported at enrolment, but not online yet.
+	got := b.runner(t, id)
+	require.Equal(t, false, got["online"])
+	require.Equal(t, false, got["takingWork"])
+	require.Len(t, got["gpus"], 8)
+
+	r := b.beat(t, c, runnerapi.HeartbeatRequest{RunnerID: id, AgentVersion: "1.2.3", Capacity: measured(8),
+		Health: []runnerapi.Condition{{Name: "nvml", OK: true, Severity: "info", Title: "8 GPUs"}}})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.JSONEq(t, `{"next_heartbeat_seconds":10}`, r.Body)
+
+	got = b.runner(t, id)
+	require.Equal(t, true, got["online"])
+	require.Equal(t, true, got["takingWork"])
+	require.Equal(t, "1.2.3", got["agentVersion"])
+	require.Equal(t, map[string]any{"hostname": "gpu-01", "cores": 64.0, "memoryMiB": 524288.0, "limitedBy": []any{}, "gpusUnavailable": nil, "driverVersion": "550.54.15"}, got["capacity"])
+	gpu := got["gpus"].([]any)[3].(map[string]any)
+	require.Equal(t, map[string]any{"index": 3.0, "uuid": "GPU-00000003", "name": "NVIDIA H200", "memoryTotalMiB": 143771.0, "utilisationPercent": 50.0, "healthy": true, "health": nil}, gpu)
+	require.Contains(t, got["labels"], map[string]any{"key": "rack", "value": "r12", "source": "DECLARED"})
+	require.Contains(t, got["labels"], map[string]any{"key": "runmesh.io/gpu.count", "value": "8", "source": "DETECTED"})
+	require.Equal(t, []any{map[string]any{"name": "nvml", "ok": true, "severity": "info", "title": "8 GPUs"}}, got["health"])
+
+	data, code := b.gql(t, b.platform, `query($p: ID!) { pool(id: $p) { runnerSeen } }`, map[string]any{"p": b.poolA.ID})
+	require.Empty(t, code)
+	require.NotNil(t, data["pool"].(map[string]any)["runnerSeen"])
+
+	// Three missed beats (the pool's lease) later it is offline.
+	_, err := b.pool.Exec(context.Background(), "UPDATE runners SET last_heartbeat_at = now() - interval '31 seconds' WHERE id = $1", id)
+	require.NoError(t, err)
+	got = b.runner(t, id)
+	require.Equal(t, false, got["online"])
+	require.Equal(t, true, got["takingWork"], "heard from within three minutes")
+
+	// No admin control makes it online again.
+	for _, m := range []string{"drainRunner", "resumeRunner", "clearQuarantine"} {
+		_, code := b.gql(t, b.platform, fmt.Sprintf(`mutation($id: ID!) { %s(id: $id) { id } }`, m), map[string]any{"id": id})
+		require.Empty(t, code, m)
+		require.Equal(t, false, b.runner(t, id)["online"], m)
+	}
+}
+
+func TestDriftQuarantinesUntilCleared(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(8))
+
+	// A GPU gone and less memory on another.
+	less := measured(8)
+	less.GPUs = less.GPUs[:7]
+	less.GPUs[2].MemoryTotalMiB, less.GPUs[2].MemoryFreeMiB = 80000, 79000
+	r := b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: less})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.Contains(t, r.Body, `"quarantined":true`)
+	got := b.runner(t, id)
+	require.Equal(t, true, got["quarantined"])
+	require.Equal(t, false, got["takingWork"])
+	require.Equal(t, true, got["online"], "a quarantined runner still heartbeats")
+	require.Equal(t, "inventory drift: GPU GPU-00000002 has 80000 MiB of memory, approved with 143771 MiB; GPU GPU-00000007 is missing", got["quarantineReason"])
+
+	// More than approved is not drift; the first reason stays.
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(9)})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.Contains(t, b.runner(t, id)["quarantineReason"], "GPU-00000007 is missing")
+
+	// Clearing accepts what the runner has now (9 GPUs); the same report is
+	// then no drift, but losing one of the nine is.
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { clearQuarantine(id: $id) { quarantined } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, false, b.runner(t, id)["quarantined"])
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(9)}).Status)
+	require.Equal(t, false, b.runner(t, id)["quarantined"])
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)})
+	require.Contains(t, r.Body, `"quarantined":true`)
+
+	// Host memory shrinking is drift too.
+	id2, c2, _ := b.approvedRunner(t, measured(0))
+	small := measured(0)
+	small.Host.MemoryMiB = 256 * 1024
+	small.Host.MemoryAvailableMiB = 200 * 1024
+	b.beat(t, c2, runnerapi.HeartbeatRequest{Capacity: small})
+	require.Equal(t, "inventory drift: host memory is 262144 MiB, approved with 524288 MiB", b.runner(t, id2)["quarantineReason"])
+}
+
+func TestDrainAndRetire(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(1))
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(1)}).Status)
+
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { drainRunner(id: $id) { draining takingWork online } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	r := b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(1)})
+	require.Contains(t, r.Body, `"draining":true`)
+	got := b.runner(t, id)
+	require.Equal(t, false, got["takingWork"])
+	require.Equal(t, true, got["online"])
+
+	_, code = b.gql(t, b.platform, `mutation($id: ID!) { resumeRunner(id: $id) { draining } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, true, b.runner(t, id)["takingWork"])
+
+	data, code := b.gql(t, b.platform, `mutation($id: ID!) { retireRunner(id: $id, reason: "end of lease") { status statusReason retired takingWork } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, map[string]any{"status": "REVOKED", "statusReason": "retired: end of lease", "retired": true, "takingWork": false}, data["retireRunner"])
+	r = b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, []byte(`{}`))
+	require.Equal(t, http.StatusUnauthorized, r.Status, "a retired runner's certificate is revoked")
+	_, code = b.gql(t, b.platform, `mutation($id: ID!) { resumeRunner(id: $id) { draining } }`, map[string]any{"id": id})
+	require.Equal(t, "CONFLICT", code, "a retired runner does not come back")
+}
+
+func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(2))
+	other, _, _ := b.approvedRunner(t, measured(0))
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(2), AgentVersion: "good"}).Status)
+	state := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(context.Background(),
+			"SELECT last_heartbeat_at::text || agent_version || capacity::text || gpus::text || quarantine_reason FROM runners WHERE id = $1", id).Scan(&s))
+		return s
+	}
+	before := state()
+
+	tooMany := measured(65)
+	huge := measured(1)
+	huge.GPUs[0].MemoryTotalMiB = runnerapi.MaxGPUMemoryMiB + 1
+	negative := measured(1)
+	negative.Host.Cores = -1
+	overUsed := measured(1)
+	overUsed.GPUs[0].MemoryUsedMiB = overUsed.GPUs[0].MemoryTotalMiB + 1
+	twice := measured(2)
+	twice.GPUs[1].UUID = twice.GPUs[0].UUID
+	badLabel := measured(0)
+	badLabel.Labels = append(badLabel.Labels, runnerapi.Label{Key: "x", Value: "y", Source: "guessed"})
+	marshal := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+	cases := []struct {
+		name   string
+		body   string
+		status int
+		code   string
+	}{
+		{"more than 64 GPUs", marshal(runnerapi.HeartbeatRequest{Capacity: tooMany}), 400, runnerapi.CodeBadRequest},
+		{"GPU memory over 1 PiB", marshal(runnerapi.HeartbeatRequest{Capacity: huge}), 400, runnerapi.CodeBadRequest},
+		{"negative cores", marshal(runnerapi.HeartbeatRequest{Capacity: negative}), 400, runnerapi.CodeBadRequest},
+		{"used above total", marshal(runnerapi.HeartbeatRequest{Capacity: overUsed}), 400, runnerapi.CodeBadRequest},
+		{"one UUID twice", marshal(runnerapi.HeartbeatRequest{Capacity: twice}), 400, runnerapi.CodeBadRequest},
+		{"unknown label source", marshal(runnerapi.HeartbeatRequest{Capacity: badLabel}), 400, runnerapi.CodeBadRequest},
+		{"NaN", `{"capacity":{"host":{"cores":NaN}}}`, 400, runnerapi.CodeBadRequest},
+		{"another runner", marshal(runnerapi.HeartbeatRequest{RunnerID: other, Capacity: measured(2)}), 403, runnerapi.CodeForbidden},
+		{"unknown field", `{"capacity":{},"gpus_extra":1}`, 400, runnerapi.CodeBadRequest},
+		{"bad severity", marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), Health: []runnerapi.Condition{{Name: "x", Severity: "panic"}}}), 400, runnerapi.CodeBadRequest},
+		{"oversize", `{"agent_version":"` + strings.Repeat("a", runnerapi.MaxBodyBytes) + `"}`, 413, runnerapi.CodeTooLarge},
+	}
+	for _, tc := range cases {
+		r := b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, []byte(tc.body))
+		require.Equal(t, tc.status, r.Status, "%s: %s", tc.name, r.Body)
+		require.Equal(t, tc.code, r.Code, tc.name)
+	}
+	require.Equal(t, before, state())
+
+	// Without a certificate there is no heartbeat at all.
+	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathHeartbeat, []byte(marshal(runnerapi.HeartbeatRequest{Capacity: measured(2)})))
+	require.Equal(t, http.StatusUnauthorized, r.Status)
+}
+
+func TestRevocationReachesOtherReplicas(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, _, cert := b.approvedRunner(t, measured(0))
+	// A second replica on the same database and CA.
+	second, err := controlplane.New(controlplane.Options{
+		Pool: b.pool, Store: b.store, AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	defer second.Stop(context.Background())
+	// The runner keeps a connection open to the second replica.
+	kept := b.client(cert)
+	url := "https://" + second.RunnerAddr().String() + runnerapi.PathWhoAmI
+	resp, err := kept.Get(url)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { revokeRunner(id: $id, reason: "x") { id } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	revoked := time.Now()
+	for {
+		// Refused on the open connection (401), or at a new handshake (error).
+		resp, err := kept.Get(url)
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusUnauthorized {
+			break
+		}
+		require.Less(t, time.Since(revoked), time.Second, "the other replica still accepts the revoked runner")
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("refused by the other replica %v after the revocation", time.Since(revoked))
+}

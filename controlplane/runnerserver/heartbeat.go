@@ -1,0 +1,97 @@
+package runnerserver
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// maxConditions bounds the health list a runner may send.
+const maxConditions = 32
+
+// heartbeat records a runner's capacity and health, quarantining it when
+// its GPUs or memory fall short of what was approved. The answer comes only
+// once the report is durable; a runner that gets an error sends again.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	c := callerFrom(r.Context())
+	var req runnerapi.HeartbeatRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.RunnerID != "" && req.RunnerID != c.runner.ID.String() {
+		writeError(w, http.StatusForbidden, runnerapi.CodeForbidden, "the heartbeat names another runner than the certificate")
+		return
+	}
+	if err := runnerapi.CheckCapacity(req.Capacity); err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
+		return
+	}
+	if err := checkConditions(req.Health); err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "health: "+err.Error())
+		return
+	}
+	if len(req.AgentVersion) > 64 {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "agent_version: at most 64 characters")
+		return
+	}
+	rep, err := fleet.Report(req.Capacity)
+	if err != nil {
+		s.internal(w, r, "heartbeat", err)
+		return
+	}
+	health := req.Health
+	if health == nil {
+		health = []runnerapi.Condition{}
+	}
+	healthJSON, err := json.Marshal(health)
+	if err != nil {
+		s.internal(w, r, "heartbeat", err)
+		return
+	}
+	drift := fleet.Drift(c.inventory, req.Capacity)
+	out, err := s.o.Heartbeats.Submit(r.Context(), store.Heartbeat{
+		RunnerID: c.runner.ID, AgentVersion: req.AgentVersion, Health: healthJSON, Drift: drift, ReportedCapacity: rep,
+	})
+	switch {
+	case errors.Is(err, fleet.ErrNotRecorded):
+		writeError(w, http.StatusUnauthorized, runnerapi.CodeUnauthenticated, "the runner is not approved")
+		return
+	case err != nil:
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the heartbeat was not stored; send it again")
+		return
+	}
+	if drift != "" && c.runner.QuarantinedAt == nil {
+		s.o.Log.Warn("runner quarantined", "runner_id", c.runner.ID, "reason", drift)
+	}
+	if s.o.HeartbeatLatency != nil {
+		s.o.HeartbeatLatency.Observe(time.Since(start).Seconds())
+	}
+	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
+	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
+		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining,
+	})
+}
+
+func checkConditions(cs []runnerapi.Condition) error {
+	if len(cs) > maxConditions {
+		return errors.New("too many conditions")
+	}
+	for _, c := range cs {
+		if c.Name == "" || len(c.Name) > 64 || len(c.Title) > 512 {
+			return errors.New("a condition needs a name (at most 64 characters) and a title of at most 512")
+		}
+		switch c.Severity {
+		case "info", "warning", "error":
+		default:
+			return errors.New("severity is info, warning or error")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,64 @@
+-- name: SetRunnerCapacity :exec
+-- The capacity a runner reported at enrolment, before it may heartbeat.
+UPDATE runners
+SET capacity = @capacity, gpus = @gpus, cores = @cores, memory_mib = @memory_mib,
+    gpu_count = @gpu_count, gpus_healthy = @gpus_healthy
+WHERE id = @id;
+
+-- name: SetRunnerInventory :exec
+-- Snapshots what the runner has now as the inventory later heartbeats are
+-- held to (at approval, and when an administrator clears a quarantine).
+UPDATE runners SET inventory = @inventory WHERE id = @id;
+
+-- name: RecordHeartbeats :many
+-- One statement for a batch of heartbeats, passed as one JSON array. A runner that is no longer
+-- approved matches nothing, and so is not recorded. A drift reason
+-- quarantines a runner that is not quarantined already (the first reason
+-- is kept).
+UPDATE runners r
+SET agent_version     = v.agent_version,
+    last_heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    capacity          = v.capacity,
+    gpus              = v.gpus,
+    health            = v.health,
+    cores             = v.cores,
+    memory_mib        = v.memory_mib,
+    gpu_count         = v.gpu_count,
+    gpus_healthy      = v.gpus_healthy,
+    quarantined_at    = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN coalesce(sqlc.narg('now')::timestamptz, now()) ELSE r.quarantined_at END,
+    quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END
+FROM jsonb_to_recordset(@beats::jsonb) AS v (
+        id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
+        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, drift text)
+WHERE r.id = v.id AND r.status = 'APPROVED'
+RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining;
+
+-- name: SetRunnerDraining :exec
+UPDATE runners SET draining = @draining WHERE id = @id;
+
+-- name: RetireRunner :exec
+UPDATE runners SET retired_at = coalesce(retired_at, now()), draining = true WHERE id = @id;
+
+-- name: ClearQuarantine :exec
+-- Clears the quarantine and takes what the runner has now as its inventory.
+UPDATE runners
+SET quarantined_at = NULL, quarantine_reason = '', inventory = @inventory
+WHERE id = @id;
+
+-- name: FleetCounts :many
+-- Runners by status and whether they heartbeated within their pool's lease
+-- (the "online" rule), with their GPUs: what /metrics shows.
+SELECT r.status,
+       (r.last_heartbeat_at > now() - make_interval(secs => coalesce(p.lease_seconds, @default_lease_seconds::int))) AS online,
+       count(*)::bigint AS runners,
+       coalesce(sum(r.gpu_count), 0)::bigint AS gpus,
+       coalesce(sum(r.gpus_healthy), 0)::bigint AS gpus_healthy
+FROM runners r JOIN pools p ON p.id = r.pool_id
+GROUP BY 1, 2;
+
+-- name: PoolsRunnerSeen :many
+-- The newest heartbeat of any runner in each pool.
+SELECT pool_id, max(last_heartbeat_at)::timestamptz AS seen
+FROM runners
+WHERE pool_id = ANY(@pool_ids::uuid[]) AND last_heartbeat_at IS NOT NULL
+GROUP BY pool_id;

@@ -1,0 +1,82 @@
+package graph_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/graph"
+)
+
+// statements counts the SQL statements a pool runs.
+type statements struct{ n atomic.Int64 }
+
+func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestRunnerListRunsAConstantNumberOfStatements lists runners with their
+// GPUs, pools, organisations and certificates: the statements it costs must
+// not grow with the number of runners.
+func TestRunnerListRunsAConstantNumberOfStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	count := func(runners int) (int64, int) {
+		counter := &statements{}
+		cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
+		require.NoError(t, err)
+		cfg.ConnConfig.Tracer = counter
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		s := store.New(pool)
+		org, err := s.CreateOrganisation(ctx, "org")
+		require.NoError(t, err)
+		p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+		require.NoError(t, err)
+		gpus := make([]runnerapi.GPU, 8)
+		for i := range gpus {
+			gpus[i] = runnerapi.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "NVIDIA H200", MemoryTotalMiB: 143771, Healthy: true}
+		}
+		gpuJSON, _ := json.Marshal(gpus)
+		_, err = pool.Exec(ctx, `
+			WITH t AS (
+				INSERT INTO enrolment_tokens (pool_id, token_hash, expires_at, used_at)
+				SELECT $1, sha256(('token-' || g)::bytea), now() + interval '1 hour', now() FROM generate_series(1, $2) g
+				RETURNING id, token_hash)
+			INSERT INTO runners (pool_id, name, status, public_key, fingerprint, csr, enrolment_token_id, gpus, gpu_count, gpus_healthy, last_heartbeat_at)
+			SELECT $1, 'runner-' || left(encode(t.token_hash, 'hex'), 16), 'APPROVED', sha256(t.token_hash), 'SHA256:x', '\x00', t.id, $3::jsonb, 8, 8, now()
+			FROM t`, p.ID, runners, gpuJSON)
+		require.NoError(t, err)
+		token, digest := tokens.Admin.New()
+		_, err = s.CreateAdminWithToken(ctx, store.NewAdmin{Name: "a", Role: store.RoleOrgAdmin, OrganisationID: &org.ID, TokenHash: digest})
+		require.NoError(t, err)
+
+		b := &testBundle{handler: graph.NewHandler(graph.Options{Store: s})}
+		counter.n.Store(0)
+		r := b.do(t, token, `{ runners { id name online takingWork pool { name runnerSeen organisation { name } } organisation { name }
+			certificate { serial } capacity { cores } labels { key } gpus { uuid memoryTotalMiB utilisationPercent healthy } } }`, nil)
+		require.Empty(t, r.Errors, r.Raw)
+		listed := r.Data["runners"].([]any)
+		require.Len(t, listed, runners)
+		require.Len(t, listed[0].(map[string]any)["gpus"], 8)
+		return counter.n.Load(), len(listed)
+	}
+	few, _ := count(10)
+	many, n := count(1000)
+	t.Logf("%d statements for 10 runners, %d for %d runners with 8 GPUs each", few, many, n)
+	require.Equal(t, few, many)
+	require.LessOrEqual(t, many, int64(8))
+}
