@@ -13,13 +13,16 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
 const usage = `usage: runmesh-bench BENCHMARK [flags]
 
 benchmarks:
-  pki    approval → certificate-on-runner latency, and mTLS handshakes per second
+  pki        approval → certificate-on-runner latency, and mTLS handshakes per second
+  heartbeat  the most runners heartbeating every 10 s with p99 < 100 ms, and the CPU they cost
 `
 
 func main() {
@@ -48,6 +51,25 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return benchPKI(ctx, o, stdout)
+	case "heartbeat":
+		o := heartbeatOptions{}
+		fs.StringVar(&o.server, "server", "bin/runmesh-server", "the runmesh-server binary to run")
+		levels := fs.String("runners", "1000,2500,5000,10000,15000,19000", "runner counts to step through")
+		fs.DurationVar(&o.interval, "interval", 10e9, "heartbeat interval")
+		fs.DurationVar(&o.measure, "measure", 30e9, "how long each level is measured (after one interval to settle)")
+		fs.IntVar(&o.gpus, "gpus", 8, "GPUs each runner reports")
+		fs.DurationVar(&o.goal, "p99", 100e6, "the p99 a level must stay under")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		for _, f := range strings.Split(*levels, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				return fmt.Errorf("-runners: %q is not a count", f)
+			}
+			o.levels = append(o.levels, n)
+		}
+		return benchHeartbeat(ctx, o, stdout)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown benchmark %q", args[0])

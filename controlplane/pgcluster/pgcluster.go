@@ -231,6 +231,10 @@ func (c *Cluster) CreateDatabase(ctx context.Context, db string) error {
 	return nil
 }
 
+// PID is the postmaster's process id; its backends share it as their
+// process group.
+func (c *Cluster) PID() int { return c.cmd.Process.Pid }
+
 // Exited is closed when the server process has ended.
 func (c *Cluster) Exited() <-chan struct{} { return c.exited }
 

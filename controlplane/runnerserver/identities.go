@@ -35,7 +35,7 @@ type identity struct {
 }
 
 func newIdentities(s *store.Store) *identities {
-	return &identities{store: s, ttl: 30 * time.Second, entries: map[string]identity{}}
+	return &identities{store: s, ttl: 5 * time.Minute, entries: map[string]identity{}}
 }
 
 // lookup returns the standing of serial and, when it is usable, its runner.

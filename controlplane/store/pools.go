@@ -109,7 +109,8 @@ func (s *Store) UpdatePool(ctx context.Context, scope Scope, id uuid.UUID, chang
 			return mapErr(err)
 		}
 		out = poolFromRow(row)
-		return nil
+		// Replicas cache runners with their pool's lease: make them re-read.
+		return mapErr(s.q.NotifyRunnerStatus(ctx, s.conn(ctx), "pool:"+id.String()))
 	})
 	return out, err
 }

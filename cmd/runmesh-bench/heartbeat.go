@@ -1,0 +1,525 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane/castore"
+	"github.com/runmesh/runmesh/controlplane/pgcluster"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/pki/ca"
+)
+
+type heartbeatOptions struct {
+	server   string // runmesh-server binary
+	levels   []int
+	interval time.Duration
+	measure  time.Duration
+	gpus     int
+	goal     time.Duration
+}
+
+// benchHeartbeat runs runmesh-server as its own process against a durable
+// PostgreSQL and simulates runners in this process: each has its own key
+// and certificate and keeps its own mutual-TLS connection, and heartbeats
+// every interval (±10%) with a capacity report of gpus GPUs. It raises the
+// number of runners level by level and reports heartbeat latency (request
+// written → answer read, the report durable) and CPU use.
+func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) error {
+	dir, err := os.MkdirTemp("", "runmesh-bench-hb-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "pg"), LogFile: filepath.Join(dir, "pg.log"), Durable: true})
+	if err != nil {
+		return err
+	}
+	defer cluster.Stop()
+	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cluster.URL("runmesh"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := store.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	st := store.New(pool)
+	stateDir := filepath.Join(dir, "server")
+	keys, _, err := ca.Init(filepath.Join(stateDir, "ca"), "bench")
+	if err != nil {
+		return err
+	}
+	// This process issues the runners' certificates as another replica
+	// would: same CA, same database.
+	auth, err := ca.NewAuthority(keys, castore.New(st, nil))
+	if err != nil {
+		return err
+	}
+	p, err := st.CreatePool(ctx, store.NewPool{Name: "bench"})
+	if err != nil {
+		return err
+	}
+
+	srv, runnerAddr, err := startServer(ctx, o.server, dir, stateDir, cluster.URL("runmesh"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+	}()
+
+	roots := x509.NewCertPool()
+	roots.AddCert(keys.Root)
+	body, err := heartbeatBody(o.gpus)
+	if err != nil {
+		return err
+	}
+	request := []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		runnerapi.PathHeartbeat, len(body), body))
+	gpuJSON, inventory, capJSON := fixtureCapacity(o.gpus)
+
+	fmt.Fprintf(out, "runmesh-bench heartbeat — %s; PostgreSQL durable (fsync on); runmesh-server in its own process\n", machine())
+	fmt.Fprintf(out, "each runner: its own Ed25519 key and certificate, one kept-alive mTLS connection, a heartbeat every %v (±10%%) reporting %d GPUs (%d bytes)\n",
+		o.interval, o.gpus, len(body))
+	fmt.Fprintf(out, "%8s %8s %9s %9s %9s %7s %12s %12s %12s\n", "runners", "beats/s", "p50", "p99", "max", "errors", "server CPU", "postgres CPU", "clients CPU")
+
+	var (
+		runners []*simRunner
+		stats   = &beatStats{}
+		best    int
+		bestP99 time.Duration
+	)
+	runCtx, stopRunners := context.WithCancel(ctx)
+	defer stopRunners()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, n := range o.levels {
+		if n <= len(runners) {
+			continue
+		}
+		more, err := createRunners(ctx, pool, auth, p.ID, n-len(runners), gpuJSON, inventory, capJSON)
+		if err != nil {
+			return err
+		}
+		// Connect the newcomers at a steady pace, then let them beat.
+		for _, r := range more {
+			r.request, r.addr, r.roots = request, runnerAddr, roots
+			if err := r.connect(); err != nil {
+				return fmt.Errorf("connect runner: %w", err)
+			}
+			r := r
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.run(runCtx, o.interval, stats)
+			}()
+			time.Sleep(time.Second / 1000)
+		}
+		runners = append(runners, more...)
+		// One interval to settle, then measure.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.interval):
+		}
+		stats.reset()
+		cpu0 := cpuSample(srv.Process.Pid, cluster.PID())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(o.measure):
+		}
+		cpu := cpuSample(srv.Process.Pid, cluster.PID()).sub(cpu0)
+		lat, errs := stats.take()
+		if len(lat) == 0 {
+			return errors.New("no heartbeat completed")
+		}
+		p99 := pct(lat, 99)
+		secs := o.measure.Seconds()
+		fmt.Fprintf(out, "%8d %8.0f %9v %9v %9v %7d %11.2fc %11.2fc %11.2fc\n",
+			len(runners), float64(len(lat))/secs, pct(lat, 50), p99, lat[len(lat)-1].Round(10*time.Microsecond), errs,
+			cpu.server.Seconds()/secs, cpu.postgres.Seconds()/secs, cpu.self.Seconds()/secs)
+		if p99 >= o.goal || errs > len(lat)/1000 {
+			break
+		}
+		best, bestP99 = len(runners), p99
+	}
+	stopRunners()
+	if best == 0 {
+		fmt.Fprintf(out, "no level sustained p99 < %v\n", o.goal)
+		return nil
+	}
+	fmt.Fprintf(out, "largest N sustained with p99 < %v: %d runners (p99 %v) — goal 20,000: %s\n", o.goal, best, bestP99, verdict(best >= 20000))
+	if best == o.levels[len(o.levels)-1] {
+		fmt.Fprintf(out, "(the last level asked for; this machine's open-file limit, %d, bounds how many connections one process holds)\n", fileLimit())
+	}
+	return nil
+}
+
+func fileLimit() uint64 {
+	b, _ := os.ReadFile("/proc/self/limits")
+	m := regexp.MustCompile(`Max open files\s+(\d+)`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return n
+}
+
+// startServer runs runmesh-server serve and returns it with its runner
+// listener's address, once it serves.
+func startServer(ctx context.Context, bin, dir, stateDir, dbURL string) (*exec.Cmd, string, error) {
+	urlFile := filepath.Join(dir, "db-url")
+	if err := os.WriteFile(urlFile, []byte(dbURL), 0o600); err != nil {
+		return nil, "", err
+	}
+	cfg := filepath.Join(dir, "server.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(
+		"version: 1\nstate_dir: %s\ndatabase: {url_file: %s}\nadmin: {listen: '127.0.0.1:0'}\nrunner: {listen: '127.0.0.1:0', names: ['127.0.0.1']}\n",
+		stateDir, urlFile)), 0o600); err != nil {
+		return nil, "", err
+	}
+	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg)
+	logs := &lineWatcher{want: regexp.MustCompile(`"msg":"runner listener up","component":"controlplane","addr":"([^"]+)"`), found: make(chan string, 1)}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+	}
+	select {
+	case addr := <-logs.found:
+		return cmd, addr, nil
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, "", errors.New("runmesh-server did not come up within 60s")
+	}
+}
+
+// lineWatcher passes the server's log through to nowhere, watching for one
+// line.
+type lineWatcher struct {
+	want  *regexp.Regexp
+	found chan string
+	buf   bytes.Buffer
+	once  sync.Once
+}
+
+func (w *lineWatcher) Write(p []byte) (int, error) {
+	w.buf.Write(p)
+	for {
+		line, err := w.buf.ReadString('\n')
+		if err != nil {
+			w.buf.WriteString(line)
+			return len(p), nil
+		}
+		if m := w.want.FindStringSubmatch(line); m != nil {
+			w.once.Do(func() { w.found <- m[1] })
+		}
+	}
+}
+
+func heartbeatBody(gpus int) ([]byte, error) {
+	c := runnerapi.Capacity{
+		Host:          runnerapi.HostCapacity{Hostname: "sim", Cores: 64, MemoryMiB: 524288, MemoryAvailableMiB: 400000, DiskFreeMiB: 1 << 21},
+		DriverVersion: "550.54.15",
+		Labels:        []runnerapi.Label{{Key: "runmesh.io/gpu.count", Value: strconv.Itoa(gpus), Source: runnerapi.LabelDetected}},
+		GPUs:          benchGPUs(gpus),
+	}
+	return json.Marshal(runnerapi.HeartbeatRequest{AgentVersion: "bench", Capacity: c,
+		Health: []runnerapi.Condition{{Name: "nvml", OK: true, Severity: "info", Title: "ok"}}})
+}
+
+func benchGPUs(n int) []runnerapi.GPU {
+	gpus := make([]runnerapi.GPU, n)
+	for i := range gpus {
+		gpus[i] = runnerapi.GPU{Index: i, UUID: fmt.Sprintf("GPU-00000000-0000-4000-8000-%012d", i), Name: "NVIDIA H200",
+			MemoryTotalMiB: 143771, MemoryUsedMiB: 70000, MemoryFreeMiB: 73771, Utilisation: 87, TemperatureC: 61, PowerWatts: 512.5, Healthy: true}
+	}
+	return gpus
+}
+
+func fixtureCapacity(gpus int) (gpuJSON, inventory, capJSON []byte) {
+	gpuJSON, _ = json.Marshal(benchGPUs(gpus))
+	inv := map[string]any{"memory_mib": 524288, "gpus": []map[string]any{}}
+	for _, g := range benchGPUs(gpus) {
+		inv["gpus"] = append(inv["gpus"].([]map[string]any), map[string]any{"uuid": g.UUID, "memory_total_mib": g.MemoryTotalMiB})
+	}
+	inventory, _ = json.Marshal(inv)
+	capJSON, _ = json.Marshal(map[string]any{"host": map[string]any{"hostname": "sim", "cores": 64, "memory_mib": 524288}})
+	return gpuJSON, inventory, capJSON
+}
+
+// createRunners makes n approved runners with keys and certificates: the
+// rows straight into the database (enrolling them one by one through the
+// API is what bench-pki measures), the certificates through the authority.
+func createRunners(ctx context.Context, pool *pgxpool.Pool, auth *ca.Authority, poolID uuid.UUID, n int, gpuJSON, inventory, capJSON []byte) ([]*simRunner, error) {
+	type made struct {
+		key ed25519.PrivateKey
+		csr *x509.CertificateRequest
+	}
+	all := make([]made, n)
+	names, pubs, fps, csrs := make([]string, n), make([][]byte, n), make([]string, n), make([][]byte, n)
+	for i := range all {
+		_, key, _ := ed25519.GenerateKey(rand.Reader)
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+		if err != nil {
+			return nil, err
+		}
+		csr, _ := x509.ParseCertificateRequest(der)
+		pub := key.Public().(ed25519.PublicKey)
+		all[i] = made{key, csr}
+		names[i], pubs[i], fps[i], csrs[i] = "sim-"+uuid.NewString()[:18], pub, pki.KeyFingerprint(pub), der
+	}
+	rows, err := pool.Query(ctx, `
+		WITH input AS (SELECT * FROM unnest($2::text[], $3::bytea[], $4::text[], $5::bytea[]) AS i (name, pk, fp, csr)),
+		tok AS (
+			INSERT INTO enrolment_tokens (pool_id, token_hash, expires_at, used_at)
+			SELECT $1, sha256(i.pk), now(), now() FROM input i
+			RETURNING id, token_hash)
+		INSERT INTO runners (pool_id, name, status, public_key, fingerprint, csr, enrolment_token_id,
+		                     gpus, gpu_count, gpus_healthy, cores, memory_mib, capacity, inventory)
+		SELECT $1, i.name, 'APPROVED', i.pk, i.fp, i.csr, tok.id, $6, jsonb_array_length($6), jsonb_array_length($6), 64, 524288, $7, $8
+		FROM input i JOIN tok ON tok.token_hash = sha256(i.pk)
+		RETURNING id, public_key`, poolID, names, pubs, fps, csrs, gpuJSON, capJSON, inventory)
+	if err != nil {
+		return nil, fmt.Errorf("create runners: %w", err)
+	}
+	byKey := map[string]uuid.UUID{}
+	for rows.Next() {
+		var id uuid.UUID
+		var pk []byte
+		if err := rows.Scan(&id, &pk); err != nil {
+			return nil, err
+		}
+		byKey[string(pk)] = id
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*simRunner, n)
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				m := all[i]
+				id := byKey[string(m.key.Public().(ed25519.PublicKey))]
+				chain, err := auth.IssueRunner(ctx, m.csr, id.String(), 24*time.Hour)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				c := tls.Certificate{PrivateKey: m.key, Leaf: chain[0]}
+				for _, x := range chain {
+					c.Certificate = append(c.Certificate, x.Raw)
+				}
+				out[i] = &simRunner{cert: c}
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return nil, fmt.Errorf("issue certificates: %w", err)
+	}
+	return out, nil
+}
+
+// simRunner is one simulated runner: a certificate and a connection.
+type simRunner struct {
+	cert    tls.Certificate
+	request []byte
+	addr    string
+	roots   *x509.CertPool
+	conn    *tls.Conn
+	br      *bufio.Reader
+}
+
+func (r *simRunner) connect() error {
+	conn, err := tls.Dial("tcp", r.addr, &tls.Config{
+		RootCAs: r.roots, ServerName: "127.0.0.1",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &r.cert, nil },
+	})
+	if err != nil {
+		return err
+	}
+	r.conn, r.br = conn, bufio.NewReaderSize(conn, 1024)
+	return nil
+}
+
+// beat sends one heartbeat on the kept-alive connection.
+func (r *simRunner) beat() (time.Duration, error) {
+	if r.conn == nil {
+		if err := r.connect(); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	if _, err := r.conn.Write(r.request); err != nil {
+		r.conn.Close()
+		r.conn = nil
+		return 0, err
+	}
+	resp, err := http.ReadResponse(r.br, nil)
+	if err != nil {
+		r.conn.Close()
+		r.conn = nil
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK {
+		return took, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return took, nil
+}
+
+func (r *simRunner) run(ctx context.Context, interval time.Duration, stats *beatStats) {
+	defer func() {
+		if r.conn != nil {
+			r.conn.Close()
+		}
+	}()
+	// Start at a random point of the interval, as a fleet does.
+	next := time.Duration(mrand.Int64N(int64(interval)))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+		took, err := r.beat()
+		stats.add(took, err)
+		next = time.Duration(float64(interval) * (0.9 + 0.2*mrand.Float64()))
+	}
+}
+
+type beatStats struct {
+	mu   sync.Mutex // guards lat and errs
+	lat  []time.Duration
+	errs int
+}
+
+func (s *beatStats) add(d time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.errs++
+		return
+	}
+	s.lat = append(s.lat, d)
+}
+
+func (s *beatStats) reset() {
+	s.mu.Lock()
+	s.lat, s.errs = s.lat[:0], 0
+	s.mu.Unlock()
+}
+
+func (s *beatStats) take() ([]time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.lat)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, s.errs
+}
+
+type cpuUse struct{ server, postgres, self time.Duration }
+
+func (a cpuUse) sub(b cpuUse) cpuUse {
+	return cpuUse{a.server - b.server, a.postgres - b.postgres, a.self - b.self}
+}
+
+// cpuSample reads CPU time so far of the server process, of the postmaster
+// and its children (backends, writers; each in a session of its own, so
+// they are found by parent), and of this process.
+func cpuSample(serverPID, postmasterPID int) cpuUse {
+	var u cpuUse
+	u.server = procCPU(serverPID)
+	u.postgres = procCPU(postmasterPID)
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := procParent(pid); ok && ppid == postmasterPID {
+			u.postgres += procCPU(pid)
+		}
+	}
+	u.self = cpuTime()
+	return u
+}
+
+// procStat returns the fields of /proc/pid/stat after the command name.
+func procStat(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+func procParent(pid int) (int, bool) {
+	f := procStat(pid)
+	if len(f) < 2 {
+		return 0, false
+	}
+	p, err := strconv.Atoi(f[1])
+	return p, err == nil
+}
+
+// procCPU is utime+stime; the kernel counts in clock ticks of 1/100 s.
+func procCPU(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stt, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stt) * 10 * time.Millisecond
+}
