@@ -37,6 +37,10 @@ commands:
   approve-runner ID FINGERPRINT       approve a pending runner (the whole fingerprint its host shows)
   reject-runner ID REASON             turn a pending runner away
   revoke-runner ID REASON             withdraw a runner's identity
+  runner ID                           one runner: capacity, GPUs, labels, health
+  drain-runner ID | resume-runner ID  stop or resume new work for a runner
+  retire-runner ID REASON             take a runner out of the fleet for good
+  clear-quarantine ID                 let a quarantined runner work again
   query [--var NAME=JSON ...] QUERY   run any GraphQL operation; QUERY "-" reads stdin
 
 environment: RUNMESH_ADMIN_URL, RUNMESH_ADMIN_TOKEN (or --env-file)
@@ -245,12 +249,27 @@ var commands = map[string]command{
 			return "", nil, err
 		}
 		return `query($p: ID, $s: RunnerStatus) { runners(poolId: $p, status: $s) { id name status statusReason
-			fingerprintHint pool { name } enrolledAt certificate { serial notAfter } } }`,
+			fingerprintHint pool { name } enrolledAt certificate { serial notAfter }
+			online takingWork quarantined quarantineReason draining capacity { cores memoryMiB } gpus { index name healthy } } }`,
 			map[string]any{"p": nullable(*pool), "s": nullable(strings.ToUpper(*status))}, nil
 	},
-	"approve-runner": runnerDecision("approveRunner", "fingerprint", "approve-runner ID FINGERPRINT"),
-	"reject-runner":  runnerDecision("rejectRunner", "reason", "reject-runner ID REASON"),
-	"revoke-runner":  runnerDecision("revokeRunner", "reason", "revoke-runner ID REASON"),
+	"runner": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 1 {
+			return "", nil, errors.New("usage: runner ID")
+		}
+		return `query($id: ID!) { runner(id: $id) { id name status statusReason fingerprintHint pool { name } organisation { name }
+			online lastHeartbeatAt takingWork agentVersion quarantined quarantineReason draining retired certificate { serial notAfter }
+			capacity { hostname cores memoryMiB memoryAvailableMiB diskFreeMiB limitedBy gpusUnavailable driverVersion }
+			gpus { index uuid name memoryTotalMiB memoryUsedMiB utilisationPercent temperatureC powerWatts healthy health }
+			labels { key value source } health { name ok severity title } } }`, map[string]any{"id": args[0]}, nil
+	},
+	"drain-runner":     runnerControl("drainRunner"),
+	"resume-runner":    runnerControl("resumeRunner"),
+	"clear-quarantine": runnerControl("clearQuarantine"),
+	"retire-runner":    runnerDecision("retireRunner", "reason", "retire-runner ID REASON"),
+	"approve-runner":   runnerDecision("approveRunner", "fingerprint", "approve-runner ID FINGERPRINT"),
+	"reject-runner":    runnerDecision("rejectRunner", "reason", "reject-runner ID REASON"),
+	"revoke-runner":    runnerDecision("revokeRunner", "reason", "revoke-runner ID REASON"),
 	"query": func(args []string, stdin io.Reader, stderr io.Writer) (string, map[string]any, error) {
 		fs := flag.NewFlagSet("query", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -292,6 +311,16 @@ func runnerDecision(mutation, arg, usage string) command {
 		}
 		return fmt.Sprintf(`mutation($id: ID!, $v: String!) { %s(id: $id, %s: $v) { id name status statusReason certificate { serial notAfter } } }`, mutation, arg),
 			map[string]any{"id": args[0], "v": args[1]}, nil
+	}
+}
+
+func runnerControl(mutation string) command {
+	return func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 1 {
+			return "", nil, fmt.Errorf("usage: %s ID", mutation)
+		}
+		return fmt.Sprintf(`mutation($id: ID!) { %s(id: $id) { id name online takingWork draining quarantined quarantineReason } }`, mutation),
+			map[string]any{"id": args[0]}, nil
 	}
 }
 
