@@ -44,14 +44,17 @@ type heartbeatOptions struct {
 	measure  time.Duration
 	gpus     int
 	goal     time.Duration
+	replicas int // runmesh-server processes sharing the database
+	workers  int // processes holding the simulated runners' connections
 }
 
-// benchHeartbeat runs runmesh-server as its own process against a durable
-// PostgreSQL and simulates runners in this process: each has its own key
-// and certificate and keeps its own mutual-TLS connection, and heartbeats
-// every interval (±10%) with a capacity report of gpus GPUs. It raises the
-// number of runners level by level and reports heartbeat latency (request
-// written → answer read, the report durable) and CPU use.
+// benchHeartbeat runs runmesh-server replicas as processes of their own
+// against one durable PostgreSQL, and simulated runners in worker
+// processes: each runner has its own key and certificate, keeps its own
+// mutual-TLS connection to one replica, and heartbeats every interval
+// (±10%) with a report of gpus GPUs. It raises the number of runners level
+// by level and reports heartbeat latency (request written → answer read,
+// the report durable) and the CPU each part used.
 func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) error {
 	dir, err := os.MkdirTemp("", "runmesh-bench-hb-")
 	if err != nil {
@@ -94,77 +97,107 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 		return err
 	}
 
-	srv, runnerAddr, err := startServer(ctx, o.server, dir, stateDir, cluster.URL("runmesh"))
-	if err != nil {
-		return err
-	}
+	var servers []*exec.Cmd
+	var addrs []string
 	defer func() {
-		_ = srv.Process.Signal(os.Interrupt)
-		_ = srv.Wait()
+		for _, srv := range servers {
+			_ = srv.Process.Signal(os.Interrupt)
+			_ = srv.Wait()
+		}
 	}()
+	for i := range o.replicas {
+		srv, addr, err := startServer(ctx, o.server, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), stateDir, cluster.URL("runmesh"))
+		if err != nil {
+			return err
+		}
+		servers, addrs = append(servers, srv), append(addrs, addr)
+	}
 
-	roots := x509.NewCertPool()
-	roots.AddCert(keys.Root)
 	body, err := heartbeatBody(o.gpus)
 	if err != nil {
 		return err
 	}
-	request := []byte(fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		runnerapi.PathHeartbeat, len(body), body))
-	gpuJSON, inventory, capJSON := fixtureCapacity(o.gpus)
+	request := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		runnerapi.PathHeartbeat, len(body), body)
+	requestFile, rootFile := filepath.Join(dir, "request"), filepath.Join(dir, "root.pem")
+	if err := os.WriteFile(requestFile, []byte(request), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(rootFile, pki.EncodeCertificates(keys.Root), 0o600); err != nil {
+		return err
+	}
 
-	fmt.Fprintf(out, "runmesh-bench heartbeat — %s; PostgreSQL durable (fsync on); runmesh-server in its own process\n", machine())
+	// Every runner of the largest level, made up front and dealt out to
+	// the workers.
+	total := slices.Max(o.levels)
+	gpuJSON, inventory, capJSON := fixtureCapacity(o.gpus)
+	var runners []*simRunner
+	for len(runners) < total {
+		more, err := createRunners(ctx, pool, auth, p.ID, min(5000, total-len(runners)), gpuJSON, inventory, capJSON)
+		if err != nil {
+			return err
+		}
+		runners = append(runners, more...)
+	}
+	stats := &beatStats{}
+	var workers []*workerProc
+	defer func() {
+		for _, w := range workers {
+			w.stop()
+		}
+	}()
+	for i := range o.workers {
+		var mine []*simRunner
+		for j := i; j < len(runners); j += o.workers {
+			mine = append(mine, runners[j])
+		}
+		w, err := startWorker(ctx, filepath.Join(dir, fmt.Sprintf("worker-%d", i)), mine, rootFile, requestFile, addrs, o.interval, stats)
+		if err != nil {
+			return err
+		}
+		workers = append(workers, w)
+	}
+
+	fmt.Fprintf(out, "runmesh-bench heartbeat — %s; PostgreSQL durable (fsync on)\n", machine())
+	fmt.Fprintf(out, "%d runmesh-server replica(s) and %d worker process(es) of simulated runners, each process under the open-file limit of %d\n",
+		o.replicas, o.workers, fileLimit())
 	fmt.Fprintf(out, "each runner: its own Ed25519 key and certificate, one kept-alive mTLS connection, a heartbeat every %v (±10%%) reporting %d GPUs (%d bytes)\n",
 		o.interval, o.gpus, len(body))
 	fmt.Fprintf(out, "%8s %8s %9s %9s %9s %7s %12s %12s %12s\n", "runners", "beats/s", "p50", "p99", "max", "errors", "server CPU", "postgres CPU", "clients CPU")
 
-	var (
-		runners []*simRunner
-		stats   = &beatStats{}
-		best    int
-		bestP99 time.Duration
-	)
-	runCtx, stopRunners := context.WithCancel(ctx)
-	defer stopRunners()
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var best int
+	var bestP99 time.Duration
 	for _, n := range o.levels {
-		if n <= len(runners) {
-			continue
-		}
-		more, err := createRunners(ctx, pool, auth, p.ID, n-len(runners), gpuJSON, inventory, capJSON)
-		if err != nil {
-			return err
-		}
-		// Connect the newcomers at a steady pace, then let them beat.
-		for _, r := range more {
-			r.request, r.addr, r.roots = request, runnerAddr, roots
-			if err := r.connect(); err != nil {
-				return fmt.Errorf("connect runner: %w", err)
+		for i, w := range workers {
+			share := n / o.workers
+			if i < n%o.workers {
+				share++
 			}
-			r := r
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.run(runCtx, o.interval, stats)
-			}()
-			time.Sleep(time.Second / 1000)
+			if err := w.grow(share); err != nil {
+				return err
+			}
 		}
-		runners = append(runners, more...)
 		// One interval to settle, then measure.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(o.interval):
 		}
+		pids := cpuPIDs{postmaster: cluster.PID()}
+		for _, s := range servers {
+			pids.servers = append(pids.servers, s.Process.Pid)
+		}
+		for _, w := range workers {
+			pids.clients = append(pids.clients, w.cmd.Process.Pid)
+		}
 		stats.reset()
-		cpu0 := cpuSample(srv.Process.Pid, cluster.PID())
+		cpu0 := cpuSample(pids)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(o.measure):
 		}
-		cpu := cpuSample(srv.Process.Pid, cluster.PID()).sub(cpu0)
+		cpu := cpuSample(pids).sub(cpu0)
 		lat, errs := stats.take()
 		if len(lat) == 0 {
 			return errors.New("no heartbeat completed")
@@ -172,23 +205,91 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 		p99 := pct(lat, 99)
 		secs := o.measure.Seconds()
 		fmt.Fprintf(out, "%8d %8.0f %9v %9v %9v %7d %11.2fc %11.2fc %11.2fc\n",
-			len(runners), float64(len(lat))/secs, pct(lat, 50), p99, lat[len(lat)-1].Round(10*time.Microsecond), errs,
+			n, float64(len(lat))/secs, pct(lat, 50), p99, lat[len(lat)-1].Round(10*time.Microsecond), errs,
 			cpu.server.Seconds()/secs, cpu.postgres.Seconds()/secs, cpu.self.Seconds()/secs)
 		if p99 >= o.goal || errs > len(lat)/1000 {
 			break
 		}
-		best, bestP99 = len(runners), p99
+		best, bestP99 = n, p99
 	}
-	stopRunners()
 	if best == 0 {
 		fmt.Fprintf(out, "no level sustained p99 < %v\n", o.goal)
 		return nil
 	}
 	fmt.Fprintf(out, "largest N sustained with p99 < %v: %d runners (p99 %v) — goal 20,000: %s\n", o.goal, best, bestP99, verdict(best >= 20000))
-	if best == o.levels[len(o.levels)-1] {
-		fmt.Fprintf(out, "(the last level asked for; this machine's open-file limit, %d, bounds how many connections one process holds)\n", fileLimit())
+	if best == total {
+		fmt.Fprintln(out, "(the largest level asked for: add levels with -runners to look further)")
 	}
 	return nil
+}
+
+// workerProc is a heartbeat worker process.
+type workerProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	grown chan int
+}
+
+func startWorker(ctx context.Context, base string, runners []*simRunner, rootFile, requestFile string, addrs []string, interval time.Duration, stats *beatStats) (*workerProc, error) {
+	file := base + ".runners"
+	if err := writeWorkerFile(file, runners); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "heartbeat-worker", "-file", file, "-root", rootFile, "-request", requestFile,
+		"-addrs", strings.Join(addrs, ","), "-interval", interval.String())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &workerProc{cmd: cmd, in: in, grown: make(chan int, 1)}
+	go func() {
+		sc := bufio.NewScanner(outPipe)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "err":
+				stats.add(0, errors.New("heartbeat failed"))
+			case strings.HasPrefix(line, "ok "):
+				n, _ := strconv.ParseInt(line[3:], 10, 64)
+				stats.add(time.Duration(n), nil)
+			case strings.HasPrefix(line, "grown "):
+				n, _ := strconv.Atoi(line[6:])
+				w.grown <- n
+			}
+		}
+		close(w.grown)
+	}()
+	return w, nil
+}
+
+// grow asks the worker to run its first n runners and waits until they
+// are connected.
+func (w *workerProc) grow(n int) error {
+	if _, err := fmt.Fprintf(w.in, "grow %d\n", n); err != nil {
+		return err
+	}
+	if _, ok := <-w.grown; !ok {
+		return errors.New("a heartbeat worker exited")
+	}
+	return nil
+}
+
+func (w *workerProc) stop() {
+	w.in.Close()
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
 }
 
 func fileLimit() uint64 {
@@ -204,6 +305,9 @@ func fileLimit() uint64 {
 // startServer runs runmesh-server serve and returns it with its runner
 // listener's address, once it serves.
 func startServer(ctx context.Context, bin, dir, stateDir, dbURL string) (*exec.Cmd, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, "", err
+	}
 	urlFile := filepath.Join(dir, "db-url")
 	if err := os.WriteFile(urlFile, []byte(dbURL), 0o600); err != nil {
 		return nil, "", err
@@ -413,7 +517,7 @@ func (r *simRunner) beat() (time.Duration, error) {
 	return took, nil
 }
 
-func (r *simRunner) run(ctx context.Context, interval time.Duration, stats *beatStats) {
+func (r *simRunner) run(ctx context.Context, interval time.Duration, stats reporter) {
 	defer func() {
 		if r.conn != nil {
 			r.conn.Close()
@@ -465,16 +569,25 @@ func (s *beatStats) take() ([]time.Duration, int) {
 
 type cpuUse struct{ server, postgres, self time.Duration }
 
+// cpuPIDs are the processes a CPU sample reads.
+type cpuPIDs struct {
+	servers, clients []int
+	postmaster       int
+}
+
 func (a cpuUse) sub(b cpuUse) cpuUse {
 	return cpuUse{a.server - b.server, a.postgres - b.postgres, a.self - b.self}
 }
 
-// cpuSample reads CPU time so far of the server process, of the postmaster
-// and its children (backends, writers; each in a session of its own, so
-// they are found by parent), and of this process.
-func cpuSample(serverPID, postmasterPID int) cpuUse {
+// cpuSample reads CPU time so far of the server processes, of the
+// postmaster and its children (backends, writers; each in a session of its
+// own, so they are found by parent), and of this process and the workers.
+func cpuSample(p cpuPIDs) cpuUse {
 	var u cpuUse
-	u.server = procCPU(serverPID)
+	for _, pid := range p.servers {
+		u.server += procCPU(pid)
+	}
+	postmasterPID := p.postmaster
 	u.postgres = procCPU(postmasterPID)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
@@ -487,6 +600,9 @@ func cpuSample(serverPID, postmasterPID int) cpuUse {
 		}
 	}
 	u.self = cpuTime()
+	for _, pid := range p.clients {
+		u.self += procCPU(pid)
+	}
 	return u
 }
 

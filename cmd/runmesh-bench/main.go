@@ -54,7 +54,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 	case "heartbeat":
 		o := heartbeatOptions{}
 		fs.StringVar(&o.server, "server", "bin/runmesh-server", "the runmesh-server binary to run")
-		levels := fs.String("runners", "1000,2500,5000,10000,15000,19000", "runner counts to step through")
+		levels := fs.String("runners", "5000,10000,20000,25000,30000", "runner counts to step through")
+		fs.IntVar(&o.replicas, "replicas", 2, "runmesh-server processes sharing the database")
+		fs.IntVar(&o.workers, "workers", 2, "processes holding the simulated runners' connections")
 		fs.DurationVar(&o.interval, "interval", 10e9, "heartbeat interval")
 		fs.DurationVar(&o.measure, "measure", 30e9, "how long each level is measured (after one interval to settle)")
 		fs.IntVar(&o.gpus, "gpus", 8, "GPUs each runner reports")
@@ -70,6 +72,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 			o.levels = append(o.levels, n)
 		}
 		return benchHeartbeat(ctx, o, stdout)
+	case "heartbeat-worker": // started by heartbeat, not by people
+		file := fs.String("file", "", "")
+		root := fs.String("root", "", "")
+		request := fs.String("request", "", "")
+		addrs := fs.String("addrs", "", "")
+		interval := fs.Duration("interval", 10e9, "")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return heartbeatWorker(ctx, *file, *root, *request, *addrs, *interval, os.Stdin, stdout)
 	default:
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown benchmark %q", args[0])
