@@ -25,6 +25,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/config"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/pki/ca"
 )
@@ -34,6 +35,9 @@ const usage = `usage: runmesh-server COMMAND [flags]
 commands:
   serve --config FILE    run the control plane
   migrate --config FILE  apply database migrations, then exit
+  bootstrap-admin --config FILE [--name NAME]
+                         create a platform admin and print its token (once);
+                         refused when any admin exists already
   ca init [--state-dir DIR]
                          create the root and intermediate CA (serve does it on first start)
   ca fingerprint [--state-dir DIR]
@@ -65,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return migrate(ctx, rest, stdout, stderr)
 	case "ca":
 		return caCommand(rest, stdout, stderr)
+	case "bootstrap-admin":
+		return bootstrapAdmin(ctx, rest, stdout, stderr)
 	case "dev":
 		return dev(ctx, rest, stdout, stderr)
 	case "version":
@@ -259,4 +265,57 @@ func caCommand(args []string, stdout, stderr io.Writer) error {
 	default:
 		return fmt.Errorf("unknown ca command %q (init or fingerprint)", args[0])
 	}
+}
+
+// bootstrapAdmin gives a fresh installation its first platform admin: the
+// token goes to standard output, once, and is stored only as a hash. With
+// an admin in place it refuses: further admins come from createAdminToken,
+// which is audited.
+func bootstrapAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bootstrap-admin", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "/etc/runmesh/server.yaml", "configuration file")
+	name := fs.String("name", "platform-admin", "the admin's name")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := store.CheckSchema(ctx, pool); err != nil {
+		return err
+	}
+	st := store.New(pool)
+	token, digest := tokens.Admin.New()
+	err = st.WithTx(ctx, func(ctx context.Context) error {
+		// Serialised with any other bootstrap by the admins table lock.
+		if err := st.LockAdmins(ctx); err != nil {
+			return err
+		}
+		n, err := st.CountAdmins(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return errors.New("admins exist already: create further tokens with createAdminToken")
+		}
+		a, err := st.CreateAdminWithToken(ctx, store.NewAdmin{Name: *name, Role: store.RolePlatformAdmin, TokenHash: digest})
+		if err != nil {
+			return err
+		}
+		id := a.ID
+		return st.Audit(ctx, store.AuditEntry{ActorID: &id, ActorName: a.Name, ActorRole: a.Role, Action: "bootstrapAdmin", Outcome: "OK", Detail: []byte(`{}`)})
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, "platform-admin token (shown once; store it now):")
+	fmt.Fprintln(stdout, token)
+	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +215,40 @@ func TestCACommands(t *testing.T) {
 	out, err = e2e.Run(t, nil, server(t), "ca", "fingerprint", "--state-dir", state)
 	require.Error(t, err)
 	require.Contains(t, out, "readable by its owner only")
+}
+
+func TestBootstrapAdminOnce(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.NewDatabase(t)
+	cfg := writeConfig(t, dbURL)
+	cmd := exec.Command(server(t), "bootstrap-admin", "--config", cfg, "--name", "ops")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	token := strings.TrimSpace(stdout.String())
+	require.Regexp(t, `^rmat_[A-Za-z0-9_-]{43}$`, token, "only the token goes to standard output")
+	require.NotContains(t, stderr.String(), token)
+
+	out, err := e2e.Run(t, nil, server(t), "bootstrap-admin", "--config", cfg)
+	require.Error(t, err)
+	require.Contains(t, out, "admins exist already")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var admins, audits int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT (SELECT count(*) FROM admins), (SELECT count(*) FROM audit_log WHERE action = 'bootstrapAdmin')").Scan(&admins, &audits))
+	require.Equal(t, 1, admins)
+	require.Equal(t, 1, audits)
+
+	// The token works on a running server.
+	notify := e2e.NewNotify(t)
+	p := e2e.Start(t, []string{notify.Env()}, server(t), "serve", "--config", cfg)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	addr := regexp.MustCompile(`"msg":"admin listener up","component":"controlplane","addr":"([^"]+)"`).FindStringSubmatch(p.Stderr.String())
+	require.NotNil(t, addr, p.Stderr.String())
+	code, body := graphql(t, "http://"+addr[1], token, `{ viewer { name role } }`)
+	require.Equal(t, http.StatusOK, code)
+	require.JSONEq(t, `{"data":{"viewer":{"name":"ops","role":"PLATFORM_ADMIN"}}}`, body)
+	p.Stop(t)
 }

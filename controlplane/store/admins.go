@@ -69,3 +69,9 @@ func (s *Store) CountAdmins(ctx context.Context) (int64, error) {
 	n, err := s.q.CountAdmins(ctx, s.conn(ctx))
 	return n, mapErr(err)
 }
+
+// LockAdmins takes the admins table's lock until the transaction ends, so
+// that "create the first admin if there is none" runs one at a time.
+func (s *Store) LockAdmins(ctx context.Context) error {
+	return mapErr(s.q.LockAdmins(ctx, s.conn(ctx)))
+}

@@ -20,3 +20,8 @@ WHERE t.token_hash = @token_hash
 
 -- name: CountAdmins :one
 SELECT count(*) FROM admins;
+
+-- name: LockAdmins :exec
+-- SHARE ROW EXCLUSIVE conflicts with itself and with inserts: two
+-- bootstraps cannot both see an empty table.
+LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE;

@@ -110,3 +110,14 @@ func (q *Queries) CreateAdminToken(ctx context.Context, db DBTX, arg CreateAdmin
 	)
 	return i, err
 }
+
+const lockAdmins = `-- name: LockAdmins :exec
+LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE
+`
+
+// SHARE ROW EXCLUSIVE conflicts with itself and with inserts: two
+// bootstraps cannot both see an empty table.
+func (q *Queries) LockAdmins(ctx context.Context, db DBTX) error {
+	_, err := db.Exec(ctx, lockAdmins)
+	return err
+}
