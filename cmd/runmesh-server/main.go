@@ -107,14 +107,11 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, cfg.Log.Level)
-	pool, err := openDatabase(ctx, cfg)
+	pool, err := openCurrentDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := store.CheckSchema(ctx, pool); err != nil {
-		return err
-	}
 	tlsCfg, err := adminTLS(cfg)
 	if err != nil {
 		return err
@@ -164,6 +161,20 @@ func openDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 		return nil, err
 	}
 	return store.Connect(ctx, url)
+}
+
+// openCurrentDatabase opens the database and refuses it unless its schema
+// is exactly the one this binary knows.
+func openCurrentDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	pool, err := openDatabase(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CheckSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -283,14 +294,11 @@ func bootstrapAdmin(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	pool, err := openDatabase(ctx, cfg)
+	pool, err := openCurrentDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := store.CheckSchema(ctx, pool); err != nil {
-		return err
-	}
 	st := store.New(pool)
 	token, digest := tokens.Admin.New()
 	err = st.WithTx(ctx, func(ctx context.Context) error {
