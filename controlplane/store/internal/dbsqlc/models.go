@@ -69,6 +69,66 @@ type EnrolmentToken struct {
 	UsedAt    *time.Time
 }
 
+type Job struct {
+	ID               uuid.UUID
+	PoolID           uuid.UUID
+	SubmittedBy      uuid.NullUUID
+	Image            string
+	Command          []string
+	Env              []byte
+	Cores            float64
+	MemoryMib        int64
+	Gpus             int32
+	WallClockSeconds int32
+	Priority         int32
+	MaxAttempts      int32
+	IdempotencyKey   *string
+	Kind             string
+	State            string
+	StateReason      string
+	Attempt          int32
+	RunnerID         uuid.NullUUID
+	LeaseExpiresAt   *time.Time
+	AvailableAt      time.Time
+	CancelRequested  bool
+	SubmittedAt      time.Time
+	FinishedAt       *time.Time
+}
+
+type JobEvent struct {
+	ID       int64
+	JobID    uuid.UUID
+	At       time.Time
+	Type     string
+	Attempt  int32
+	RunnerID uuid.NullUUID
+	Detail   string
+}
+
+type JobLog struct {
+	JobID   uuid.UUID
+	Attempt int32
+	Seq     int32
+	Data    []byte
+	At      time.Time
+}
+
+type JobRun struct {
+	JobID         uuid.UUID
+	Attempt       int32
+	RunnerID      uuid.UUID
+	RunnerName    string
+	LeasedAt      time.Time
+	FinishedAt    *time.Time
+	ExitCode      *int32
+	ReturnReason  *string
+	HostFault     bool
+	Oom           bool
+	PeakMemoryMib *int64
+	ImageDigest   *string
+	RunnerVersion *string
+}
+
 type Organisation struct {
 	ID        uuid.UUID
 	Name      string
@@ -76,12 +136,13 @@ type Organisation struct {
 }
 
 type Pool struct {
-	ID                uuid.UUID
-	OrganisationID    uuid.NullUUID
-	Name              string
-	LeaseSeconds      *int32
-	QueueTimeoutHours *int32
-	CreatedAt         time.Time
+	ID                    uuid.UUID
+	OrganisationID        uuid.NullUUID
+	Name                  string
+	LeaseSeconds          *int32
+	QueueTimeoutHours     *int32
+	CreatedAt             time.Time
+	AllowUnenforcedMemory bool
 }
 
 type Runner struct {
@@ -112,4 +173,6 @@ type Runner struct {
 	QuarantineReason  string
 	Draining          bool
 	RetiredAt         *time.Time
+	FailuresInARow    int32
+	EnforcesLimits    bool
 }

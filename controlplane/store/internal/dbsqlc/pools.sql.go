@@ -14,7 +14,7 @@ import (
 const createPool = `-- name: CreatePool :one
 INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours)
 VALUES ($1, $2, $3, $4)
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
 `
 
 type CreatePoolParams struct {
@@ -39,12 +39,13 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		&i.LeaseSeconds,
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
+		&i.AllowUnenforcedMemory,
 	)
 	return i, err
 }
 
 const getPool = `-- name: GetPool :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 `
@@ -65,12 +66,13 @@ func (q *Queries) GetPool(ctx context.Context, db DBTX, arg GetPoolParams) (Pool
 		&i.LeaseSeconds,
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
+		&i.AllowUnenforcedMemory,
 	)
 	return i, err
 }
 
 const getPoolForUpdate = `-- name: GetPoolForUpdate :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 FOR UPDATE
@@ -94,12 +96,13 @@ func (q *Queries) GetPoolForUpdate(ctx context.Context, db DBTX, arg GetPoolForU
 		&i.LeaseSeconds,
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
+		&i.AllowUnenforcedMemory,
 	)
 	return i, err
 }
 
 const listPools = `-- name: ListPools :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE ($1::boolean OR organisation_id = $2::uuid)
   AND (NOT $3::boolean OR organisation_id IS NULL)
   AND ($4::uuid IS NULL OR organisation_id = $4)
@@ -136,6 +139,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 			&i.LeaseSeconds,
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
+			&i.AllowUnenforcedMemory,
 		); err != nil {
 			return nil, err
 		}
@@ -148,7 +152,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 }
 
 const poolsByIDs = `-- name: PoolsByIDs :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE id = ANY($1::uuid[])
   AND ($2::boolean OR organisation_id = $3::uuid)
 `
@@ -175,6 +179,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 			&i.LeaseSeconds,
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
+			&i.AllowUnenforcedMemory,
 		); err != nil {
 			return nil, err
 		}
@@ -187,7 +192,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 }
 
 const poolsByOrganisations = `-- name: PoolsByOrganisations :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE organisation_id = ANY($1::uuid[])
 ORDER BY name
 `
@@ -208,6 +213,7 @@ func (q *Queries) PoolsByOrganisations(ctx context.Context, db DBTX, organisatio
 			&i.LeaseSeconds,
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
+			&i.AllowUnenforcedMemory,
 		); err != nil {
 			return nil, err
 		}
@@ -225,7 +231,7 @@ SET name = $1,
     lease_seconds = $2,
     queue_timeout_hours = $3
 WHERE id = $4
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
 `
 
 type UpdatePoolParams struct {
@@ -250,6 +256,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		&i.LeaseSeconds,
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
+		&i.AllowUnenforcedMemory,
 	)
 	return i, err
 }

@@ -1,0 +1,266 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
+)
+
+// JobState is where a job stands.
+type JobState string
+
+const (
+	JobQueued    JobState = "QUEUED"
+	JobLeased    JobState = "LEASED"
+	JobRunning   JobState = "RUNNING"
+	JobSucceeded JobState = "SUCCEEDED"
+	JobFailed    JobState = "FAILED"
+	JobCancelled JobState = "CANCELLED"
+	JobExpired   JobState = "EXPIRED"
+	JobBlocked   JobState = "BLOCKED"
+)
+
+// Finished reports whether the state is final.
+func (s JobState) Finished() bool {
+	switch s {
+	case JobSucceeded, JobFailed, JobCancelled, JobExpired:
+		return true
+	}
+	return false
+}
+
+// Claim is what a job books on the runner that holds it.
+type Claim struct {
+	Cores            float64
+	MemoryMiB        int64
+	GPUs             int
+	WallClockSeconds int
+}
+
+// Job is a unit of work in a pool.
+type Job struct {
+	ID              uuid.UUID
+	PoolID          uuid.UUID
+	SubmittedBy     *uuid.UUID
+	Image           string
+	Command         []string
+	Env             map[string]string
+	Claim           Claim
+	Priority        int
+	MaxAttempts     int
+	IdempotencyKey  *string
+	Kind            string
+	State           JobState
+	StateReason     string
+	Attempt         int
+	RunnerID        *uuid.UUID
+	LeaseExpiresAt  *time.Time
+	AvailableAt     time.Time
+	CancelRequested bool
+	SubmittedAt     time.Time
+	FinishedAt      *time.Time
+}
+
+func jobFromRow(r dbsqlc.Job) Job {
+	env := map[string]string{}
+	_ = json.Unmarshal(r.Env, &env)
+	return Job{
+		ID: r.ID, PoolID: r.PoolID, SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
+		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
+		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
+		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID),
+		LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
+		SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
+	}
+}
+
+// NewJob is what SubmitJob needs.
+type NewJob struct {
+	PoolID         uuid.UUID
+	SubmittedBy    *uuid.UUID
+	Image          string
+	Command        []string
+	Env            map[string]string
+	Claim          Claim
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey *string
+	Kind           string
+}
+
+// SubmitJob queues a job in a pool inside scope. A job submitted before
+// with the same idempotency key in the same pool is returned instead, and
+// created is false.
+func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		if _, err := s.Pool(ctx, scope, n.PoolID); err != nil {
+			return err
+		}
+		env, err := json.Marshal(n.Env)
+		if err != nil {
+			return err
+		}
+		if n.Command == nil {
+			n.Command = []string{}
+		}
+		row, err := s.q.InsertJob(ctx, s.conn(ctx), dbsqlc.InsertJobParams{
+			PoolID: n.PoolID, SubmittedBy: nullUUID(n.SubmittedBy), Image: n.Image, Command: n.Command, Env: env,
+			Cores: n.Claim.Cores, MemoryMib: n.Claim.MemoryMiB, Gpus: int32(n.Claim.GPUs), WallClockSeconds: int32(n.Claim.WallClockSeconds),
+			Priority: int32(n.Priority), MaxAttempts: int32(n.MaxAttempts), IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
+		})
+		if errors.Is(mapErr(err), ErrNotFound) && n.IdempotencyKey != nil {
+			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: n.PoolID, IdempotencyKey: n.IdempotencyKey})
+			if err != nil {
+				return mapErr(err)
+			}
+			job = jobFromRow(existing)
+			return nil
+		}
+		if err != nil {
+			return mapErr(err)
+		}
+		job, created = jobFromRow(row), true
+		if err := s.jobEvent(ctx, job.ID, "SUBMITTED", 0, nil, ""); err != nil {
+			return err
+		}
+		return mapErr(s.q.NotifyJobs(ctx, s.conn(ctx), job.PoolID.String()))
+	})
+	return job, created, err
+}
+
+func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt int, runner *uuid.UUID, detail string) error {
+	return mapErr(s.q.InsertJobEvent(ctx, s.conn(ctx), dbsqlc.InsertJobEventParams{
+		JobID: job, Type: typ, Attempt: int32(attempt), RunnerID: nullUUID(runner), Detail: detail,
+	}))
+}
+
+// Job is one job inside scope, or ErrNotFound.
+func (s *Store) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+	row, err := s.q.GetJob(ctx, s.conn(ctx), dbsqlc.GetJobParams{ID: id, AllOrgs: scope.all, ScopeOrg: scope.org})
+	if err != nil {
+		return Job{}, mapErr(err)
+	}
+	return jobFromRow(row), nil
+}
+
+// JobFilter narrows a job listing.
+type JobFilter struct {
+	PoolID *uuid.UUID
+	State  *JobState
+	Limit  int
+}
+
+// Jobs lists jobs inside scope, newest first.
+func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, error) {
+	var state *string
+	if f.State != nil {
+		v := string(*f.State)
+		state = &v
+	}
+	rows, err := s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{
+		AllOrgs: scope.all, ScopeOrg: scope.org, PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit),
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Job, len(rows))
+	for i, r := range rows {
+		out[i] = jobFromRow(r)
+	}
+	return out, nil
+}
+
+// ErrJobFinished: the job is in a final state.
+var ErrJobFinished = errors.New("the job has finished")
+
+// CancelJob cancels a queued job at once; a leased or running one is asked
+// to stop (its runner hears CANCEL at its next heartbeat) and is CANCELLED
+// when the runner reports back.
+func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+	var out Job
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.GetJobForUpdate(ctx, s.conn(ctx), dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.all, ScopeOrg: scope.org})
+		if err != nil {
+			return mapErr(err)
+		}
+		j := jobFromRow(row)
+		switch {
+		case j.State.Finished():
+			return ErrJobFinished
+		case j.State == JobQueued || j.State == JobBlocked:
+			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: id, State: string(JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
+				return mapErr(err)
+			}
+			if err := s.jobEvent(ctx, id, "CANCELLED", j.Attempt, nil, ""); err != nil {
+				return err
+			}
+		case !j.CancelRequested:
+			if err := s.q.RequestCancel(ctx, s.conn(ctx), id); err != nil {
+				return mapErr(err)
+			}
+			if err := s.jobEvent(ctx, id, "CANCEL_REQUESTED", j.Attempt, j.RunnerID, ""); err != nil {
+				return err
+			}
+		}
+		out, err = s.Job(ctx, scope, id)
+		return err
+	})
+	return out, err
+}
+
+// ClaimRequest is what a runner may take.
+type ClaimRequest struct {
+	RunnerID            uuid.UUID
+	Kinds               []string
+	Free                Claim // what the runner says it has free now
+	Largest             Claim // the largest job it will run
+	HeldGPUs            int
+	DefaultLeaseSeconds int
+	Now                 *time.Time // nil: the database's clock
+}
+
+// ClaimJob leases the best job that fits, if any (false when none does).
+func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
+	var out Job
+	var found bool
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.ClaimJob(ctx, s.conn(ctx), dbsqlc.ClaimJobParams{
+			Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
+			FreeCores: c.Free.Cores, MaxCores: c.Largest.Cores,
+			FreeMemoryMib: c.Free.MemoryMiB, MaxMemoryMib: c.Largest.MemoryMiB,
+			HeldGpus: int32(c.HeldGPUs), FreeGpus: int32(c.Free.GPUs), MaxGpus: int32(c.Largest.GPUs),
+		})
+		if errors.Is(mapErr(err), ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return mapErr(err)
+		}
+		out = jobFromRow(dbsqlc.Job{
+			ID: row.ID, PoolID: row.PoolID, SubmittedBy: row.SubmittedBy, Image: row.Image, Command: row.Command, Env: row.Env,
+			Cores: row.Cores, MemoryMib: row.MemoryMib, Gpus: row.Gpus, WallClockSeconds: row.WallClockSeconds,
+			Priority: row.Priority, MaxAttempts: row.MaxAttempts, IdempotencyKey: row.IdempotencyKey, Kind: row.Kind,
+			State: row.State, StateReason: row.StateReason, Attempt: row.Attempt, RunnerID: row.RunnerID,
+			LeaseExpiresAt: row.LeaseExpiresAt, AvailableAt: row.AvailableAt, CancelRequested: row.CancelRequested,
+			SubmittedAt: row.SubmittedAt, FinishedAt: row.FinishedAt,
+		})
+		found = true
+		if err := s.q.InsertJobRun(ctx, s.conn(ctx), dbsqlc.InsertJobRunParams{
+			JobID: out.ID, Attempt: int32(out.Attempt), RunnerID: c.RunnerID, RunnerName: row.RunnerName,
+		}); err != nil {
+			return mapErr(err)
+		}
+		return s.jobEvent(ctx, out.ID, "LEASED", out.Attempt, &c.RunnerID, "")
+	})
+	return out, found, err
+}
+
+// TouchWorkRequest records that the runner asked for work.
+func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) error {
+	return mapErr(s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID))
+}

@@ -1,0 +1,275 @@
+package store_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/store/storetest"
+)
+
+type jobsBundle struct {
+	store *store.Store
+	org   store.Organisation
+	pool  store.Pool
+}
+
+func jobsSetup(t *testing.T) jobsBundle {
+	t.Helper()
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	org, err := s.CreateOrganisation(ctx, "org")
+	require.NoError(t, err)
+	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	require.NoError(t, err)
+	return jobsBundle{store: s, org: org, pool: p}
+}
+
+// runner adds an approved runner with cores, memory and GPUs.
+func (b jobsBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	name := "r-" + uuid.NewString()[:8]
+	tokenHash := sha256.Sum256([]byte(name))
+	_, err := b.store.CreateEnrolmentToken(ctx, store.AllOrganisations(), b.pool.ID, tokenHash[:], nil, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	key := sha256.Sum256([]byte("key" + name))
+	r, err := b.store.Enrol(ctx, store.NewRunner{
+		TokenDigest: tokenHash[:], Name: name, PublicKey: key[:], Fingerprint: "SHA256:x", CSR: []byte{0},
+		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: cores, MemoryMiB: memMiB, GPUCount: gpus, GPUsHealthy: gpus},
+	})
+	require.NoError(t, err)
+	_, err = b.store.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
+		return store.RunnerDecision{Status: store.RunnerApproved}, nil
+	})
+	require.NoError(t, err)
+	return r.ID
+}
+
+func (b jobsBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
+	t.Helper()
+	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
+	for _, m := range mods {
+		m(&n)
+	}
+	j, _, err := b.store.SubmitJob(context.Background(), store.AllOrganisations(), n)
+	require.NoError(t, err)
+	return j
+}
+
+func anything(runner uuid.UUID) store.ClaimRequest {
+	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+	return store.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
+}
+
+func TestConcurrentClaimersNeverShareAJob(t *testing.T) {
+	t.Parallel()
+	b := jobsSetup(t)
+	const jobs, claimers = 200, 8
+	for range jobs {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	var runners []uuid.UUID
+	for range claimers {
+		runners = append(runners, b.runner(t, 1000, 1<<20, 0))
+	}
+	var mu sync.Mutex
+	seen := map[uuid.UUID]uuid.UUID{}
+	var wg sync.WaitGroup
+	for _, r := range runners {
+		wg.Go(func() {
+			for {
+				j, ok, err := b.store.ClaimJob(context.Background(), anything(r))
+				require.NoError(t, err)
+				if !ok {
+					return
+				}
+				mu.Lock()
+				prev, dup := seen[j.ID]
+				seen[j.ID] = r
+				mu.Unlock()
+				require.False(t, dup, "job %s leased by %s and %s", j.ID, prev, r)
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, seen, jobs)
+}
+
+func TestPlacementRespectsCapacityBookingsAndKinds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 2)
+	big := b.submit(t, store.Claim{Cores: 4, GPUs: 2, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 })
+	b.submit(t, store.Claim{Cores: 4, GPUs: 1, WallClockSeconds: 60})
+	cpu := b.submit(t, store.Claim{Cores: 4, WallClockSeconds: 60})
+	other := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.Kind = "batch" })
+	withMemory := b.submit(t, store.Claim{Cores: 1, MemoryMiB: 100, WallClockSeconds: 60})
+
+	got, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, big.ID, got.ID, "priority first")
+	require.Equal(t, 1, got.Attempt)
+	// Both GPUs are booked now: the 1-GPU job does not fit, the CPU job does.
+	got, ok, err = b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, cpu.ID, got.ID)
+	// 8 cores booked: nothing else fits.
+	_, ok, err = b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.False(t, ok)
+
+	r2 := b.runner(t, 8, 65536, 0)
+	req := anything(r2)
+	req.Kinds = []string{"batch"}
+	got, ok, err = b.store.ClaimJob(ctx, req)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, other.ID, got.ID, "only its kinds")
+	// The memory claim waits for a runner that enforces memory limits.
+	_, ok, err = b.store.ClaimJob(ctx, anything(r2))
+	require.NoError(t, err)
+	require.False(t, ok)
+	j, err := b.store.Job(ctx, store.AllOrganisations(), withMemory.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobQueued, j.State)
+}
+
+func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	first, _, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+
+	// The lease expires; the sweeper requeues; a second attempt begins.
+	past := time.Now().Add(time.Hour)
+	res, err := b.store.Sweep(ctx, store.SweepOptions{Now: &past, DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Requeued)
+	req := anything(r)
+	req.Now = &past
+	second, ok, err := b.store.ClaimJob(ctx, req)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 2, second.Attempt)
+
+	zero := 0
+	done := func(store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
+	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero}, 3, done)
+	require.ErrorIs(t, err, store.ErrStaleAttempt)
+	require.ErrorIs(t, b.store.AppendLog(ctx, j.ID, first.Attempt, r, 0, []byte("late")), store.ErrStaleAttempt)
+	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobLeased, now.State)
+	logs, err := b.store.JobLogs(ctx, j.ID)
+	require.NoError(t, err)
+	require.Empty(t, logs)
+
+	// The current attempt is accepted, once.
+	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
+	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, done)
+	require.NoError(t, err)
+	require.Equal(t, store.JobSucceeded, fin.State)
+	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, done)
+	require.ErrorIs(t, err, store.ErrStaleAttempt)
+
+	events, err := b.store.JobEvents(ctx, j.ID)
+	require.NoError(t, err)
+	var types []string
+	for _, e := range events {
+		types = append(types, e.Type)
+	}
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "LEASE_EXPIRED", "LEASED", "SUCCEEDED"}, types)
+}
+
+func TestExpiredLeasesFailAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
+	at := time.Now()
+	for attempt := 1; attempt <= 2; attempt++ {
+		req := anything(r)
+		req.Now = &at
+		got, ok, err := b.store.ClaimJob(ctx, req)
+		require.NoError(t, err)
+		require.True(t, ok, "attempt %d", attempt)
+		require.Equal(t, attempt, got.Attempt)
+		at = at.Add(time.Hour)
+		_, err = b.store.Sweep(ctx, store.SweepOptions{Now: &at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
+		require.NoError(t, err)
+	}
+	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, "lease of attempt 2 expired; 2 of 2 attempts used", got.StateReason)
+}
+
+func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	b.runner(t, 8, 65536, 2)
+	huge := b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
+	fits := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Blocked)
+	got, err := b.store.Job(ctx, store.AllOrganisations(), huge.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobBlocked, got.State)
+	require.Equal(t, "no approved runner of the pool could ever hold 1 cores, 0 MiB and 4 GPUs", got.StateReason)
+
+	// A bigger runner arrives: it is queued again.
+	b.runner(t, 8, 65536, 8)
+	res, err = b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Unblocked)
+
+	later := time.Now().Add(25 * time.Hour)
+	res, err = b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 2, res.Expired)
+	got, err = b.store.Job(ctx, store.AllOrganisations(), fits.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobExpired, got.State)
+	require.Equal(t, "waited longer than the pool's queue timeout", got.StateReason)
+}
+
+func TestIdempotencyKeyReturnsTheSameJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	key := "build-42"
+	first := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &key })
+	again, created, err := b.store.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{
+		PoolID: b.pool.ID, Image: "other", Claim: store.Claim{Cores: 2, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default", IdempotencyKey: &key})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, first.ID, again.ID)
+	require.Equal(t, "busybox", again.Image)
+
+	// Another organisation's pool is out of scope: nothing is queued.
+	other, err := b.store.CreateOrganisation(ctx, "other")
+	require.NoError(t, err)
+	_, _, err = b.store.SubmitJob(ctx, store.OneOrganisation(other.ID), store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"})
+	require.ErrorIs(t, err, store.ErrNotFound)
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Len(t, jobs, 1)
+	_ = fmt.Sprint
+}

@@ -1,0 +1,214 @@
+-- name: InsertJob :one
+-- The same idempotency key in the same pool returns nothing here; the
+-- caller then reads the job that key already made.
+INSERT INTO jobs (pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                  priority, max_attempts, idempotency_key, kind)
+VALUES (@pool_id, sqlc.narg('submitted_by'), @image, @command, @env, @cores, @memory_mib, @gpus, @wall_clock_seconds,
+        @priority, @max_attempts, sqlc.narg('idempotency_key'), @kind)
+ON CONFLICT (pool_id, idempotency_key) DO NOTHING
+RETURNING *;
+
+-- name: JobByIdempotencyKey :one
+SELECT * FROM jobs WHERE pool_id = @pool_id AND idempotency_key = @idempotency_key;
+
+-- name: InsertJobEvent :exec
+INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+VALUES (@job_id, @type, @attempt, sqlc.narg('runner_id'), @detail);
+
+-- name: NotifyJobs :exec
+-- Wakes the long-polls of runners of the pool, on every replica; delivered
+-- at commit.
+SELECT pg_notify('runmesh_jobs', @pool_id::text);
+
+-- name: GetJob :one
+SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
+WHERE j.id = @id
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
+
+-- name: GetJobForUpdate :one
+SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
+WHERE j.id = @id
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
+FOR UPDATE OF j;
+
+-- name: ListJobs :many
+SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
+WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
+  AND (sqlc.narg('pool_id')::uuid IS NULL OR j.pool_id = sqlc.narg('pool_id'))
+  AND (sqlc.narg('state')::text IS NULL OR j.state = sqlc.narg('state'))
+ORDER BY j.submitted_at DESC, j.id
+LIMIT @max_rows;
+
+-- name: SetJobState :exec
+UPDATE jobs
+SET state = @state, state_reason = @state_reason,
+    runner_id = CASE WHEN @state IN ('LEASED', 'RUNNING') THEN runner_id END,
+    lease_expires_at = CASE WHEN @state IN ('LEASED', 'RUNNING') THEN lease_expires_at END,
+    finished_at = CASE WHEN @state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END
+WHERE id = @id;
+
+-- name: RequestCancel :exec
+UPDATE jobs SET cancel_requested = true WHERE id = @id;
+
+-- name: ClaimJob :one
+-- Leases the best queued job that fits the runner, in one statement. The
+-- runner must be approved, not quarantined, draining or retired. The claim
+-- must fit what the runner has minus what its held jobs book; its GPUs
+-- also exclude held GPUs; it must fit the free room and the largest job
+-- the runner asked for; its kind must be one the runner runs. A memory
+-- claim needs a runner that enforces memory limits, unless the pool says
+-- otherwise. SKIP LOCKED lets concurrent claimers (other runners, other
+-- replicas) pass over a row another claim is taking instead of waiting on
+-- it; the winner moves it out of QUEUED, so no job is leased twice.
+WITH r AS (
+    SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
+           p.allow_unenforced_memory, coalesce(p.lease_seconds, @default_lease_seconds::int) AS lease_seconds
+    FROM runners ru JOIN pools p ON p.id = ru.pool_id
+    WHERE ru.id = @runner_id AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
+      AND NOT ru.draining AND ru.retired_at IS NULL
+),
+booked AS (
+    SELECT coalesce(sum(cores), 0)::float8 AS cores, coalesce(sum(memory_mib), 0)::bigint AS memory_mib,
+           coalesce(sum(gpus), 0)::int AS gpus
+    FROM jobs WHERE runner_id = @runner_id AND state IN ('LEASED', 'RUNNING')
+),
+picked AS (
+    SELECT j.id
+    FROM jobs j, r, booked
+    WHERE j.pool_id = r.pool_id AND j.state = 'QUEUED'
+      AND j.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+      AND j.kind = ANY(@kinds::text[])
+      AND j.cores <= least(r.cores - booked.cores, @free_cores::float8, @max_cores::float8)
+      AND j.memory_mib <= least(r.memory_mib - booked.memory_mib, @free_memory_mib::bigint, @max_memory_mib::bigint)
+      AND j.gpus <= least(r.gpus_healthy - booked.gpus - @held_gpus::int, @free_gpus::int, @max_gpus::int)
+      AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
+    ORDER BY j.priority DESC, j.submitted_at, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+)
+UPDATE jobs j
+SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
+    lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => r.lease_seconds)
+FROM picked, r
+WHERE j.id = picked.id
+RETURNING j.*, r.name AS runner_name;
+
+-- name: InsertJobRun :exec
+INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
+
+-- name: TouchWorkRequest :exec
+UPDATE runners SET last_work_request_at = now() WHERE id = @id;
+
+-- name: RunnerLeases :many
+-- Every job a runner holds now.
+SELECT id, attempt, state, cancel_requested FROM jobs
+WHERE runner_id = @runner_id AND state IN ('LEASED', 'RUNNING');
+
+-- name: ExtendLeases :many
+-- A heartbeat extends the leases it names that the runner still holds, at
+-- the attempt it names; RUNNING is recorded when the runner says so.
+UPDATE jobs j
+SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),
+    state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
+FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase text)
+WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id AND j.state IN ('LEASED', 'RUNNING')
+RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND j.state = 'RUNNING')::boolean AS running;
+
+-- name: FinishAttempt :one
+-- Fencing: only the runner holding the job at exactly this attempt may end
+-- it. Anything else matches no row, and the caller answers 409.
+UPDATE jobs
+SET state = @state, state_reason = @state_reason, runner_id = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN @state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
+    available_at = coalesce(sqlc.narg('available_at')::timestamptz, available_at)
+WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id AND state IN ('LEASED', 'RUNNING')
+RETURNING *;
+
+-- name: RecordRunResult :exec
+UPDATE job_runs
+SET finished_at = now(), exit_code = sqlc.narg('exit_code'), return_reason = sqlc.narg('return_reason'),
+    host_fault = @host_fault, oom = @oom, peak_memory_mib = sqlc.narg('peak_memory_mib'),
+    image_digest = sqlc.narg('image_digest'), runner_version = sqlc.narg('runner_version')
+WHERE job_id = @job_id AND attempt = @attempt;
+
+-- name: HeldAttempt :one
+-- Whether the runner holds the job at this attempt (log uploads).
+SELECT EXISTS (
+    SELECT 1 FROM jobs
+    WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id AND state IN ('LEASED', 'RUNNING')
+)::boolean AS held;
+
+-- name: InsertLogChunk :execrows
+INSERT INTO job_logs (job_id, attempt, seq, data) VALUES (@job_id, @attempt, @seq, @data)
+ON CONFLICT DO NOTHING;
+
+-- name: JobLogs :many
+SELECT attempt, seq, data FROM job_logs WHERE job_id = @job_id ORDER BY attempt, seq;
+
+-- name: JobEvents :many
+SELECT * FROM job_events WHERE job_id = @job_id ORDER BY id;
+
+-- name: JobRuns :many
+SELECT * FROM job_runs WHERE job_id = @job_id ORDER BY attempt;
+
+-- name: ExpiredLeases :many
+-- Leases past their expiry, locked for the sweeper; SKIP LOCKED lets
+-- several replicas' sweepers share the work instead of colliding.
+SELECT * FROM jobs
+WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+ORDER BY lease_expires_at
+LIMIT @max_rows
+FOR UPDATE SKIP LOCKED;
+
+-- name: TimedOutJobs :many
+-- Queued jobs past their pool's queue timeout, locked for the sweeper.
+SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
+WHERE j.state IN ('QUEUED', 'BLOCKED')
+  AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, @default_queue_timeout_hours::int))
+      < coalesce(sqlc.narg('now')::timestamptz, now())
+LIMIT @max_rows
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: Unplaceable :many
+-- Queued jobs that no approved runner of their pool could ever hold, even
+-- empty: BLOCKED, with the reason. (Runners that are merely busy, offline
+-- or draining still could, later.)
+SELECT j.* FROM jobs j
+WHERE j.state = 'QUEUED'
+  AND NOT EXISTS (
+      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
+      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
+        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
+        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+LIMIT @max_rows
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: Unblockable :many
+-- BLOCKED jobs that some approved runner could now hold: back to QUEUED.
+SELECT j.* FROM jobs j
+WHERE j.state = 'BLOCKED'
+  AND EXISTS (
+      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
+      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
+        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
+        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+LIMIT @max_rows
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: RequeueJob :exec
+UPDATE jobs
+SET state = 'QUEUED', state_reason = @state_reason, runner_id = NULL, lease_expires_at = NULL, available_at = @available_at
+WHERE id = @id;
+
+-- name: SetFailuresInARow :one
+-- A host fault on a job's first attempt counts; any other result resets
+-- the count. Reaching the limit quarantines the runner.
+UPDATE runners
+SET failures_in_a_row = CASE WHEN @host_fault::boolean THEN failures_in_a_row + 1 ELSE 0 END,
+    quarantined_at = CASE WHEN @host_fault::boolean AND failures_in_a_row + 1 >= @limit_failures::int AND quarantined_at IS NULL
+                          THEN now() ELSE quarantined_at END,
+    quarantine_reason = CASE WHEN @host_fault::boolean AND failures_in_a_row + 1 >= @limit_failures::int AND quarantined_at IS NULL
+                          THEN format('%s host faults in a row', failures_in_a_row + 1) ELSE quarantine_reason END
+WHERE id = @id
+RETURNING failures_in_a_row, (quarantined_at IS NOT NULL)::boolean AS quarantined;

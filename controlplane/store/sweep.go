@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
+)
+
+// SweepOptions are the rules one sweep applies.
+type SweepOptions struct {
+	Now                      *time.Time // nil: the database's clock
+	DefaultQueueTimeoutHours int
+	// Backoff is how long a job whose lease expired waits before it may be
+	// leased again, given the attempt that expired.
+	Backoff func(attempt int) time.Duration
+	Batch   int
+}
+
+// SweepResult counts what a sweep did.
+type SweepResult struct {
+	Requeued, Failed, Expired, Blocked, Unblocked int
+}
+
+// Sweep applies the queue's time rules once, in one transaction: expired
+// leases go back to QUEUED with backoff (FAILED after maxAttempts), jobs
+// past their pool's queue timeout become EXPIRED, jobs no approved runner
+// of their pool could ever hold become BLOCKED (and come back when one
+// could). Every row it takes is locked with SKIP LOCKED, so sweepers of
+// several replicas share the work instead of doing it twice.
+func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) {
+	var res SweepResult
+	if o.Batch == 0 {
+		o.Batch = 500
+	}
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		now := time.Now()
+		if o.Now != nil {
+			now = *o.Now
+		}
+		pools := map[uuid.UUID]bool{}
+		expired, err := s.q.ExpiredLeases(ctx, s.conn(ctx), dbsqlc.ExpiredLeasesParams{Now: o.Now, MaxRows: int32(o.Batch)})
+		if err != nil {
+			return mapErr(err)
+		}
+		for _, row := range expired {
+			j := jobFromRow(row)
+			reason := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
+			if j.Attempt >= j.MaxAttempts {
+				if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed),
+					StateReason: fmt.Sprintf("%s; %d of %d attempts used", reason, j.Attempt, j.MaxAttempts)}); err != nil {
+					return mapErr(err)
+				}
+				res.Failed++
+				if err := s.jobEvent(ctx, j.ID, "FAILED", j.Attempt, j.RunnerID, reason); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: reason, AvailableAt: now.Add(o.Backoff(j.Attempt))}); err != nil {
+				return mapErr(err)
+			}
+			res.Requeued++
+			pools[j.PoolID] = true
+			if err := s.jobEvent(ctx, j.ID, "LEASE_EXPIRED", j.Attempt, j.RunnerID, reason); err != nil {
+				return err
+			}
+		}
+
+		timedOut, err := s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
+			Now: o.Now, DefaultQueueTimeoutHours: int32(o.DefaultQueueTimeoutHours), MaxRows: int32(o.Batch)})
+		if err != nil {
+			return mapErr(err)
+		}
+		for _, row := range timedOut {
+			reason := "waited longer than the pool's queue timeout"
+			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobExpired), StateReason: reason}); err != nil {
+				return mapErr(err)
+			}
+			res.Expired++
+			if err := s.jobEvent(ctx, row.ID, "EXPIRED", int(row.Attempt), nil, reason); err != nil {
+				return err
+			}
+		}
+
+		unplaceable, err := s.q.Unplaceable(ctx, s.conn(ctx), int32(o.Batch))
+		if err != nil {
+			return mapErr(err)
+		}
+		for _, row := range unplaceable {
+			reason := fmt.Sprintf("no approved runner of the pool could ever hold %.4g cores, %d MiB and %d GPUs", row.Cores, row.MemoryMib, row.Gpus)
+			if row.MemoryMib > 0 {
+				reason += " (a memory claim needs a runner that enforces memory limits, unless the pool allows otherwise)"
+			}
+			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobBlocked), StateReason: reason}); err != nil {
+				return mapErr(err)
+			}
+			res.Blocked++
+			if err := s.jobEvent(ctx, row.ID, "BLOCKED", int(row.Attempt), nil, reason); err != nil {
+				return err
+			}
+		}
+		unblockable, err := s.q.Unblockable(ctx, s.conn(ctx), int32(o.Batch))
+		if err != nil {
+			return mapErr(err)
+		}
+		for _, row := range unblockable {
+			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: row.ID, StateReason: "", AvailableAt: now}); err != nil {
+				return mapErr(err)
+			}
+			res.Unblocked++
+			pools[row.PoolID] = true
+			if err := s.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it was approved"); err != nil {
+				return err
+			}
+		}
+		for p := range pools {
+			if err := s.q.NotifyJobs(ctx, s.conn(ctx), p.String()); err != nil {
+				return mapErr(err)
+			}
+		}
+		return nil
+	})
+	return res, err
+}
