@@ -6,7 +6,9 @@ LDFLAGS := -X github.com/runmesh/runmesh/controlplane.Version=$(VERSION)
 # PKG and RUN narrow a test run: make test PKG=./graph/... RUN=TestAudit
 PKG ?= ./...
 RUN ?=
-GOTESTFLAGS ?= -timeout 30m $(if $(RUN),-run '$(RUN)')
+# -count=1: the end-to-end tests build binaries in a subprocess, which Go's
+# test cache cannot see; a cached pass could hide a broken server.
+GOTESTFLAGS ?= -count=1 -timeout 30m $(if $(RUN),-run '$(RUN)')
 # go-nvml's header marks many functions deprecated; we call none of those.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
 )
 
 func measured(gpus int) runnerapi.Capacity {
@@ -147,6 +148,11 @@ func TestDriftQuarantinesUntilCleared(t *testing.T) {
 	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)})
 	require.Contains(t, r.Body, `"quarantined":true`)
 
+	// A GPU that was never approved is drift too: placement would trust it.
+	id3, c3, _ := b.approvedRunner(t, measured(2))
+	b.beat(t, c3, runnerapi.HeartbeatRequest{Capacity: measured(3)})
+	require.Equal(t, "inventory drift: GPU GPU-00000002 was not approved", b.runner(t, id3)["quarantineReason"])
+
 	// Host memory shrinking is drift too.
 	id2, c2, _ := b.approvedRunner(t, measured(0))
 	small := measured(0)
@@ -208,6 +214,14 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 	twice.GPUs[1].UUID = twice.GPUs[0].UUID
 	badLabel := measured(0)
 	badLabel.Labels = append(badLabel.Labels, runnerapi.Label{Key: "x", Value: "y", Source: "guessed"})
+	declaredDetected := measured(0)
+	declaredDetected.Labels = append(declaredDetected.Labels, runnerapi.Label{Key: "runmesh.io/gpu.count", Value: "64", Source: "declared"})
+	nul := measured(1)
+	nul.GPUs[0].Name = "H200\x00"
+	moreThanThere := measured(1)
+	moreThanThere.Host.MemoryAvailableMiB = moreThanThere.Host.MemoryMiB + 1
+	sameIndex := measured(2)
+	sameIndex.GPUs[1].Index = 0
 	marshal := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 	cases := []struct {
@@ -222,6 +236,11 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 		{"used above total", marshal(runnerapi.HeartbeatRequest{Capacity: overUsed}), 400, runnerapi.CodeBadRequest},
 		{"one UUID twice", marshal(runnerapi.HeartbeatRequest{Capacity: twice}), 400, runnerapi.CodeBadRequest},
 		{"unknown label source", marshal(runnerapi.HeartbeatRequest{Capacity: badLabel}), 400, runnerapi.CodeBadRequest},
+		{"declared runmesh.io label", marshal(runnerapi.HeartbeatRequest{Capacity: declaredDetected}), 400, runnerapi.CodeBadRequest},
+		{"NUL in a GPU name", marshal(runnerapi.HeartbeatRequest{Capacity: nul}), 400, runnerapi.CodeBadRequest},
+		{"NUL in agent_version", marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), AgentVersion: "1\x00"}), 400, runnerapi.CodeBadRequest},
+		{"more available than there is", marshal(runnerapi.HeartbeatRequest{Capacity: moreThanThere}), 400, runnerapi.CodeBadRequest},
+		{"one index twice", marshal(runnerapi.HeartbeatRequest{Capacity: sameIndex}), 400, runnerapi.CodeBadRequest},
 		{"NaN", `{"capacity":{"host":{"cores":NaN}}}`, 400, runnerapi.CodeBadRequest},
 		{"another runner", marshal(runnerapi.HeartbeatRequest{RunnerID: other, Capacity: measured(2)}), 403, runnerapi.CodeForbidden},
 		{"unknown field", `{"capacity":{},"gpus_extra":1}`, 400, runnerapi.CodeBadRequest},
@@ -244,9 +263,10 @@ func TestRevocationReachesOtherReplicas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id, _, cert := b.approvedRunner(t, measured(0))
-	// A second replica on the same database and CA.
+	// A second replica on the same database and CA, with a store of its own:
+	// it learns of the revocation only through LISTEN/NOTIFY.
 	second, err := controlplane.New(controlplane.Options{
-		Pool: b.pool, Store: b.store, AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
+		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
 	})
 	require.NoError(t, err)
 	require.NoError(t, second.Start(context.Background()))

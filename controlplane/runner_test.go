@@ -329,6 +329,7 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 	other := newRunnerKey(t)
 	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ecCSR, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, ecKey)
+	namedDER, _ := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{DNSNames: []string{"runmesh.example.com"}}, other.priv)
 	tampered := []byte(k.csr)
 	tampered[len(tampered)/2] ^= 1
 
@@ -345,6 +346,7 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 		{"admin token as enrolment token", enrolBody(adminAsEnrol, "confused", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
 		{"CSR not signed by the sent key", enrolBody(fresh, "mixed", other.pub(), k.csr), 400, runnerapi.CodeInvalidCSR},
 		{"tampered CSR", enrolBody(fresh, "bent", k.pub(), string(tampered)), 400, runnerapi.CodeInvalidCSR},
+		{"CSR asking for names", enrolBody(fresh, "greedy", other.pub(), string(pki.EncodeCSR(namedDER))), 400, runnerapi.CodeInvalidCSR},
 		{"non-Ed25519 key", enrolBody(fresh, "ecdsa", elliptic.Marshal(elliptic.P256(), ecKey.X, ecKey.Y), string(pki.EncodeCSR(ecCSR))), 400, runnerapi.CodeInvalidKey},
 		{"ECDSA CSR with a 32-byte key", enrolBody(fresh, "ecdsa", other.pub(), string(pki.EncodeCSR(ecCSR))), 400, runnerapi.CodeInvalidCSR},
 		{"same key again", enrolBody(fresh, "twin", k.pub(), k.csr), 409, runnerapi.CodeConflict},

@@ -83,20 +83,13 @@ func New(o Options) (*Server, error) {
 		o.Defaults = graph.DefaultDefaults
 	}
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds)}
-	// The runner API's identity cache must forget at once when this replica
-	// revokes or decides; it exists only further down, hence the indirection.
-	forget := func() {
-		if s.runnerAPI != nil {
-			s.runnerAPI.Forget()
-		}
-	}
-	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store, forget))
+	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
 	if err != nil {
 		return nil, err
 	}
 	s.authority = auth
 	s.listener = store.NewListener(o.Pool, o.Log)
-	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime, Changed: forget}
+	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime}
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
 
 	mux := http.NewServeMux()
@@ -123,6 +116,9 @@ func New(o Options) (*Server, error) {
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
 	})
+	// This replica's identity cache forgets as soon as a runner change it
+	// made commits; other replicas' caches forget on the NOTIFY.
+	o.Store.OnRunnerChange(s.runnerAPI.Forget)
 	s.runner = &http.Server{
 		Handler:           s.metrics.instrument("runner", "", s.runnerAPI.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,

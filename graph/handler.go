@@ -80,7 +80,9 @@ func NewHandler(o Options) http.Handler {
 			if err != nil {
 				return ctx, nil, errors.New("unauthenticated")
 			}
-			return withPrincipal(ctx, a), nil, nil
+			// A socket lives long; its token may expire or be revoked
+			// meanwhile, so every operation on it checks the token again.
+			return context.WithValue(withPrincipal(ctx, a), socketTokenKey{}, token), nil, nil
 		},
 	})
 	srv.AddTransport(transport.POST{})
@@ -94,6 +96,13 @@ func NewHandler(o Options) http.Handler {
 	})
 	srv.AroundFields(auditMutations(o.Store, o.Log))
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
+		if token, ok := ctx.Value(socketTokenKey{}).(string); ok {
+			a, err := authenticate(ctx, o.Store, token)
+			if err != nil {
+				return graphql.OneShot(graphql.ErrorResponse(ctx, "unauthenticated"))
+			}
+			ctx = withPrincipal(ctx, a)
+		}
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(o.Store, a.Scope())))
 	})
@@ -102,6 +111,8 @@ func NewHandler(o Options) http.Handler {
 
 //go:embed playground.html
 var playgroundPage string
+
+type socketTokenKey struct{}
 
 // PlaygroundHandler serves a small GraphQL playground for endpoint. It is
 // self-contained (no scripts from elsewhere), so it works on hosts without

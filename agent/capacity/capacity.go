@@ -12,7 +12,7 @@ import (
 
 // DetectedPrefix starts every detected label's key. Declared labels may not
 // use it: a declared label never overrides a detected fact.
-const DetectedPrefix = "runmesh.io/"
+const DetectedPrefix = runnerapi.DetectedPrefix
 
 // Collector measures the whole runner.
 type Collector struct {

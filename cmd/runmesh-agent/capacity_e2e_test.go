@@ -104,8 +104,12 @@ func TestCapacityEndToEnd(t *testing.T) {
 	require.Contains(t, got["health"], map[string]any{"name": "nvml", "ok": true})
 
 	// The agent's /metrics, under dcgm-exporter's names.
-	addr := regexp.MustCompile(`"msg":"metrics listener up","addr":"([^"]+)"`).FindStringSubmatch(agent.Stderr.String())
-	require.NotNil(t, addr, agent.Stderr.String())
+	// Logs reach us through a pipe: they may trail READY=1.
+	var addr []string
+	e2e.Eventually(t, 10*time.Second, "metrics listener logged", func() bool {
+		addr = regexp.MustCompile(`"msg":"metrics listener up","addr":"([^"]+)"`).FindStringSubmatch(agent.Stderr.String())
+		return addr != nil
+	})
 	resp, err := http.Get("http://" + addr[1] + "/metrics")
 	require.NoError(t, err)
 	metrics, _ := io.ReadAll(resp.Body)
@@ -134,7 +138,7 @@ func TestCapacityEndToEnd(t *testing.T) {
 	require.Equal(t, true, got["online"])
 	require.Equal(t, false, got["takingWork"])
 	require.Equal(t, "inventory drift: GPU GPU-00000000-0000-4000-8000-000000000007 is missing", got["quarantineReason"])
-	require.True(t, srv.Stderr.HasLog("runner quarantined"))
+	e2e.Eventually(t, 10*time.Second, "quarantine logged", func() bool { return srv.Stderr.HasLog("runner quarantined") })
 	agent.Stop(t)
 	srv.Stop(t)
 }

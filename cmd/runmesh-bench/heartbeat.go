@@ -88,7 +88,7 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 	}
 	// This process issues the runners' certificates as another replica
 	// would: same CA, same database.
-	auth, err := ca.NewAuthority(keys, castore.New(st, nil))
+	auth, err := ca.NewAuthority(keys, castore.New(st))
 	if err != nil {
 		return err
 	}

@@ -245,8 +245,12 @@ func TestBootstrapAdminOnce(t *testing.T) {
 	notify := e2e.NewNotify(t)
 	p := e2e.Start(t, []string{notify.Env()}, server(t), "serve", "--config", cfg)
 	notify.WaitFor(t, "READY=1", 90*time.Second)
-	addr := regexp.MustCompile(`"msg":"admin listener up","component":"controlplane","addr":"([^"]+)"`).FindStringSubmatch(p.Stderr.String())
-	require.NotNil(t, addr, p.Stderr.String())
+	// The log reaches us through a pipe: it may trail READY=1.
+	var addr []string
+	e2e.Eventually(t, 10*time.Second, "admin listener logged", func() bool {
+		addr = regexp.MustCompile(`"msg":"admin listener up","component":"controlplane","addr":"([^"]+)"`).FindStringSubmatch(p.Stderr.String())
+		return addr != nil
+	})
 	code, body := graphql(t, "http://"+addr[1], token, `{ viewer { name role } }`)
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, `{"data":{"viewer":{"name":"ops","role":"PLATFORM_ADMIN"}}}`, body)

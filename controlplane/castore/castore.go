@@ -22,14 +22,10 @@ import (
 type DB struct {
 	store   *store.Store
 	timeout time.Duration
-	revoked func()
 }
 
-// New returns the CA database over s. revoked, if not nil, is called after
-// a revocation commits.
-func New(s *store.Store, revoked func()) *DB {
-	return &DB{store: s, timeout: 10 * time.Second, revoked: revoked}
-}
+// New returns the CA database over s.
+func New(s *store.Store) *DB { return &DB{store: s, timeout: 10 * time.Second} }
 
 func (d *DB) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d.timeout)
@@ -67,9 +63,6 @@ func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
 	}
 	if !added {
 		return db.ErrAlreadyExists
-	}
-	if d.revoked != nil {
-		d.revoked()
 	}
 	return nil
 }

@@ -37,16 +37,6 @@ type Service struct {
 	Authority *ca.Authority
 	// CertLifetime is the lifetime of runner certificates.
 	CertLifetime time.Duration
-	// Changed, if set, is called after a decision on a runner commits
-	// (the runner listener drops what it cached about identities).
-	Changed func()
-}
-
-func (s *Service) changed(r store.Runner, err error) (store.Runner, error) {
-	if err == nil && s.Changed != nil {
-		s.Changed()
-	}
-	return r, err
 }
 
 // DefaultCertLifetime is DESIGN.md's 24 hours.
@@ -74,7 +64,7 @@ func (s *Service) CreateToken(ctx context.Context, scope store.Scope, poolID uui
 // Approve approves a PENDING runner, but only when fingerprint is exactly
 // its key's, and issues its first certificate in the same transaction.
 func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (store.Runner, error) {
-	return s.changed(s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
@@ -93,35 +83,35 @@ func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, 
 			return store.RunnerDecision{}, err
 		}
 		return store.RunnerDecision{Status: store.RunnerApproved}, nil
-	}))
+	})
 }
 
 // Reject turns a PENDING runner away for good.
 func (s *Service) Reject(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.changed(s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		return store.RunnerDecision{Status: store.RunnerRejected, Reason: reason}, nil
-	}))
+	})
 }
 
 // Revoke ends an APPROVED (or PENDING) runner's identity: every certificate
 // it holds stops working at the next handshake or request, and renewal is
 // refused.
 func (s *Service) Revoke(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.changed(s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status != store.RunnerApproved && r.Status != store.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: reason}, nil
-	}))
+	})
 }
 
 // Retire takes a runner out of the fleet for good: it is revoked (so it
 // cannot come back under its old identity) and marked retired.
 func (s *Service) Retire(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.changed(s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
+	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
 		if r.Status == store.RunnerRejected || r.RetiredAt != nil {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
@@ -129,7 +119,7 @@ func (s *Service) Retire(ctx context.Context, scope store.Scope, id uuid.UUID, r
 			return store.RunnerDecision{}, err
 		}
 		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: "retired: " + reason}, nil
-	}))
+	})
 }
 
 // Issue signs a certificate for the runner's enrolled key (from the CSR it

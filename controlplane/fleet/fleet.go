@@ -109,9 +109,10 @@ func ParseInventory(b []byte) (*Inventory, error) {
 const hostMemoryTolerance = 0.02
 
 // Drift compares a report with the approved inventory: a GPU gone, a GPU
-// with less memory, or a host with less memory. It returns the differences
-// as one sentence, or "" when there are none. More than was approved is not
-// drift.
+// with less memory, a GPU that was never approved, or a host with less
+// memory. It returns the differences as one sentence, or "" when there are
+// none. An unapproved GPU is drift too: placement trusts what the runner
+// reports, so the GPUs it may offer are the ones an administrator saw.
 func Drift(inv *Inventory, c runnerapi.Capacity) string {
 	if inv == nil {
 		return ""
@@ -121,6 +122,15 @@ func Drift(inv *Inventory, c runnerapi.Capacity) string {
 		now[g.UUID] = g.MemoryTotalMiB
 	}
 	var diffs []string
+	approved := map[string]bool{}
+	for _, g := range inv.GPUs {
+		approved[g.UUID] = true
+	}
+	for _, g := range c.GPUs {
+		if !approved[g.UUID] {
+			diffs = append(diffs, fmt.Sprintf("GPU %s was not approved", g.UUID))
+		}
+	}
 	for _, g := range inv.GPUs {
 		mem, ok := now[g.UUID]
 		switch {

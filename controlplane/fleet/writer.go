@@ -131,11 +131,32 @@ func (w *Writer) write(ctx context.Context, batch []pending) {
 		w.batchSize.Observe(float64(len(beats)))
 	}
 	out, err := w.store.RecordHeartbeats(ctx, beats, nil)
-	if err != nil {
+	errs := map[uuid.UUID]error{}
+	if err != nil && len(beats) > 1 {
+		// One bad report must not fail its neighbours: write them one by
+		// one, and only the bad one fails.
+		w.log.Error("record heartbeats; writing the batch row by row", "batch", len(beats), "err", err)
+		out, err = map[uuid.UUID]store.HeartbeatOutcome{}, nil
+		for _, b := range beats {
+			one, err := w.store.RecordHeartbeats(ctx, []store.Heartbeat{b}, nil)
+			if err != nil {
+				w.log.Error("record heartbeat", "runner_id", b.RunnerID, "err", err)
+				errs[b.RunnerID] = err
+				continue
+			}
+			for id, o := range one {
+				out[id] = o
+			}
+		}
+	} else if err != nil {
 		w.log.Error("record heartbeats", "batch", len(beats), "err", err)
 	}
 	for _, p := range batch {
 		o, found := out[p.beat.RunnerID]
-		p.done <- result{outcome: o, found: found, err: err}
+		e := err
+		if e == nil {
+			e = errs[p.beat.RunnerID]
+		}
+		p.done <- result{outcome: o, found: found, err: e}
 	}
 }

@@ -3,8 +3,14 @@ package runnerapi
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
+
+// DetectedPrefix starts every detected label's key; declared labels may
+// not use it, so a declared label never passes for a detected fact.
+const DetectedPrefix = "runmesh.io/"
 
 // PathHeartbeat is where a runner reports itself.
 const PathHeartbeat = "/v1/heartbeat"
@@ -98,11 +104,49 @@ const (
 	MaxLabels        = 64
 )
 
+// CheckText refuses a string PostgreSQL cannot store or a person cannot
+// read: a NUL, other control characters, invalid UTF-8, or more than max
+// bytes.
+func CheckText(name, v string, max int) error {
+	if len(v) > max {
+		return fmt.Errorf("%s: longer than %d bytes", name, max)
+	}
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%s: not UTF-8", name)
+	}
+	for _, r := range v {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("%s: control characters are not allowed", name)
+		}
+	}
+	return nil
+}
+
 // CheckCapacity refuses impossible values: negative or non-finite numbers,
-// more than MaxGPUs GPUs, more than a PiB of memory on one GPU, used memory
-// above total, duplicate GPU UUIDs.
+// more than MaxGPUs GPUs, more than a PiB of memory on one GPU, used and
+// free memory above total, duplicate GPU UUIDs or indices, and text that is
+// too long or holds control characters.
 func CheckCapacity(c Capacity) error {
 	h := c.Host
+	for _, t := range []struct {
+		name, v string
+		max     int
+	}{{"host.hostname", h.Hostname, 255}, {"gpus_unavailable", c.GPUsUnavailable, 512}, {"driver_version", c.DriverVersion, 64}} {
+		if err := CheckText(t.name, t.v, t.max); err != nil {
+			return err
+		}
+	}
+	if h.MemoryAvailableMiB > h.MemoryMiB {
+		return fmt.Errorf("host: %d MiB available of %d", h.MemoryAvailableMiB, h.MemoryMiB)
+	}
+	if len(h.Limited) > 4 {
+		return fmt.Errorf("host.limited: too many entries")
+	}
+	for _, l := range h.Limited {
+		if l != "cpu" && l != "memory" {
+			return fmt.Errorf("host.limited: %q is neither cpu nor memory", l)
+		}
+	}
 	if math.IsNaN(h.Cores) || math.IsInf(h.Cores, 0) || h.Cores < 0 || h.Cores > MaxCores {
 		return fmt.Errorf("host.cores: %v is impossible", h.Cores)
 	}
@@ -114,18 +158,28 @@ func CheckCapacity(c Capacity) error {
 	if len(c.GPUs) > MaxGPUs {
 		return fmt.Errorf("gpus: %d GPUs is more than %d", len(c.GPUs), MaxGPUs)
 	}
-	seen := map[string]bool{}
+	seen, seenIndex := map[string]bool{}, map[int]bool{}
 	for i, g := range c.GPUs {
+		for _, t := range []struct {
+			name, v string
+			max     int
+		}{{"uuid", g.UUID, 128}, {"name", g.Name, 128}, {"health", g.Health, 512}} {
+			if err := CheckText(fmt.Sprintf("gpus[%d].%s", i, t.name), t.v, t.max); err != nil {
+				return err
+			}
+		}
 		switch {
-		case g.UUID == "" || len(g.UUID) > 128:
-			return fmt.Errorf("gpus[%d].uuid: missing or too long", i)
+		case g.UUID == "":
+			return fmt.Errorf("gpus[%d].uuid: missing", i)
 		case seen[g.UUID]:
 			return fmt.Errorf("gpus[%d].uuid: %s appears twice", i, g.UUID)
 		case g.Index < 0 || g.Index >= MaxGPUs:
 			return fmt.Errorf("gpus[%d].index: %d is impossible", i, g.Index)
+		case seenIndex[g.Index]:
+			return fmt.Errorf("gpus[%d].index: %d appears twice", i, g.Index)
 		case g.MemoryTotalMiB < 0 || g.MemoryTotalMiB > MaxGPUMemoryMiB:
 			return fmt.Errorf("gpus[%d].memory_total_mib: %d is impossible", i, g.MemoryTotalMiB)
-		case g.MemoryUsedMiB < 0 || g.MemoryFreeMiB < 0 || g.MemoryUsedMiB > g.MemoryTotalMiB || g.MemoryFreeMiB > g.MemoryTotalMiB:
+		case g.MemoryUsedMiB < 0 || g.MemoryFreeMiB < 0 || g.MemoryUsedMiB+g.MemoryFreeMiB > g.MemoryTotalMiB:
 			return fmt.Errorf("gpus[%d]: used %d and free %d MiB do not fit in %d", i, g.MemoryUsedMiB, g.MemoryFreeMiB, g.MemoryTotalMiB)
 		case g.Utilisation < 0 || g.Utilisation > 100:
 			return fmt.Errorf("gpus[%d].utilisation_percent: %d is impossible", i, g.Utilisation)
@@ -134,17 +188,26 @@ func CheckCapacity(c Capacity) error {
 		case math.IsNaN(g.PowerWatts) || math.IsInf(g.PowerWatts, 0) || g.PowerWatts < 0 || g.PowerWatts > 100000:
 			return fmt.Errorf("gpus[%d].power_watts: %v is impossible", i, g.PowerWatts)
 		}
-		seen[g.UUID] = true
+		seen[g.UUID], seenIndex[g.Index] = true, true
 	}
 	if len(c.Labels) > MaxLabels {
 		return fmt.Errorf("labels: more than %d", MaxLabels)
 	}
 	for i, l := range c.Labels {
-		if l.Key == "" || len(l.Key) > 128 || len(l.Value) > 256 {
-			return fmt.Errorf("labels[%d]: key 1 to 128 characters, value at most 256", i)
+		if l.Key == "" {
+			return fmt.Errorf("labels[%d].key: missing", i)
+		}
+		if err := CheckText(fmt.Sprintf("labels[%d].key", i), l.Key, 128); err != nil {
+			return err
+		}
+		if err := CheckText(fmt.Sprintf("labels[%d].value", i), l.Value, 256); err != nil {
+			return err
 		}
 		if l.Source != LabelDetected && l.Source != LabelDeclared {
 			return fmt.Errorf("labels[%d].source: %q is neither %s nor %s", i, l.Source, LabelDetected, LabelDeclared)
+		}
+		if l.Source == LabelDeclared && strings.HasPrefix(l.Key, DetectedPrefix) {
+			return fmt.Errorf("labels[%d]: %s keys are detected, never declared", i, DetectedPrefix)
 		}
 	}
 	return nil

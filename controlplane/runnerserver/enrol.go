@@ -41,6 +41,11 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeInvalidCSR, "csr: "+err.Error())
 		return
 	}
+	if len(csr.Extensions) > 0 {
+		// The CA ignores them anyway; a runner has no business asking.
+		writeError(w, http.StatusBadRequest, runnerapi.CodeInvalidCSR, "csr: a runner's certificate request carries no extensions (no names, no usages)")
+		return
+	}
 	csrKey, ok := csr.PublicKey.(ed25519.PublicKey)
 	if !ok || subtle.ConstantTimeCompare(csrKey, pub) != 1 {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeInvalidCSR, "csr: not signed by public_key")

@@ -36,8 +36,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "health: "+err.Error())
 		return
 	}
-	if len(req.AgentVersion) > 64 {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "agent_version: at most 64 characters")
+	if err := runnerapi.CheckText("agent_version", req.AgentVersion, 64); err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
 	rep, err := fleet.Report(req.Capacity)
@@ -84,8 +84,14 @@ func checkConditions(cs []runnerapi.Condition) error {
 		return errors.New("too many conditions")
 	}
 	for _, c := range cs {
-		if c.Name == "" || len(c.Name) > 64 || len(c.Title) > 512 {
-			return errors.New("a condition needs a name (at most 64 characters) and a title of at most 512")
+		if c.Name == "" {
+			return errors.New("a condition needs a name")
+		}
+		if err := runnerapi.CheckText("name", c.Name, 64); err != nil {
+			return err
+		}
+		if err := runnerapi.CheckText("title", c.Title, 512); err != nil {
+			return err
 		}
 		switch c.Severity {
 		case "info", "warning", "error":

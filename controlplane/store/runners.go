@@ -232,6 +232,7 @@ func (s *Store) UpdateRunner(ctx context.Context, scope Scope, id uuid.UUID, cha
 		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), id.String()); err != nil {
 			return mapErr(err)
 		}
+		s.runnerChangedAfterCommit(ctx)
 		out, err = s.Runner(ctx, scope, id)
 		return err
 	})

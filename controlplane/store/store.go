@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,47 @@ type DB interface {
 type Store struct {
 	db DB
 	q  *dbsqlc.Queries
+
+	hooksMu       sync.Mutex // guards runnerChanged
+	runnerChanged []func()
+}
+
+// OnRunnerChange registers f to run after every commit that changed a
+// runner's standing (status, inventory, controls, a revoked certificate).
+// The runner listener uses it to drop its cache before the change is even
+// answered; other replicas hear it by LISTEN/NOTIFY.
+func (s *Store) OnRunnerChange(f func()) {
+	s.hooksMu.Lock()
+	s.runnerChanged = append(s.runnerChanged, f)
+	s.hooksMu.Unlock()
+}
+
+// runnerChangedAfterCommit schedules the runner-change hooks.
+func (s *Store) runnerChangedAfterCommit(ctx context.Context) {
+	s.hooksMu.Lock()
+	hooks := append([]func(){}, s.runnerChanged...)
+	s.hooksMu.Unlock()
+	for _, f := range hooks {
+		s.AfterCommit(ctx, f)
+	}
+}
+
+// AfterCommit runs f once the outermost transaction in ctx has committed
+// (not at all if it rolls back), or at once outside a transaction. A nested
+// WithTx only releases a savepoint: what it changed is not visible to
+// others, nor final, until the outermost one commits.
+func (s *Store) AfterCommit(ctx context.Context, f func()) {
+	state, _ := ctx.Value(txKey{}).(*txState)
+	for state != nil && state.parent != nil {
+		state = state.parent
+	}
+	if state == nil || state.over.Load() {
+		f()
+		return
+	}
+	state.mu.Lock()
+	state.afterCommit = append(state.afterCommit, f)
+	state.mu.Unlock()
 }
 
 // New returns a store over db.
@@ -83,6 +125,9 @@ type txState struct {
 	tx     pgx.Tx
 	over   atomic.Bool
 	parent *txState // the enclosing transaction of a savepoint
+
+	mu          sync.Mutex // guards afterCommit
+	afterCommit []func()
 }
 
 // WithTx runs fn in one transaction: every store call made with the context
@@ -104,6 +149,15 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	if parent == nil {
+		state.over.Store(true)
+		state.mu.Lock()
+		hooks := state.afterCommit
+		state.mu.Unlock()
+		for _, f := range hooks {
+			f()
+		}
 	}
 	return nil
 }

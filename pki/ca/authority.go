@@ -132,12 +132,19 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 }
 
 // sign issues a leaf for csr's key with the authority. Names come only from
-// name: whatever the CSR asked for is dropped first.
+// name: whatever the CSR asked for (names, usages, any extension) is
+// dropped first.
 func (a *Authority) sign(ctx context.Context, csr *x509.CertificateRequest, lifetime time.Duration, usage x509.ExtKeyUsage, name func(*x509.Certificate)) ([]*x509.Certificate, error) {
 	now := time.Now()
 	return a.auth.SignWithContext(ctx, csr, provisioner.SignOptions{}, provisioner.CertificateModifierFunc(
 		func(c *x509.Certificate, _ provisioner.SignOptions) error {
+			// The template starts as a copy of the CSR, extensions included,
+			// and x509.CreateCertificate lets ExtraExtensions override the
+			// fields set below (names, key usages, basic constraints). Drop
+			// every extension the CSR asked for: nothing of it is ours.
+			c.ExtraExtensions = nil
 			c.DNSNames, c.IPAddresses, c.EmailAddresses, c.URIs = nil, nil, nil, nil
+			c.BasicConstraintsValid, c.IsCA = true, false
 			name(c)
 			c.KeyUsage = x509.KeyUsageDigitalSignature
 			c.ExtKeyUsage = []x509.ExtKeyUsage{usage}
