@@ -20,6 +20,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/castore"
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/jobs"
 	"github.com/runmesh/runmesh/controlplane/runnerserver"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
@@ -50,6 +51,9 @@ type Options struct {
 	// RunnerCertLifetime is the lifetime of runner certificates (and of the
 	// listener's own).
 	RunnerCertLifetime time.Duration
+	// SweepInterval is how often the sweeper applies the queue's time rules
+	// (expired leases, queue timeouts, blocked jobs). Default 1 s.
+	SweepInterval time.Duration
 }
 
 // Server is a running control plane. Start it, then Stop it.
@@ -81,6 +85,9 @@ func New(o Options) (*Server, error) {
 	}
 	if o.Defaults == (graph.Defaults{}) {
 		o.Defaults = graph.DefaultDefaults
+	}
+	if o.SweepInterval == 0 {
+		o.SweepInterval = time.Second
 	}
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds)}
 	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
@@ -141,6 +148,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.cert.renew(bg) })
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.runnerAPI.Run(bg) })
+	sweeper := &jobs.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
+		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours}
+	s.goBackground(func() { sweeper.Run(bg) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

@@ -51,10 +51,52 @@ func auditEntry(ctx context.Context, fc *graphql.FieldContext) store.AuditEntry 
 		id := a.ID
 		e.ActorID, e.ActorName, e.ActorRole, e.OrganisationID = &id, a.Name, a.Role, a.OrganisationID
 	}
-	detail, err := json.Marshal(fc.Args)
+	detail, err := json.Marshal(redact(fc.Args))
 	if err != nil {
 		detail = []byte(`{"unrecordable_args":true}`)
 	}
 	e.Detail = detail
 	return e
+}
+
+// redact replaces the values of environment variables with a marker: jobs
+// carry their secrets (API keys, passwords) in env, and the audit log is
+// read by people who need not see them.
+func redact(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = redact(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = redact(x)
+		}
+		return out
+	default:
+		// Arguments arrive as generated input structs: go through JSON to
+		// see them as maps.
+		b, err := json.Marshal(v)
+		if err != nil {
+			return v
+		}
+		var m any
+		if json.Unmarshal(b, &m) != nil {
+			return v
+		}
+		if obj, ok := m.(map[string]any); ok {
+			if env, ok := obj["env"].([]any); ok {
+				for _, e := range env {
+					if kv, ok := e.(map[string]any); ok {
+						kv["value"] = "(redacted)"
+					}
+				}
+			}
+			return obj
+		}
+		return m
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
@@ -160,3 +162,51 @@ func health(b []byte) ([]runnerapi.Condition, error) {
 	}
 	return out, nil
 }
+
+// newJob checks a submission.
+func newJob(in model.SubmitJobInput) (store.NewJob, error) {
+	c := in.Claim
+	switch {
+	case strings.TrimSpace(in.Image) == "" || len(in.Image) > 512:
+		return store.NewJob{}, badInputf("image: 1 to 512 characters")
+	case c.Cores <= 0 || c.Cores > 4096 || math.IsNaN(c.Cores):
+		return store.NewJob{}, badInputf("claim.cores: more than 0, at most 4096")
+	case c.MemoryMiB < 0:
+		return store.NewJob{}, badInputf("claim.memoryMiB: not negative")
+	case c.Gpus < 0 || c.Gpus > 64:
+		return store.NewJob{}, badInputf("claim.gpus: 0 to 64")
+	case c.WallClockSeconds < 1 || c.WallClockSeconds > 365*24*3600:
+		return store.NewJob{}, badInputf("claim.wallClockSeconds: 1 to 31536000")
+	case in.Priority < -1000 || in.Priority > 1000:
+		return store.NewJob{}, badInputf("priority: -1000 to 1000")
+	case in.MaxAttempts < 1 || in.MaxAttempts > 100:
+		return store.NewJob{}, badInputf("maxAttempts: 1 to 100")
+	case !kindName.MatchString(in.Kind):
+		return store.NewJob{}, badInputf("kind: lower-case letters, digits, dots, dashes and underscores")
+	case len(in.Command) > 256 || len(in.Env) > 256:
+		return store.NewJob{}, badInputf("command and env: at most 256 entries each")
+	}
+	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
+		return store.NewJob{}, badInputf("idempotencyKey: 1 to 200 characters")
+	}
+	env := map[string]string{}
+	for _, e := range in.Env {
+		if !envName.MatchString(e.Name) {
+			return store.NewJob{}, badInputf("env: %q is not a variable name", e.Name)
+		}
+		if _, dup := env[e.Name]; dup {
+			return store.NewJob{}, badInputf("env: %s given twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	return store.NewJob{
+		PoolID: in.PoolID, Image: in.Image, Command: in.Command, Env: env,
+		Claim:    store.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
+		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
+	}, nil
+}
+
+var (
+	kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+)

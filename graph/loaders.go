@@ -20,6 +20,8 @@ type loaders struct {
 	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []store.Pool]
 	certificate         *dataloadgen.Loader[uuid.UUID, store.Certificate] // newest, by runner
 	runnerSeen          *dataloadgen.Loader[uuid.UUID, time.Time]         // by pool
+	booking             *dataloadgen.Loader[uuid.UUID, store.Booking]     // by runner
+	poolQueue           *dataloadgen.Loader[uuid.UUID, store.PoolQueue]   // by pool
 }
 
 type loadersKey struct{}
@@ -38,6 +40,8 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		certificate: dataloadgen.NewMappedLoader(s.LatestCertificates, wait),
 		// Pools reach here only through the caller's scope, too.
 		runnerSeen: dataloadgen.NewMappedLoader(s.RunnerSeen, wait),
+		booking:    dataloadgen.NewMappedLoader(s.Bookings, wait),
+		poolQueue:  dataloadgen.NewMappedLoader(s.PoolQueues, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.
@@ -96,6 +100,8 @@ func prefetchRunners(ctx context.Context, runners []store.Runner) {
 		switch f.Name {
 		case "certificate":
 			l.certificate.LoadAllThunk(ctx, runnerIDs)
+		case "booked":
+			l.booking.LoadAllThunk(ctx, runnerIDs)
 		case "organisation":
 			l.organisation.LoadAllThunk(ctx, orgIDs)
 		case "pool":

@@ -8,7 +8,9 @@ package graph
 import (
 	"context"
 	"errors"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -38,6 +40,69 @@ func (r *gPUResolver) Health(ctx context.Context, obj *runnerapi.GPU) (*string, 
 		return nil, nil
 	}
 	return &obj.Health, nil
+}
+
+// Runner is the resolver for the runner field.
+func (r *holdResolver) Runner(ctx context.Context, obj *store.Hold) (*store.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := r.Store.Runner(ctx, me.Scope(), obj.RunnerID)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
+// Pool is the resolver for the pool field.
+func (r *jobResolver) Pool(ctx context.Context, obj *store.Job) (*store.Pool, error) {
+	return loadPool(ctx, obj.PoolID)
+}
+
+// EnvNames is the resolver for the envNames field.
+func (r *jobResolver) EnvNames(ctx context.Context, obj *store.Job) ([]string, error) {
+	names := make([]string, 0, len(obj.Env))
+	for k := range obj.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Claim is the resolver for the claim field.
+func (r *jobResolver) Claim(ctx context.Context, obj *store.Job) (*model.JobClaim, error) {
+	c := obj.Claim
+	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds}, nil
+}
+
+// Events is the resolver for the events field.
+func (r *jobResolver) Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error) {
+	return r.Store.JobEvents(ctx, obj.ID)
+}
+
+// Runs is the resolver for the runs field.
+func (r *jobResolver) Runs(ctx context.Context, obj *store.Job) ([]store.JobRun, error) {
+	return r.Store.JobRuns(ctx, obj.ID)
+}
+
+// Logs is the resolver for the logs field.
+func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) {
+	chunks, err := r.Store.JobLogs(ctx, obj.ID)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, c := range chunks {
+		b.Write(c.Data)
+	}
+	return strings.ToValidUTF8(b.String(), "\uFFFD"), nil
+}
+
+// RunnerName is the resolver for the runnerName field.
+func (r *jobRunResolver) RunnerName(ctx context.Context, obj *store.JobRun) (*string, error) {
+	// Members see that a job ran, not on which machine.
+	if me, _ := principal(ctx); me.Role.Rank() < store.RoleOrgAdmin.Rank() {
+		return nil, nil
+	}
+	return &obj.RunnerName, nil
 }
 
 // CreateOrganisation is the resolver for the createOrganisation field.
@@ -262,6 +327,62 @@ func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*
 	return &runner, nil
 }
 
+// SubmitJob is the resolver for the submitJob field.
+func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobInput) (*store.Job, error) {
+	me, _ := principal(ctx)
+	n, err := newJob(input)
+	if err != nil {
+		return nil, err
+	}
+	by := me.ID
+	n.SubmittedBy = &by
+	j, _, err := r.Store.SubmitJob(ctx, me.Scope(), n)
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// CancelJob is the resolver for the cancelJob field.
+func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*store.Job, error) {
+	me, _ := principal(ctx)
+	j, err := r.Store.CancelJob(ctx, me.Scope(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// CreateHold is the resolver for the createHold field.
+func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*store.Hold, error) {
+	me, _ := principal(ctx)
+	switch {
+	case gpus < 1 || gpus > 64:
+		return nil, badInputf("gpus: 1 to 64")
+	case durationSeconds < 60 || durationSeconds > 90*24*3600:
+		return nil, badInputf("durationSeconds: between 60 and 7776000")
+	}
+	if err := checkReason(reason); err != nil {
+		return nil, err
+	}
+	by := me.ID
+	h, err := r.Store.CreateHold(ctx, me.Scope(), runnerID, gpus, reason, time.Now().Add(time.Duration(durationSeconds)*time.Second), &by)
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// ReleaseHold is the resolver for the releaseHold field.
+func (r *mutationResolver) ReleaseHold(ctx context.Context, id uuid.UUID) (*store.Hold, error) {
+	me, _ := principal(ctx)
+	h, err := r.Store.ReleaseHold(ctx, me.Scope(), id)
+	if err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
 // Pools is the resolver for the pools field.
 func (r *organisationResolver) Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error) {
 	return loadersFor(ctx).poolsOfOrganisation.Load(ctx, obj.ID)
@@ -292,6 +413,18 @@ func (r *poolResolver) RunnerSeen(ctx context.Context, obj *store.Pool) (*time.T
 		return nil, err
 	}
 	return &t, nil
+}
+
+// Queued is the resolver for the queued field.
+func (r *poolResolver) Queued(ctx context.Context, obj *store.Pool) (int, error) {
+	q, err := loadersFor(ctx).poolQueue.Load(ctx, obj.ID)
+	return int(q.Queued), err
+}
+
+// HeldGpus is the resolver for the heldGpus field.
+func (r *poolResolver) HeldGpus(ctx context.Context, obj *store.Pool) (int, error) {
+	q, err := loadersFor(ctx).poolQueue.Load(ctx, obj.ID)
+	return int(q.HeldGPUs), err
 }
 
 // Viewer is the resolver for the viewer field.
@@ -351,6 +484,22 @@ func (r *queryResolver) Runner(ctx context.Context, id uuid.UUID) (*store.Runner
 // CertificateAuthority is the resolver for the certificateAuthority field.
 func (r *queryResolver) CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error) {
 	return &model.CertificateAuthority{RootFingerprint: r.CAFingerprint}, nil
+}
+
+// Jobs is the resolver for the jobs field.
+func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *store.JobState, first int) ([]store.Job, error) {
+	me, _ := principal(ctx)
+	if first < 1 || first > 1000 {
+		return nil, badInputf("first: between 1 and 1000")
+	}
+	return r.Store.Jobs(ctx, me.Scope(), store.JobFilter{PoolID: poolID, State: state, Limit: first})
+}
+
+// Job is the resolver for the job field.
+func (r *queryResolver) Job(ctx context.Context, id uuid.UUID) (*store.Job, error) {
+	me, _ := principal(ctx)
+	j, err := r.Store.Job(ctx, me.Scope(), id)
+	return nullIfNotFound(&j, err)
 }
 
 // AuditLog is the resolver for the auditLog field.
@@ -444,6 +593,20 @@ func (r *runnerResolver) Retired(ctx context.Context, obj *store.Runner) (bool, 
 	return obj.RetiredAt != nil, nil
 }
 
+// Booked is the resolver for the booked field.
+func (r *runnerResolver) Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error) {
+	b, err := loadersFor(ctx).booking.Load(ctx, obj.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &b, nil
+}
+
+// FailuresInARow is the resolver for the failuresInARow field.
+func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) (int, error) {
+	return obj.FailuresInARow, nil
+}
+
 // Admin returns generated.AdminResolver implementation.
 func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 
@@ -452,6 +615,15 @@ func (r *Resolver) AuditEntry() generated.AuditEntryResolver { return &auditEntr
 
 // GPU returns generated.GPUResolver implementation.
 func (r *Resolver) GPU() generated.GPUResolver { return &gPUResolver{r} }
+
+// Hold returns generated.HoldResolver implementation.
+func (r *Resolver) Hold() generated.HoldResolver { return &holdResolver{r} }
+
+// Job returns generated.JobResolver implementation.
+func (r *Resolver) Job() generated.JobResolver { return &jobResolver{r} }
+
+// JobRun returns generated.JobRunResolver implementation.
+func (r *Resolver) JobRun() generated.JobRunResolver { return &jobRunResolver{r} }
 
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
@@ -472,6 +644,9 @@ type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
 	gPUResolver          struct{ *Resolver }
+	holdResolver         struct{ *Resolver }
+	jobResolver          struct{ *Resolver }
+	jobRunResolver       struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	organisationResolver struct{ *Resolver }
 	poolResolver         struct{ *Resolver }

@@ -84,6 +84,8 @@ type HeartbeatRequest struct {
 	AgentVersion string      `json:"agent_version"`
 	Capacity     Capacity    `json:"capacity"`
 	Health       []Condition `json:"health,omitempty"`
+	// Leases are the leases the runner holds.
+	Leases []HeldLease `json:"leases,omitempty"`
 }
 
 // HeartbeatResponse tells the runner when to come back.
@@ -92,6 +94,8 @@ type HeartbeatResponse struct {
 	NextHeartbeatSeconds int  `json:"next_heartbeat_seconds"`
 	Quarantined          bool `json:"quarantined,omitempty"`
 	Draining             bool `json:"draining,omitempty"`
+	// Leases answers each held lease: CONTINUE, CANCEL or GONE.
+	Leases []LeaseAnswer `json:"leases,omitempty"`
 }
 
 // Bounds on what a runner may claim: beyond them the report is impossible,

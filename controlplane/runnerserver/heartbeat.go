@@ -32,6 +32,10 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
 		return
 	}
+	if len(req.Leases) > 256 {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "leases: at most 256")
+		return
+	}
 	if err := checkConditions(req.Health); err != nil {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "health: "+err.Error())
 		return
@@ -67,6 +71,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the heartbeat was not stored; send it again")
 		return
 	}
+	answers, err := s.answerLeases(r, c, req.Leases)
+	if err != nil {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the leases were not extended; send the heartbeat again")
+		return
+	}
 	if drift != "" && c.runner.QuarantinedAt == nil {
 		s.o.Log.Warn("runner quarantined", "runner_id", c.runner.ID, "reason", drift)
 	}
@@ -75,7 +85,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	}
 	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
 	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
-		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining,
+		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
 	})
 }
 

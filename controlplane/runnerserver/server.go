@@ -21,6 +21,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/jobs"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/pki"
@@ -41,6 +42,8 @@ type Options struct {
 	// HeartbeatLatency observes how long each heartbeat took, storage
 	// included, if set.
 	HeartbeatLatency prometheus.Observer
+	// QuarantineAfter host faults in a row quarantine a runner.
+	QuarantineAfter int
 }
 
 // Server serves the runner API.
@@ -52,6 +55,9 @@ type Server struct {
 // New returns the runner API. Run it for the life of the listener.
 func New(o Options) *Server {
 	o.Log = o.Log.With("component", "runnerapi")
+	if o.QuarantineAfter == 0 {
+		o.QuarantineAfter = jobs.DefaultQuarantineAfter
+	}
 	return &Server{o: o, ids: newIdentities(o.Store)}
 }
 
@@ -70,6 +76,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/enrol/{id}/wait", s.wait)
 	mux.Handle("GET "+runnerapi.PathWhoAmI, s.authenticated(s.whoami))
 	mux.Handle("POST "+runnerapi.PathHeartbeat, s.authenticated(s.heartbeat))
+	mux.Handle("POST "+runnerapi.PathLeases, s.authenticated(s.leases))
+	mux.Handle("POST /v1/leases/{id}/logs", s.authenticated(s.logs))
+	mux.Handle("POST /v1/leases/{id}/result", s.authenticated(s.result))
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))

@@ -219,7 +219,6 @@ type ClaimRequest struct {
 	Kinds               []string
 	Free                Claim // what the runner says it has free now
 	Largest             Claim // the largest job it will run
-	HeldGPUs            int
 	DefaultLeaseSeconds int
 	Now                 *time.Time // nil: the database's clock
 }
@@ -233,7 +232,7 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 			Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
 			FreeCores: c.Free.Cores, MaxCores: c.Largest.Cores,
 			FreeMemoryMib: c.Free.MemoryMiB, MaxMemoryMib: c.Largest.MemoryMiB,
-			HeldGpus: int32(c.HeldGPUs), FreeGpus: int32(c.Free.GPUs), MaxGpus: int32(c.Largest.GPUs),
+			FreeGpus: int32(c.Free.GPUs), MaxGpus: int32(c.Largest.GPUs),
 		})
 		if errors.Is(mapErr(err), ErrNotFound) {
 			return nil
@@ -263,4 +262,99 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 // TouchWorkRequest records that the runner asked for work.
 func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) error {
 	return mapErr(s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID))
+}
+
+// Hold keeps some of a runner's GPUs free of new work until it is released
+// or runs out.
+type Hold struct {
+	ID         uuid.UUID
+	RunnerID   uuid.UUID
+	GPUs       int
+	Reason     string
+	Until      time.Time
+	CreatedBy  *uuid.UUID
+	CreatedAt  time.Time
+	ReleasedAt *time.Time
+}
+
+func holdFromRow(r dbsqlc.GpuHold) Hold {
+	return Hold{ID: r.ID, RunnerID: r.RunnerID, GPUs: int(r.Gpus), Reason: r.Reason, Until: r.Until,
+		CreatedBy: uuidPtr(r.CreatedBy), CreatedAt: r.CreatedAt, ReleasedAt: r.ReleasedAt}
+}
+
+// CreateHold holds gpus GPUs of a runner inside scope.
+func (s *Store) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
+	if _, err := s.Runner(ctx, scope, runnerID); err != nil {
+		return Hold{}, err
+	}
+	row, err := s.q.CreateHold(ctx, s.conn(ctx), dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
+	if err != nil {
+		return Hold{}, mapErr(err)
+	}
+	return holdFromRow(row), nil
+}
+
+// ReleaseHold ends a hold on a runner inside scope.
+func (s *Store) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
+	var out Hold
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		h, err := s.q.GetHold(ctx, s.conn(ctx), id)
+		if err != nil {
+			return mapErr(err)
+		}
+		if _, err := s.Runner(ctx, scope, h.RunnerID); err != nil {
+			return err
+		}
+		row, err := s.q.ReleaseHold(ctx, s.conn(ctx), id)
+		if err != nil {
+			return mapErr(err)
+		}
+		out = holdFromRow(row)
+		r, err := s.Runner(ctx, scope, h.RunnerID)
+		if err != nil {
+			return err
+		}
+		return mapErr(s.q.NotifyJobs(ctx, s.conn(ctx), r.PoolID.String()))
+	})
+	return out, err
+}
+
+// Booking is what a runner's jobs and holds take.
+type Booking struct {
+	Cores     float64
+	MemoryMiB int64
+	GPUs      int
+	HeldGPUs  int
+}
+
+// Bookings loads several runners' bookings at once (for dataloaders).
+func (s *Store) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Booking, error) {
+	rows, err := s.q.RunnerBookings(ctx, s.conn(ctx), runnerIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Booking, len(rows))
+	for _, r := range rows {
+		out[r.RunnerID] = Booking{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), HeldGPUs: int(r.HeldGpus)}
+	}
+	return out, nil
+}
+
+// PoolQueue is a pool's queue depth and held GPUs.
+type PoolQueue struct {
+	Queued   int64
+	HeldGPUs int64
+}
+
+// PoolQueues loads several pools' queues at once (for dataloaders).
+func (s *Store) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]PoolQueue, error) {
+	rows, err := s.q.PoolQueues(ctx, s.conn(ctx), poolIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]PoolQueue, len(rows))
+	for _, r := range rows {
+		out[r.PoolID] = PoolQueue{Queued: r.Queued, HeldGPUs: r.HeldGpus}
+	}
+	return out, nil
 }

@@ -17,6 +17,8 @@ const (
 	ChannelRunnerStatus = "runmesh_runner_status"
 	// ChannelRevocations carries a serial whenever one is revoked.
 	ChannelRevocations = "runmesh_revocations"
+	// ChannelJobs carries a pool id whenever the pool may have new work.
+	ChannelJobs = "runmesh_jobs"
 )
 
 // Listener holds one connection LISTENing for the whole process and fans
@@ -113,7 +115,7 @@ func (l *Listener) listen(ctx context.Context, onListening func()) error {
 	// The connection leaves the pool: it is ours for as long as it lives.
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations} {
+	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations, ChannelJobs} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}

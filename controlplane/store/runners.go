@@ -57,6 +57,8 @@ type RunnerCapacity struct {
 	QuarantineReason  string
 	Draining          bool
 	RetiredAt         *time.Time
+	FailuresInARow    int
+	EnforcesLimits    bool
 }
 
 func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runner {
@@ -67,6 +69,7 @@ func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runn
 			Capacity: r.Capacity, GPUs: r.Gpus, Health: r.Health, Cores: r.Cores, MemoryMiB: r.MemoryMib,
 			GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy), Inventory: r.Inventory,
 			QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
+			FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits,
 		},
 		ID:             r.ID,
 		PoolID:         r.PoolID,

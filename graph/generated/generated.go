@@ -35,6 +35,9 @@ type ResolverRoot interface {
 	Admin() AdminResolver
 	AuditEntry() AuditEntryResolver
 	GPU() GPUResolver
+	Hold() HoldResolver
+	Job() JobResolver
+	JobRun() JobRunResolver
 	Mutation() MutationResolver
 	Organisation() OrganisationResolver
 	Pool() PoolResolver
@@ -65,6 +68,13 @@ type ComplexityRoot struct {
 		ID             func(childComplexity int) int
 		OrganisationID func(childComplexity int) int
 		Outcome        func(childComplexity int) int
+	}
+
+	Booking struct {
+		Cores     func(childComplexity int) int
+		GPUs      func(childComplexity int) int
+		HeldGPUs  func(childComplexity int) int
+		MemoryMiB func(childComplexity int) int
 	}
 
 	Certificate struct {
@@ -110,11 +120,70 @@ type ComplexityRoot struct {
 		Title    func(childComplexity int) int
 	}
 
+	Hold struct {
+		GPUs       func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Reason     func(childComplexity int) int
+		ReleasedAt func(childComplexity int) int
+		Runner     func(childComplexity int) int
+		Until      func(childComplexity int) int
+	}
+
 	IntSetting struct {
 		Default   func(childComplexity int) int
 		InForce   func(childComplexity int) int
 		IsDefault func(childComplexity int) int
 		Own       func(childComplexity int) int
+	}
+
+	Job struct {
+		Attempt         func(childComplexity int) int
+		CancelRequested func(childComplexity int) int
+		Claim           func(childComplexity int) int
+		Command         func(childComplexity int) int
+		EnvNames        func(childComplexity int) int
+		Events          func(childComplexity int) int
+		FinishedAt      func(childComplexity int) int
+		ID              func(childComplexity int) int
+		IdempotencyKey  func(childComplexity int) int
+		Image           func(childComplexity int) int
+		Kind            func(childComplexity int) int
+		Logs            func(childComplexity int) int
+		MaxAttempts     func(childComplexity int) int
+		Pool            func(childComplexity int) int
+		Priority        func(childComplexity int) int
+		Runs            func(childComplexity int) int
+		State           func(childComplexity int) int
+		StateReason     func(childComplexity int) int
+		SubmittedAt     func(childComplexity int) int
+	}
+
+	JobClaim struct {
+		Cores            func(childComplexity int) int
+		Gpus             func(childComplexity int) int
+		MemoryMiB        func(childComplexity int) int
+		WallClockSeconds func(childComplexity int) int
+	}
+
+	JobEvent struct {
+		At      func(childComplexity int) int
+		Attempt func(childComplexity int) int
+		Detail  func(childComplexity int) int
+		Type    func(childComplexity int) int
+	}
+
+	JobRun struct {
+		Attempt       func(childComplexity int) int
+		ExitCode      func(childComplexity int) int
+		FinishedAt    func(childComplexity int) int
+		HostFault     func(childComplexity int) int
+		ImageDigest   func(childComplexity int) int
+		LeasedAt      func(childComplexity int) int
+		OOM           func(childComplexity int) int
+		PeakMemoryMiB func(childComplexity int) int
+		ReturnReason  func(childComplexity int) int
+		RunnerName    func(childComplexity int) int
+		RunnerVersion func(childComplexity int) int
 	}
 
 	Label struct {
@@ -125,16 +194,20 @@ type ComplexityRoot struct {
 
 	Mutation struct {
 		ApproveRunner        func(childComplexity int, id uuid.UUID, fingerprint string) int
+		CancelJob            func(childComplexity int, id uuid.UUID) int
 		ClearQuarantine      func(childComplexity int, id uuid.UUID) int
 		CreateAdminToken     func(childComplexity int, input model.CreateAdminTokenInput) int
 		CreateEnrolmentToken func(childComplexity int, poolID uuid.UUID, ttlSeconds int) int
+		CreateHold           func(childComplexity int, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) int
 		CreateOrganisation   func(childComplexity int, input model.CreateOrganisationInput) int
 		CreatePool           func(childComplexity int, input model.CreatePoolInput) int
 		DrainRunner          func(childComplexity int, id uuid.UUID) int
 		RejectRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		ReleaseHold          func(childComplexity int, id uuid.UUID) int
 		ResumeRunner         func(childComplexity int, id uuid.UUID) int
 		RetireRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		RevokeRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		SubmitJob            func(childComplexity int, input model.SubmitJobInput) int
 		UpdatePool           func(childComplexity int, input model.UpdatePoolInput) int
 	}
 
@@ -147,17 +220,21 @@ type ComplexityRoot struct {
 
 	Pool struct {
 		CreatedAt         func(childComplexity int) int
+		HeldGpus          func(childComplexity int) int
 		ID                func(childComplexity int) int
 		LeaseSeconds      func(childComplexity int) int
 		Name              func(childComplexity int) int
 		Organisation      func(childComplexity int) int
 		QueueTimeoutHours func(childComplexity int) int
+		Queued            func(childComplexity int) int
 		RunnerSeen        func(childComplexity int) int
 	}
 
 	Query struct {
 		AuditLog             func(childComplexity int, first int, before *string) int
 		CertificateAuthority func(childComplexity int) int
+		Job                  func(childComplexity int, id uuid.UUID) int
+		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *store.JobState, first int) int
 		Organisation         func(childComplexity int, id uuid.UUID) int
 		Organisations        func(childComplexity int) int
 		Pool                 func(childComplexity int, id uuid.UUID) int
@@ -169,11 +246,13 @@ type ComplexityRoot struct {
 
 	Runner struct {
 		AgentVersion     func(childComplexity int) int
+		Booked           func(childComplexity int) int
 		Capacity         func(childComplexity int) int
 		Certificate      func(childComplexity int) int
 		DecidedAt        func(childComplexity int) int
 		Draining         func(childComplexity int) int
 		EnrolledAt       func(childComplexity int) int
+		FailuresInARow   func(childComplexity int) int
 		FingerprintHint  func(childComplexity int) int
 		Gpus             func(childComplexity int) int
 		Health           func(childComplexity int) int
@@ -218,6 +297,22 @@ type AuditEntryResolver interface {
 type GPUResolver interface {
 	Health(ctx context.Context, obj *runnerapi.GPU) (*string, error)
 }
+type HoldResolver interface {
+	Runner(ctx context.Context, obj *store.Hold) (*store.Runner, error)
+}
+type JobResolver interface {
+	Pool(ctx context.Context, obj *store.Job) (*store.Pool, error)
+
+	EnvNames(ctx context.Context, obj *store.Job) ([]string, error)
+	Claim(ctx context.Context, obj *store.Job) (*model.JobClaim, error)
+
+	Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error)
+	Runs(ctx context.Context, obj *store.Job) ([]store.JobRun, error)
+	Logs(ctx context.Context, obj *store.Job) (string, error)
+}
+type JobRunResolver interface {
+	RunnerName(ctx context.Context, obj *store.JobRun) (*string, error)
+}
 type MutationResolver interface {
 	CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*store.Organisation, error)
 	CreatePool(ctx context.Context, input model.CreatePoolInput) (*store.Pool, error)
@@ -231,6 +326,10 @@ type MutationResolver interface {
 	ResumeRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
 	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
 	ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error)
+	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*store.Job, error)
+	CancelJob(ctx context.Context, id uuid.UUID) (*store.Job, error)
+	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*store.Hold, error)
+	ReleaseHold(ctx context.Context, id uuid.UUID) (*store.Hold, error)
 }
 type OrganisationResolver interface {
 	Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error)
@@ -241,6 +340,8 @@ type PoolResolver interface {
 	QueueTimeoutHours(ctx context.Context, obj *store.Pool) (*model.IntSetting, error)
 
 	RunnerSeen(ctx context.Context, obj *store.Pool) (*time.Time, error)
+	Queued(ctx context.Context, obj *store.Pool) (int, error)
+	HeldGpus(ctx context.Context, obj *store.Pool) (int, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*store.Admin, error)
@@ -251,6 +352,8 @@ type QueryResolver interface {
 	Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error)
 	Runner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
 	CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error)
+	Jobs(ctx context.Context, poolID *uuid.UUID, state *store.JobState, first int) ([]store.Job, error)
+	Job(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error)
 }
 type RunnerResolver interface {
@@ -271,6 +374,8 @@ type RunnerResolver interface {
 	Quarantined(ctx context.Context, obj *store.Runner) (bool, error)
 
 	Retired(ctx context.Context, obj *store.Runner) (bool, error)
+	Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error)
+	FailuresInARow(ctx context.Context, obj *store.Runner) (int, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -376,6 +481,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AuditEntry.Outcome(childComplexity), true
+
+	case "Booking.cores":
+		if e.ComplexityRoot.Booking.Cores == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Booking.Cores(childComplexity), true
+	case "Booking.gpus":
+		if e.ComplexityRoot.Booking.GPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Booking.GPUs(childComplexity), true
+	case "Booking.heldGpus":
+		if e.ComplexityRoot.Booking.HeldGPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Booking.HeldGPUs(childComplexity), true
+	case "Booking.memoryMiB":
+		if e.ComplexityRoot.Booking.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Booking.MemoryMiB(childComplexity), true
 
 	case "Certificate.notAfter":
 		if e.ComplexityRoot.Certificate.NotAfter == nil {
@@ -533,6 +663,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.HealthCondition.Title(childComplexity), true
 
+	case "Hold.gpus":
+		if e.ComplexityRoot.Hold.GPUs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.GPUs(childComplexity), true
+	case "Hold.id":
+		if e.ComplexityRoot.Hold.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.ID(childComplexity), true
+	case "Hold.reason":
+		if e.ComplexityRoot.Hold.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.Reason(childComplexity), true
+	case "Hold.releasedAt":
+		if e.ComplexityRoot.Hold.ReleasedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.ReleasedAt(childComplexity), true
+	case "Hold.runner":
+		if e.ComplexityRoot.Hold.Runner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.Runner(childComplexity), true
+	case "Hold.until":
+		if e.ComplexityRoot.Hold.Until == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.Until(childComplexity), true
+
 	case "IntSetting.default":
 		if e.ComplexityRoot.IntSetting.Default == nil {
 			break
@@ -557,6 +724,238 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.IntSetting.Own(childComplexity), true
+
+	case "Job.attempt":
+		if e.ComplexityRoot.Job.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Attempt(childComplexity), true
+	case "Job.cancelRequested":
+		if e.ComplexityRoot.Job.CancelRequested == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.CancelRequested(childComplexity), true
+	case "Job.claim":
+		if e.ComplexityRoot.Job.Claim == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Claim(childComplexity), true
+	case "Job.command":
+		if e.ComplexityRoot.Job.Command == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Command(childComplexity), true
+	case "Job.envNames":
+		if e.ComplexityRoot.Job.EnvNames == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.EnvNames(childComplexity), true
+	case "Job.events":
+		if e.ComplexityRoot.Job.Events == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Events(childComplexity), true
+	case "Job.finishedAt":
+		if e.ComplexityRoot.Job.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.FinishedAt(childComplexity), true
+	case "Job.id":
+		if e.ComplexityRoot.Job.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.ID(childComplexity), true
+	case "Job.idempotencyKey":
+		if e.ComplexityRoot.Job.IdempotencyKey == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.IdempotencyKey(childComplexity), true
+	case "Job.image":
+		if e.ComplexityRoot.Job.Image == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Image(childComplexity), true
+	case "Job.kind":
+		if e.ComplexityRoot.Job.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Kind(childComplexity), true
+	case "Job.logs":
+		if e.ComplexityRoot.Job.Logs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Logs(childComplexity), true
+	case "Job.maxAttempts":
+		if e.ComplexityRoot.Job.MaxAttempts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.MaxAttempts(childComplexity), true
+	case "Job.pool":
+		if e.ComplexityRoot.Job.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Pool(childComplexity), true
+	case "Job.priority":
+		if e.ComplexityRoot.Job.Priority == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Priority(childComplexity), true
+	case "Job.runs":
+		if e.ComplexityRoot.Job.Runs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Runs(childComplexity), true
+	case "Job.state":
+		if e.ComplexityRoot.Job.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.State(childComplexity), true
+	case "Job.stateReason":
+		if e.ComplexityRoot.Job.StateReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.StateReason(childComplexity), true
+	case "Job.submittedAt":
+		if e.ComplexityRoot.Job.SubmittedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.SubmittedAt(childComplexity), true
+
+	case "JobClaim.cores":
+		if e.ComplexityRoot.JobClaim.Cores == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.Cores(childComplexity), true
+	case "JobClaim.gpus":
+		if e.ComplexityRoot.JobClaim.Gpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.Gpus(childComplexity), true
+	case "JobClaim.memoryMiB":
+		if e.ComplexityRoot.JobClaim.MemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.MemoryMiB(childComplexity), true
+	case "JobClaim.wallClockSeconds":
+		if e.ComplexityRoot.JobClaim.WallClockSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.WallClockSeconds(childComplexity), true
+
+	case "JobEvent.at":
+		if e.ComplexityRoot.JobEvent.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEvent.At(childComplexity), true
+	case "JobEvent.attempt":
+		if e.ComplexityRoot.JobEvent.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEvent.Attempt(childComplexity), true
+	case "JobEvent.detail":
+		if e.ComplexityRoot.JobEvent.Detail == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEvent.Detail(childComplexity), true
+	case "JobEvent.type":
+		if e.ComplexityRoot.JobEvent.Type == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEvent.Type(childComplexity), true
+
+	case "JobRun.attempt":
+		if e.ComplexityRoot.JobRun.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.Attempt(childComplexity), true
+	case "JobRun.exitCode":
+		if e.ComplexityRoot.JobRun.ExitCode == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.ExitCode(childComplexity), true
+	case "JobRun.finishedAt":
+		if e.ComplexityRoot.JobRun.FinishedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.FinishedAt(childComplexity), true
+	case "JobRun.hostFault":
+		if e.ComplexityRoot.JobRun.HostFault == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.HostFault(childComplexity), true
+	case "JobRun.imageDigest":
+		if e.ComplexityRoot.JobRun.ImageDigest == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.ImageDigest(childComplexity), true
+	case "JobRun.leasedAt":
+		if e.ComplexityRoot.JobRun.LeasedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.LeasedAt(childComplexity), true
+	case "JobRun.oom":
+		if e.ComplexityRoot.JobRun.OOM == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.OOM(childComplexity), true
+	case "JobRun.peakMemoryMiB":
+		if e.ComplexityRoot.JobRun.PeakMemoryMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.PeakMemoryMiB(childComplexity), true
+	case "JobRun.returnReason":
+		if e.ComplexityRoot.JobRun.ReturnReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.ReturnReason(childComplexity), true
+	case "JobRun.runnerName":
+		if e.ComplexityRoot.JobRun.RunnerName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.RunnerName(childComplexity), true
+	case "JobRun.runnerVersion":
+		if e.ComplexityRoot.JobRun.RunnerVersion == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.RunnerVersion(childComplexity), true
 
 	case "Label.key":
 		if e.ComplexityRoot.Label.Key == nil {
@@ -588,6 +987,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.ApproveRunner(childComplexity, args["id"].(uuid.UUID), args["fingerprint"].(string)), true
+	case "Mutation.cancelJob":
+		if e.ComplexityRoot.Mutation.CancelJob == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_cancelJob_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CancelJob(childComplexity, args["id"].(uuid.UUID)), true
 	case "Mutation.clearQuarantine":
 		if e.ComplexityRoot.Mutation.ClearQuarantine == nil {
 			break
@@ -621,6 +1031,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateEnrolmentToken(childComplexity, args["poolId"].(uuid.UUID), args["ttlSeconds"].(int)), true
+	case "Mutation.createHold":
+		if e.ComplexityRoot.Mutation.CreateHold == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createHold_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateHold(childComplexity, args["runnerId"].(uuid.UUID), args["gpus"].(int), args["reason"].(string), args["durationSeconds"].(int)), true
 	case "Mutation.createOrganisation":
 		if e.ComplexityRoot.Mutation.CreateOrganisation == nil {
 			break
@@ -665,6 +1086,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RejectRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
+	case "Mutation.releaseHold":
+		if e.ComplexityRoot.Mutation.ReleaseHold == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_releaseHold_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReleaseHold(childComplexity, args["id"].(uuid.UUID)), true
 	case "Mutation.resumeRunner":
 		if e.ComplexityRoot.Mutation.ResumeRunner == nil {
 			break
@@ -698,6 +1130,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RevokeRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
+	case "Mutation.submitJob":
+		if e.ComplexityRoot.Mutation.SubmitJob == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_submitJob_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SubmitJob(childComplexity, args["input"].(model.SubmitJobInput)), true
 	case "Mutation.updatePool":
 		if e.ComplexityRoot.Mutation.UpdatePool == nil {
 			break
@@ -741,6 +1184,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.CreatedAt(childComplexity), true
+	case "Pool.heldGpus":
+		if e.ComplexityRoot.Pool.HeldGpus == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.HeldGpus(childComplexity), true
 	case "Pool.id":
 		if e.ComplexityRoot.Pool.ID == nil {
 			break
@@ -771,6 +1220,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.QueueTimeoutHours(childComplexity), true
+	case "Pool.queued":
+		if e.ComplexityRoot.Pool.Queued == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Queued(childComplexity), true
 	case "Pool.runnerSeen":
 		if e.ComplexityRoot.Pool.RunnerSeen == nil {
 			break
@@ -796,6 +1251,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.CertificateAuthority(childComplexity), true
 
+	case "Query.job":
+		if e.ComplexityRoot.Query.Job == nil {
+			break
+		}
+
+		args, err := ec.field_Query_job_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Job(childComplexity, args["id"].(uuid.UUID)), true
+	case "Query.jobs":
+		if e.ComplexityRoot.Query.Jobs == nil {
+			break
+		}
+
+		args, err := ec.field_Query_jobs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Jobs(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*store.JobState), args["first"].(int)), true
 	case "Query.organisation":
 		if e.ComplexityRoot.Query.Organisation == nil {
 			break
@@ -870,6 +1347,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.AgentVersion(childComplexity), true
+	case "Runner.booked":
+		if e.ComplexityRoot.Runner.Booked == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Booked(childComplexity), true
 	case "Runner.capacity":
 		if e.ComplexityRoot.Runner.Capacity == nil {
 			break
@@ -900,6 +1383,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.EnrolledAt(childComplexity), true
+	case "Runner.failuresInARow":
+		if e.ComplexityRoot.Runner.FailuresInARow == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.FailuresInARow(childComplexity), true
 	case "Runner.fingerprintHint":
 		if e.ComplexityRoot.Runner.FingerprintHint == nil {
 			break
@@ -1064,6 +1553,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreateAdminTokenInput", ec.unmarshalInputCreateAdminTokenInput),
 			graphql.NewInputUnmarshaler("CreateOrganisationInput", ec.unmarshalInputCreateOrganisationInput),
 			graphql.NewInputUnmarshaler("CreatePoolInput", ec.unmarshalInputCreatePoolInput),
+			graphql.NewInputUnmarshaler("EnvVarInput", ec.unmarshalInputEnvVarInput),
+			graphql.NewInputUnmarshaler("JobClaimInput", ec.unmarshalInputJobClaimInput),
+			graphql.NewInputUnmarshaler("SubmitJobInput", ec.unmarshalInputSubmitJobInput),
 			graphql.NewInputUnmarshaler("UpdatePoolInput", ec.unmarshalInputUpdatePoolInput),
 		)
 	}
@@ -1177,6 +1669,10 @@ type Query {
   runner(id: ID!): Runner
   "The CA runners pin when they enrol."
   certificateAuthority: CertificateAuthority!
+  "Jobs the caller may see, newest first."
+  jobs(poolId: ID, state: JobState, first: Int! = 100): [Job!]!
+  "A job, or null when it does not exist or is not the caller's."
+  job(id: ID!): Job
   "Admin actions, newest first. ` + "`" + `before` + "`" + ` is the id of the last entry already seen."
   auditLog(first: Int! = 50, before: String): [AuditEntry!]! @hasRole(role: PLATFORM_ADMIN)
 }
@@ -1225,6 +1721,127 @@ type Mutation {
   the difference that quarantined it does not do so again.
   """
   clearQuarantine(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Queues a job in a pool. The same idempotencyKey in the same pool returns the job
+  it made the first time.
+  """
+  submitJob(input: SubmitJobInput!): Job! @hasRole(role: ORG_MEMBER)
+  "Cancels a queued job at once; a running one is stopped by its runner and then CANCELLED."
+  cancelJob(id: ID!): Job! @hasRole(role: ORG_MEMBER)
+  "Keeps some of a runner's GPUs free of new work for a while."
+  createHold(runnerId: ID!, gpus: Int!, reason: String!, durationSeconds: Int!): Hold! @hasRole(role: ORG_ADMIN)
+  releaseHold(id: ID!): Hold! @hasRole(role: ORG_ADMIN)
+}
+
+enum JobState {
+  QUEUED
+  LEASED
+  RUNNING
+  SUCCEEDED
+  FAILED
+  CANCELLED
+  "Waited past its pool's queue timeout."
+  EXPIRED
+  "No approved runner of its pool could ever hold it; stateReason says why."
+  BLOCKED
+}
+
+type Job {
+  id: ID!
+  pool: Pool!
+  state: JobState!
+  stateReason: String!
+  image: String!
+  command: [String!]!
+  "Names only: values may be secrets."
+  envNames: [String!]!
+  claim: JobClaim!
+  priority: Int!
+  maxAttempts: Int!
+  "The newest attempt (0 before the first lease)."
+  attempt: Int!
+  idempotencyKey: String
+  kind: String!
+  cancelRequested: Boolean!
+  submittedAt: Time!
+  finishedAt: Time
+  "Every change, oldest first."
+  events: [JobEvent!]!
+  "One per attempt: where it ran and how it ended."
+  runs: [JobRun!]!
+  "The output of every attempt, in order."
+  logs: String!
+}
+
+type JobClaim {
+  cores: Float!
+  memoryMiB: Int!
+  gpus: Int!
+  wallClockSeconds: Int!
+}
+
+type JobEvent {
+  at: Time!
+  type: String!
+  attempt: Int!
+  detail: String!
+}
+
+type JobRun {
+  attempt: Int!
+  "The runner it ran on; shown to organisation and platform admins only (null for members)."
+  runnerName: String
+  leasedAt: Time!
+  finishedAt: Time
+  exitCode: Int
+  returnReason: String
+  hostFault: Boolean!
+  oom: Boolean!
+  peakMemoryMiB: Int
+  imageDigest: String
+  runnerVersion: String
+}
+
+type Hold {
+  id: ID!
+  runner: Runner!
+  gpus: Int!
+  reason: String!
+  until: Time!
+  releasedAt: Time
+}
+
+type Booking {
+  "What the runner's leased and running jobs claim."
+  cores: Float!
+  memoryMiB: Int!
+  gpus: Int!
+  "GPUs under holds."
+  heldGpus: Int!
+}
+
+input EnvVarInput {
+  name: String!
+  value: String!
+}
+
+input JobClaimInput {
+  cores: Float!
+  memoryMiB: Int! = 0
+  gpus: Int! = 0
+  wallClockSeconds: Int!
+}
+
+input SubmitJobInput {
+  poolId: ID!
+  image: String!
+  command: [String!]
+  env: [EnvVarInput!]
+  claim: JobClaimInput!
+  priority: Int! = 0
+  maxAttempts: Int! = 3
+  idempotencyKey: String
+  kind: String! = "default"
 }
 
 enum RunnerStatus {
@@ -1272,6 +1889,9 @@ type Runner {
   quarantinedAt: Time
   draining: Boolean!
   retired: Boolean!
+  "What its jobs and holds take."
+  booked: Booking!
+  failuresInARow: Int!
 }
 
 type RunnerCapacity {
@@ -1372,6 +1992,10 @@ type Pool {
   createdAt: Time!
   "The newest heartbeat of any of the pool's runners."
   runnerSeen: Time
+  "Jobs waiting in the queue."
+  queued: Int!
+  "GPUs of the pool's runners under holds."
+  heldGpus: Int!
 }
 
 "A setting with a server-wide default that a pool may override."
@@ -1483,6 +2107,20 @@ func (ec *executionContext) childFields_AuditEntry(ctx context.Context, field gr
 	return nil, fmt.Errorf("no field named %q was found under type AuditEntry", field.Name)
 }
 
+func (ec *executionContext) childFields_Booking(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cores":
+		return ec.fieldContext_Booking_cores(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_Booking_memoryMiB(ctx, field)
+	case "gpus":
+		return ec.fieldContext_Booking_gpus(ctx, field)
+	case "heldGpus":
+		return ec.fieldContext_Booking_heldGpus(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Booking", field.Name)
+}
+
 func (ec *executionContext) childFields_Certificate(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "serial":
@@ -1569,6 +2207,24 @@ func (ec *executionContext) childFields_HealthCondition(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type HealthCondition", field.Name)
 }
 
+func (ec *executionContext) childFields_Hold(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Hold_id(ctx, field)
+	case "runner":
+		return ec.fieldContext_Hold_runner(ctx, field)
+	case "gpus":
+		return ec.fieldContext_Hold_gpus(ctx, field)
+	case "reason":
+		return ec.fieldContext_Hold_reason(ctx, field)
+	case "until":
+		return ec.fieldContext_Hold_until(ctx, field)
+	case "releasedAt":
+		return ec.fieldContext_Hold_releasedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Hold", field.Name)
+}
+
 func (ec *executionContext) childFields_IntSetting(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "inForce":
@@ -1581,6 +2237,106 @@ func (ec *executionContext) childFields_IntSetting(ctx context.Context, field gr
 		return ec.fieldContext_IntSetting_isDefault(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type IntSetting", field.Name)
+}
+
+func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Job_id(ctx, field)
+	case "pool":
+		return ec.fieldContext_Job_pool(ctx, field)
+	case "state":
+		return ec.fieldContext_Job_state(ctx, field)
+	case "stateReason":
+		return ec.fieldContext_Job_stateReason(ctx, field)
+	case "image":
+		return ec.fieldContext_Job_image(ctx, field)
+	case "command":
+		return ec.fieldContext_Job_command(ctx, field)
+	case "envNames":
+		return ec.fieldContext_Job_envNames(ctx, field)
+	case "claim":
+		return ec.fieldContext_Job_claim(ctx, field)
+	case "priority":
+		return ec.fieldContext_Job_priority(ctx, field)
+	case "maxAttempts":
+		return ec.fieldContext_Job_maxAttempts(ctx, field)
+	case "attempt":
+		return ec.fieldContext_Job_attempt(ctx, field)
+	case "idempotencyKey":
+		return ec.fieldContext_Job_idempotencyKey(ctx, field)
+	case "kind":
+		return ec.fieldContext_Job_kind(ctx, field)
+	case "cancelRequested":
+		return ec.fieldContext_Job_cancelRequested(ctx, field)
+	case "submittedAt":
+		return ec.fieldContext_Job_submittedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_Job_finishedAt(ctx, field)
+	case "events":
+		return ec.fieldContext_Job_events(ctx, field)
+	case "runs":
+		return ec.fieldContext_Job_runs(ctx, field)
+	case "logs":
+		return ec.fieldContext_Job_logs(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Job", field.Name)
+}
+
+func (ec *executionContext) childFields_JobClaim(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cores":
+		return ec.fieldContext_JobClaim_cores(ctx, field)
+	case "memoryMiB":
+		return ec.fieldContext_JobClaim_memoryMiB(ctx, field)
+	case "gpus":
+		return ec.fieldContext_JobClaim_gpus(ctx, field)
+	case "wallClockSeconds":
+		return ec.fieldContext_JobClaim_wallClockSeconds(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobClaim", field.Name)
+}
+
+func (ec *executionContext) childFields_JobEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "at":
+		return ec.fieldContext_JobEvent_at(ctx, field)
+	case "type":
+		return ec.fieldContext_JobEvent_type(ctx, field)
+	case "attempt":
+		return ec.fieldContext_JobEvent_attempt(ctx, field)
+	case "detail":
+		return ec.fieldContext_JobEvent_detail(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobEvent", field.Name)
+}
+
+func (ec *executionContext) childFields_JobRun(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "attempt":
+		return ec.fieldContext_JobRun_attempt(ctx, field)
+	case "runnerName":
+		return ec.fieldContext_JobRun_runnerName(ctx, field)
+	case "leasedAt":
+		return ec.fieldContext_JobRun_leasedAt(ctx, field)
+	case "finishedAt":
+		return ec.fieldContext_JobRun_finishedAt(ctx, field)
+	case "exitCode":
+		return ec.fieldContext_JobRun_exitCode(ctx, field)
+	case "returnReason":
+		return ec.fieldContext_JobRun_returnReason(ctx, field)
+	case "hostFault":
+		return ec.fieldContext_JobRun_hostFault(ctx, field)
+	case "oom":
+		return ec.fieldContext_JobRun_oom(ctx, field)
+	case "peakMemoryMiB":
+		return ec.fieldContext_JobRun_peakMemoryMiB(ctx, field)
+	case "imageDigest":
+		return ec.fieldContext_JobRun_imageDigest(ctx, field)
+	case "runnerVersion":
+		return ec.fieldContext_JobRun_runnerVersion(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobRun", field.Name)
 }
 
 func (ec *executionContext) childFields_Label(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -1625,6 +2381,10 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_createdAt(ctx, field)
 	case "runnerSeen":
 		return ec.fieldContext_Pool_runnerSeen(ctx, field)
+	case "queued":
+		return ec.fieldContext_Pool_queued(ctx, field)
+	case "heldGpus":
+		return ec.fieldContext_Pool_heldGpus(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }
@@ -1677,6 +2437,10 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_draining(ctx, field)
 	case "retired":
 		return ec.fieldContext_Runner_retired(ctx, field)
+	case "booked":
+		return ec.fieldContext_Runner_booked(ctx, field)
+	case "failuresInARow":
+		return ec.fieldContext_Runner_failuresInARow(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Runner", field.Name)
 }
@@ -1855,6 +2619,20 @@ func (ec *executionContext) field_Mutation_approveRunner_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_cancelJob_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_clearQuarantine_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -1902,6 +2680,44 @@ func (ec *executionContext) field_Mutation_createEnrolmentToken_args(ctx context
 		return nil, err
 	}
 	args["ttlSeconds"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createHold_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "runnerId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["runnerId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "gpus",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["gpus"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "reason",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["reason"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "durationSeconds",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["durationSeconds"] = arg3
 	return args, nil
 }
 
@@ -1969,6 +2785,20 @@ func (ec *executionContext) field_Mutation_rejectRunner_args(ctx context.Context
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_releaseHold_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_resumeRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2027,6 +2857,20 @@ func (ec *executionContext) field_Mutation_revokeRunner_args(ctx context.Context
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_submitJob_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.SubmitJobInput, error) {
+			return ec.unmarshalNSubmitJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_updatePool_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -2074,6 +2918,50 @@ func (ec *executionContext) field_Query_auditLog_args(ctx context.Context, rawAr
 		return nil, err
 	}
 	args["before"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_job_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_jobs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "state",
+		func(ctx context.Context, v any) (*store.JobState, error) {
+			return ec.unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["state"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
 	return args, nil
 }
 
@@ -2566,6 +3454,98 @@ func (ec *executionContext) _AuditEntry_detail(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_AuditEntry_detail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("AuditEntry", field, true, true, "String")
+}
+
+func (ec *executionContext) _Booking_cores(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Booking_cores(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cores, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Booking_cores(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Booking", field, false, false, "Float")
+}
+
+func (ec *executionContext) _Booking_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Booking_memoryMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Booking_memoryMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Booking_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Booking_gpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GPUs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Booking_gpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Booking_heldGpus(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Booking_heldGpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HeldGPUs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Booking_heldGpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
 }
 
 func (ec *executionContext) _Certificate_serial(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
@@ -3161,6 +4141,153 @@ func (ec *executionContext) fieldContext_HealthCondition_title(_ context.Context
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
 }
 
+func (ec *executionContext) _Hold_id(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Hold_runner(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_runner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Hold().Runner(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_runner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Hold",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Hold_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_gpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.GPUs, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_gpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Hold_reason(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "String")
+}
+
+func (ec *executionContext) _Hold_until(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_until(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Until, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_until(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Hold_releasedAt(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_releasedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ReleasedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_releasedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "Time")
+}
+
 func (ec *executionContext) _IntSetting_inForce(ctx context.Context, field graphql.CollectedField, obj *model.IntSetting) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3251,6 +4378,916 @@ func (ec *executionContext) _IntSetting_isDefault(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_IntSetting_isDefault(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("IntSetting", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Job_id(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Job_pool(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_pool(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Pool(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_pool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_state(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v store.JobState) graphql.Marshaler {
+			return ec.marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "JobState")
+}
+
+func (ec *executionContext) _Job_stateReason(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_stateReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StateReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_stateReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
+}
+
+func (ec *executionContext) _Job_image(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_image(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Image, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_image(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
+}
+
+func (ec *executionContext) _Job_command(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_command(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Command, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_command(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
+}
+
+func (ec *executionContext) _Job_envNames(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_envNames(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().EnvNames(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_envNames(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
+}
+
+func (ec *executionContext) _Job_claim(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_claim(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Claim(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JobClaim) graphql.Marshaler {
+			return ec.marshalNJobClaim2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobClaim(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_claim(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobClaim(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_priority(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_priority(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Priority, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_priority(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Job_maxAttempts(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_maxAttempts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MaxAttempts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_maxAttempts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Job_attempt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_attempt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Attempt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_attempt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
+}
+
+func (ec *executionContext) _Job_idempotencyKey(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_idempotencyKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.IdempotencyKey, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_idempotencyKey(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
+}
+
+func (ec *executionContext) _Job_kind(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kind, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
+}
+
+func (ec *executionContext) _Job_cancelRequested(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_cancelRequested(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CancelRequested, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_cancelRequested(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Job_submittedAt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_submittedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SubmittedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_submittedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Job_finishedAt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_finishedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FinishedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Job_events(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_events(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Events(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []store.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEventᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_events(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEvent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_runs(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_runs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Runs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []store.JobRun) graphql.Marshaler {
+			return ec.marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRunᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_runs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRun(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_logs(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_logs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Logs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_logs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
+}
+
+func (ec *executionContext) _JobClaim_cores(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_cores(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cores, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v float64) graphql.Marshaler {
+			return ec.marshalNFloat2float64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_cores(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Float")
+}
+
+func (ec *executionContext) _JobClaim_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_memoryMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.MemoryMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_memoryMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobClaim_gpus(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_gpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Gpus, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_gpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobClaim_wallClockSeconds(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_wallClockSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WallClockSeconds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_wallClockSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobEvent_at(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEvent_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEvent_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "Time")
+}
+
+func (ec *executionContext) _JobEvent_type(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEvent_type(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Type, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEvent_type(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobEvent_attempt(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEvent_attempt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Attempt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEvent_attempt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobEvent_detail(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEvent_detail(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Detail, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEvent_detail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobRun_attempt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_attempt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Attempt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_attempt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobRun_runnerName(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_runnerName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobRun().RunnerName(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_runnerName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, true, true, "String")
+}
+
+func (ec *executionContext) _JobRun_leasedAt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_leasedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LeasedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_leasedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Time")
+}
+
+func (ec *executionContext) _JobRun_finishedAt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_finishedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.FinishedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_finishedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Time")
+}
+
+func (ec *executionContext) _JobRun_exitCode(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_exitCode(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExitCode, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_exitCode(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobRun_returnReason(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_returnReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ReturnReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_returnReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobRun_hostFault(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_hostFault(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HostFault, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_hostFault(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _JobRun_oom(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_oom(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.OOM, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_oom(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _JobRun_peakMemoryMiB(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_peakMemoryMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PeakMemoryMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_peakMemoryMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobRun_imageDigest(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_imageDigest(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ImageDigest, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_imageDigest(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobRun_runnerVersion(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_runnerVersion(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RunnerVersion, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_runnerVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
 }
 
 func (ec *executionContext) _Label_key(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
@@ -4066,6 +6103,254 @@ func (ec *executionContext) fieldContext_Mutation_clearQuarantine(ctx context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_submitJob(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SubmitJob(ctx, fc.Args["input"].(model.SubmitJobInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *store.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_submitJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_cancelJob(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CancelJob(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *store.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_cancelJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createHold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateHold(ctx, fc.Args["runnerId"].(uuid.UUID), fc.Args["gpus"].(int), fc.Args["reason"].(string), fc.Args["durationSeconds"].(int))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Hold
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Hold
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_releaseHold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReleaseHold(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *store.Hold
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Hold
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_releaseHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Organisation_id(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4353,6 +6638,52 @@ func (ec *executionContext) _Pool_runnerSeen(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Pool_runnerSeen(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Pool", field, true, true, "Time")
+}
+
+func (ec *executionContext) _Pool_queued(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_queued(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Pool().Queued(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_queued(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Pool", field, true, true, "Int")
+}
+
+func (ec *executionContext) _Pool_heldGpus(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_heldGpus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Pool().HeldGpus(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_heldGpus(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Pool", field, true, true, "Int")
 }
 
 func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -4667,6 +6998,94 @@ func (ec *executionContext) fieldContext_Query_certificateAuthority(_ context.Co
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_CertificateAuthority(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_jobs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_jobs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Jobs(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*store.JobState), fc.Args["first"].(int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []store.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_jobs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_jobs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_job(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_job(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Job(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
+			return ec.marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_job(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_job_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -5399,6 +7818,61 @@ func (ec *executionContext) _Runner_retired(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Runner_retired(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Runner_booked(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_booked(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Booked(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Booking) graphql.Marshaler {
+			return ec.marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐBooking(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_booked(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Booking(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_failuresInARow(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_failuresInARow(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().FailuresInARow(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_failuresInARow(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, true, true, "Int")
 }
 
 func (ec *executionContext) _RunnerCapacity_hostname(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
@@ -6826,6 +9300,233 @@ func UnmarshalCreatePoolInput(ctx context.Context, raw any) (model.CreatePoolInp
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputEnvVarInput(ctx context.Context, obj any) (model.EnvVarInput, error) {
+	var it model.EnvVarInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "value"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "value":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("value"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Value = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalEnvVarInput unmarshals raw into the EnvVarInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalEnvVarInput(ctx context.Context, raw any) (model.EnvVarInput, error) {
+	var out model.EnvVarInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "EnvVarInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputJobClaimInput(ctx context.Context, obj any) (model.JobClaimInput, error) {
+	var it model.JobClaimInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["memoryMiB"]; !present {
+		asMap["memoryMiB"] = 0
+	}
+	if _, present := asMap["gpus"]; !present {
+		asMap["gpus"] = 0
+	}
+
+	fieldsInOrder := [...]string{"cores", "memoryMiB", "gpus", "wallClockSeconds"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "cores":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("cores"))
+			data, err := ec.unmarshalNFloat2float64(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Cores = data
+		case "memoryMiB":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("memoryMiB"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MemoryMiB = data
+		case "gpus":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("gpus"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Gpus = data
+		case "wallClockSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("wallClockSeconds"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WallClockSeconds = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJobClaimInput unmarshals raw into the JobClaimInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJobClaimInput(ctx context.Context, raw any) (model.JobClaimInput, error) {
+	var out model.JobClaimInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JobClaimInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, obj any) (model.SubmitJobInput, error) {
+	var it model.SubmitJobInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["priority"]; !present {
+		asMap["priority"] = 0
+	}
+	if _, present := asMap["maxAttempts"]; !present {
+		asMap["maxAttempts"] = 3
+	}
+	if _, present := asMap["kind"]; !present {
+		asMap["kind"] = "default"
+	}
+
+	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "poolId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("poolId"))
+			data, err := ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PoolID = data
+		case "image":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("image"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Image = data
+		case "command":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("command"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Command = data
+		case "env":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("env"))
+			data, err := ec.unmarshalOEnvVarInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Env = data
+		case "claim":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("claim"))
+			data, err := ec.unmarshalNJobClaimInput2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobClaimInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Claim = data
+		case "priority":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("priority"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Priority = data
+		case "maxAttempts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("maxAttempts"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.MaxAttempts = data
+		case "idempotencyKey":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idempotencyKey"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdempotencyKey = data
+		case "kind":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("kind"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Kind = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalSubmitJobInput unmarshals raw into the SubmitJobInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalSubmitJobInput(ctx context.Context, raw any) (model.SubmitJobInput, error) {
+	var out model.SubmitJobInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "SubmitJobInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, obj any) (model.UpdatePoolInput, error) {
 	var it model.UpdatePoolInput
 	if obj == nil {
@@ -7008,6 +9709,54 @@ func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSe
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._AuditEntry_detail(ctx, field, obj)
 				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var bookingImplementors = []string{"Booking"}
+
+func (ec *executionContext) _Booking(ctx context.Context, sel ast.SelectionSet, obj *store.Booking) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, bookingImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Booking")
+		case "cores":
+			out.Values[i] = ec._Booking_cores(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "memoryMiB":
+			out.Values[i] = ec._Booking_memoryMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "gpus":
+			out.Values[i] = ec._Booking_gpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "heldGpus":
+			out.Values[i] = ec._Booking_heldGpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7319,6 +10068,65 @@ func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.Select
 	return out
 }
 
+var holdImplementors = []string{"Hold"}
+
+func (ec *executionContext) _Hold(ctx context.Context, sel ast.SelectionSet, obj *store.Hold) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, holdImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Hold")
+		case "id":
+			out.Values[i] = ec._Hold_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "runner":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Hold_runner(ctx, field, obj)
+				})
+		case "gpus":
+			out.Values[i] = ec._Hold_gpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reason":
+			out.Values[i] = ec._Hold_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "until":
+			out.Values[i] = ec._Hold_until(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "releasedAt":
+			out.Values[i] = ec._Hold_releasedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var intSettingImplementors = []string{"IntSetting"}
 
 func (ec *executionContext) _IntSetting(ctx context.Context, sel ast.SelectionSet, obj *model.IntSetting) graphql.Marshaler {
@@ -7349,6 +10157,315 @@ func (ec *executionContext) _IntSetting(ctx context.Context, sel ast.SelectionSe
 			out.Values[i] = ec._IntSetting_isDefault(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobImplementors = []string{"Job"}
+
+func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj *store.Job) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Job")
+		case "id":
+			out.Values[i] = ec._Job_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pool":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_pool(ctx, field, obj)
+				})
+		case "state":
+			out.Values[i] = ec._Job_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "stateReason":
+			out.Values[i] = ec._Job_stateReason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "image":
+			out.Values[i] = ec._Job_image(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "command":
+			out.Values[i] = ec._Job_command(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "envNames":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_envNames(ctx, field, obj)
+				})
+		case "claim":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_claim(ctx, field, obj)
+				})
+		case "priority":
+			out.Values[i] = ec._Job_priority(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "maxAttempts":
+			out.Values[i] = ec._Job_maxAttempts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "attempt":
+			out.Values[i] = ec._Job_attempt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "idempotencyKey":
+			out.Values[i] = ec._Job_idempotencyKey(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.Values[i] = ec._Job_kind(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "cancelRequested":
+			out.Values[i] = ec._Job_cancelRequested(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "submittedAt":
+			out.Values[i] = ec._Job_submittedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "finishedAt":
+			out.Values[i] = ec._Job_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "events":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_events(ctx, field, obj)
+				})
+		case "runs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_runs(ctx, field, obj)
+				})
+		case "logs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_logs(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobClaimImplementors = []string{"JobClaim"}
+
+func (ec *executionContext) _JobClaim(ctx context.Context, sel ast.SelectionSet, obj *model.JobClaim) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobClaimImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobClaim")
+		case "cores":
+			out.Values[i] = ec._JobClaim_cores(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "memoryMiB":
+			out.Values[i] = ec._JobClaim_memoryMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "gpus":
+			out.Values[i] = ec._JobClaim_gpus(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "wallClockSeconds":
+			out.Values[i] = ec._JobClaim_wallClockSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobEventImplementors = []string{"JobEvent"}
+
+func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet, obj *store.JobEvent) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobEventImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobEvent")
+		case "at":
+			out.Values[i] = ec._JobEvent_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "type":
+			out.Values[i] = ec._JobEvent_type(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "attempt":
+			out.Values[i] = ec._JobEvent_attempt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "detail":
+			out.Values[i] = ec._JobEvent_detail(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobRunImplementors = []string{"JobRun"}
+
+func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, obj *store.JobRun) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobRunImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobRun")
+		case "attempt":
+			out.Values[i] = ec._JobRun_attempt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "runnerName":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobRun_runnerName(ctx, field, obj)
+				})
+		case "leasedAt":
+			out.Values[i] = ec._JobRun_leasedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "finishedAt":
+			out.Values[i] = ec._JobRun_finishedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "exitCode":
+			out.Values[i] = ec._JobRun_exitCode(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "returnReason":
+			out.Values[i] = ec._JobRun_returnReason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "hostFault":
+			out.Values[i] = ec._JobRun_hostFault(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "oom":
+			out.Values[i] = ec._JobRun_oom(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "peakMemoryMiB":
+			out.Values[i] = ec._JobRun_peakMemoryMiB(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "imageDigest":
+			out.Values[i] = ec._JobRun_imageDigest(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "runnerVersion":
+			out.Values[i] = ec._JobRun_runnerVersion(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -7513,6 +10630,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "submitJob":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_submitJob(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cancelJob":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_cancelJob(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createHold":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createHold(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "releaseHold":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_releaseHold(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7629,6 +10774,18 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_runnerSeen(ctx, field, obj)
 				})
+		case "queued":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_queued(ctx, field, obj)
+				})
+		case "heldGpus":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_heldGpus(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -7712,6 +10869,18 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_certificateAuthority(ctx, field)
+				})
+		case "jobs":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_jobs(ctx, field)
+				})
+		case "job":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_job(ctx, field)
 				})
 		case "auditLog":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
@@ -7887,6 +11056,18 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Runner_retired(ctx, field, obj)
+				})
+		case "booked":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_booked(ctx, field, obj)
+				})
+		case "failuresInARow":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_failuresInARow(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -8363,6 +11544,14 @@ func (ec *executionContext) marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunme
 	return ret
 }
 
+func (ec *executionContext) marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐBooking(ctx context.Context, sel ast.SelectionSet, v *store.Booking) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Booking!")
+		return graphql.Null
+	}
+	return ec._Booking(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -8414,6 +11603,11 @@ func (ec *executionContext) marshalNCreatedEnrolmentToken2ᚖgithubᚗcomᚋrunm
 		return graphql.Null
 	}
 	return ec._CreatedEnrolmentToken(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNEnvVarInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInput(ctx context.Context, v any) (model.EnvVarInput, error) {
+	res, err := ec.unmarshalInputEnvVarInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNFloat2float64(ctx context.Context, v any) (float64, error) {
@@ -8468,6 +11662,14 @@ func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋ
 	}
 
 	return ret
+}
+
+func (ec *executionContext) marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx context.Context, sel ast.SelectionSet, v *store.Hold) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Hold!")
+		return graphql.Null
+	}
+	return ec._Hold(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (uuid.UUID, error) {
@@ -8533,6 +11735,125 @@ func (ec *executionContext) marshalNIntSetting2ᚖgithubᚗcomᚋrunmeshᚋrunme
 	}
 	return ec._IntSetting(ctx, sel, v)
 }
+
+func (ec *executionContext) marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v store.Job) graphql.Marshaler {
+	return ec._Job(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Job) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v *store.Job) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "Job!")
+		return graphql.Null
+	}
+	return ec._Job(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJobClaim2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobClaim(ctx context.Context, sel ast.SelectionSet, v *model.JobClaim) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobClaim!")
+		return graphql.Null
+	}
+	return ec._JobClaim(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNJobClaimInput2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobClaimInput(ctx context.Context, v any) (*model.JobClaimInput, error) {
+	res, err := ec.unmarshalInputJobClaimInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v store.JobEvent) graphql.Marshaler {
+	return ec._JobEvent(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEventᚄ(ctx context.Context, sel ast.SelectionSet, v []store.JobEvent) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRun(ctx context.Context, sel ast.SelectionSet, v store.JobRun) graphql.Marshaler {
+	return ec._JobRun(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRunᚄ(ctx context.Context, sel ast.SelectionSet, v []store.JobRun) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRun(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, v any) (store.JobState, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, sel ast.SelectionSet, v store.JobState) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "JobState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[string]store.JobState{
+		"QUEUED":    store.JobQueued,
+		"LEASED":    store.JobLeased,
+		"RUNNING":   store.JobRunning,
+		"SUCCEEDED": store.JobSucceeded,
+		"FAILED":    store.JobFailed,
+		"CANCELLED": store.JobCancelled,
+		"EXPIRED":   store.JobExpired,
+		"BLOCKED":   store.JobBlocked,
+	}
+	marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[store.JobState]string{
+		store.JobQueued:    "QUEUED",
+		store.JobLeased:    "LEASED",
+		store.JobRunning:   "RUNNING",
+		store.JobSucceeded: "SUCCEEDED",
+		store.JobFailed:    "FAILED",
+		store.JobCancelled: "CANCELLED",
+		store.JobExpired:   "EXPIRED",
+		store.JobBlocked:   "BLOCKED",
+	}
+)
 
 func (ec *executionContext) marshalNLabel2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabel(ctx context.Context, sel ast.SelectionSet, v model.Label) graphql.Marshaler {
 	return ec._Label(ctx, sel, &v)
@@ -8757,6 +12078,11 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 	return ret
 }
 
+func (ec *executionContext) unmarshalNSubmitJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInput(ctx context.Context, v any) (model.SubmitJobInput, error) {
+	res, err := ec.unmarshalInputSubmitJobInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {
 	res, err := graphql.UnmarshalTime(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -8955,6 +12281,23 @@ func (ec *executionContext) marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunm
 	return ec._Certificate(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOEnvVarInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInputᚄ(ctx context.Context, v any) ([]model.EnvVarInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.EnvVarInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNEnvVarInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
 func (ec *executionContext) unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (*uuid.UUID, error) {
 	if v == nil {
 		return nil, nil
@@ -8990,6 +12333,73 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	res := graphql.MarshalInt(*v)
 	return res
 }
+
+func (ec *executionContext) unmarshalOInt2ᚖint64(ctx context.Context, v any) (*int64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalInt64(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOInt2ᚖint64(ctx context.Context, sel ast.SelectionSet, v *int64) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalInt64(*v)
+	return res
+}
+
+func (ec *executionContext) marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v *store.Job) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Job(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, v any) (*store.JobState, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, sel ast.SelectionSet, v *store.JobState) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[*v])
+	return res
+}
+
+var (
+	unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[string]store.JobState{
+		"QUEUED":    store.JobQueued,
+		"LEASED":    store.JobLeased,
+		"RUNNING":   store.JobRunning,
+		"SUCCEEDED": store.JobSucceeded,
+		"FAILED":    store.JobFailed,
+		"CANCELLED": store.JobCancelled,
+		"EXPIRED":   store.JobExpired,
+		"BLOCKED":   store.JobBlocked,
+	}
+	marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[store.JobState]string{
+		store.JobQueued:    "QUEUED",
+		store.JobLeased:    "LEASED",
+		store.JobRunning:   "RUNNING",
+		store.JobSucceeded: "SUCCEEDED",
+		store.JobFailed:    "FAILED",
+		store.JobCancelled: "CANCELLED",
+		store.JobExpired:   "EXPIRED",
+		store.JobBlocked:   "BLOCKED",
+	}
+)
 
 func (ec *executionContext) marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
 	if v == nil {
@@ -9045,6 +12455,41 @@ var (
 		store.RunnerRevoked:  "REVOKED",
 	}
 )
+
+func (ec *executionContext) unmarshalOString2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]string, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNString2string(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOString2ᚕstringᚄ(ctx context.Context, sel ast.SelectionSet, v []string) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := make(graphql.Array, len(v))
+	for i := range v {
+		ret[i] = ec.marshalNString2string(ctx, sel, v[i])
+	}
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
 
 func (ec *executionContext) unmarshalOString2ᚖstring(ctx context.Context, v any) (*string, error) {
 	if v == nil {

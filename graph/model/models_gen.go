@@ -53,6 +53,11 @@ type CreatedEnrolmentToken struct {
 	Pool      *store.Pool `json:"pool"`
 }
 
+type EnvVarInput struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
 // A setting with a server-wide default that a pool may override.
 type IntSetting struct {
 	// The value in force: the pool's own, or the default.
@@ -63,6 +68,20 @@ type IntSetting struct {
 	Default int `json:"default"`
 	// Whether the value in force is the default.
 	IsDefault bool `json:"isDefault"`
+}
+
+type JobClaim struct {
+	Cores            float64 `json:"cores"`
+	MemoryMiB        int     `json:"memoryMiB"`
+	Gpus             int     `json:"gpus"`
+	WallClockSeconds int     `json:"wallClockSeconds"`
+}
+
+type JobClaimInput struct {
+	Cores            float64 `json:"cores"`
+	MemoryMiB        int     `json:"memoryMiB"`
+	Gpus             int     `json:"gpus"`
+	WallClockSeconds int     `json:"wallClockSeconds"`
 }
 
 type Label struct {
@@ -90,6 +109,18 @@ type RunnerCapacity struct {
 	// Why the runner reports no GPUs, when NVML could not be used.
 	GpusUnavailable *string `json:"gpusUnavailable,omitempty"`
 	DriverVersion   *string `json:"driverVersion,omitempty"`
+}
+
+type SubmitJobInput struct {
+	PoolID         uuid.UUID      `json:"poolId"`
+	Image          string         `json:"image"`
+	Command        []string       `json:"command,omitempty"`
+	Env            []EnvVarInput  `json:"env,omitempty"`
+	Claim          *JobClaimInput `json:"claim"`
+	Priority       int            `json:"priority"`
+	MaxAttempts    int            `json:"maxAttempts"`
+	IdempotencyKey *string        `json:"idempotencyKey,omitempty"`
+	Kind           string         `json:"kind"`
 }
 
 type UpdatePoolInput struct {

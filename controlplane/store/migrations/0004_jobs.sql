@@ -91,3 +91,18 @@ ALTER TABLE runners
 
 ALTER TABLE pools
     ADD COLUMN allow_unenforced_memory boolean NOT NULL DEFAULT false;
+
+-- An administrator's hold on some of a runner's GPUs: nothing is placed on
+-- them while it lasts.
+CREATE TABLE gpu_holds (
+    id          uuid        PRIMARY KEY DEFAULT gen_random_uuid(),
+    runner_id   uuid        NOT NULL REFERENCES runners (id),
+    gpus        integer     NOT NULL CHECK (gpus BETWEEN 1 AND 64),
+    reason      text        NOT NULL CHECK (length(reason) BETWEEN 1 AND 500),
+    until       timestamptz NOT NULL,
+    created_by  uuid        REFERENCES admins (id),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    released_at timestamptz
+);
+
+CREATE INDEX gpu_holds_runner ON gpu_holds (runner_id) WHERE released_at IS NULL;

@@ -72,15 +72,19 @@ booked AS (
            coalesce(sum(gpus), 0)::int AS gpus
     FROM jobs WHERE runner_id = @runner_id AND state IN ('LEASED', 'RUNNING')
 ),
+held AS (
+    SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
+    WHERE runner_id = @runner_id AND released_at IS NULL AND until > coalesce(sqlc.narg('now')::timestamptz, now())
+),
 picked AS (
     SELECT j.id
-    FROM jobs j, r, booked
+    FROM jobs j, r, booked, held
     WHERE j.pool_id = r.pool_id AND j.state = 'QUEUED'
       AND j.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
       AND j.kind = ANY(@kinds::text[])
       AND j.cores <= least(r.cores - booked.cores, @free_cores::float8, @max_cores::float8)
       AND j.memory_mib <= least(r.memory_mib - booked.memory_mib, @free_memory_mib::bigint, @max_memory_mib::bigint)
-      AND j.gpus <= least(r.gpus_healthy - booked.gpus - @held_gpus::int, @free_gpus::int, @max_gpus::int)
+      AND j.gpus <= least(r.gpus_healthy - booked.gpus - held.gpus, @free_gpus::int, @max_gpus::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
     LIMIT 1
@@ -212,3 +216,33 @@ SET failures_in_a_row = CASE WHEN @host_fault::boolean THEN failures_in_a_row + 
                           THEN format('%s host faults in a row', failures_in_a_row + 1) ELSE quarantine_reason END
 WHERE id = @id
 RETURNING failures_in_a_row, (quarantined_at IS NOT NULL)::boolean AS quarantined;
+
+-- name: CreateHold :one
+INSERT INTO gpu_holds (runner_id, gpus, reason, until, created_by)
+VALUES (@runner_id, @gpus, @reason, @until, sqlc.narg('created_by'))
+RETURNING *;
+
+-- name: ReleaseHold :one
+UPDATE gpu_holds SET released_at = now()
+WHERE id = @id AND released_at IS NULL
+RETURNING *;
+
+-- name: GetHold :one
+SELECT * FROM gpu_holds WHERE id = @id;
+
+-- name: RunnerBookings :many
+-- What each runner's leased and running jobs book, and the GPUs held.
+SELECT r.id AS runner_id,
+       coalesce((SELECT sum(j.cores) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::float8 AS cores,
+       coalesce((SELECT sum(j.memory_mib) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::bigint AS memory_mib,
+       coalesce((SELECT sum(j.gpus) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::int AS gpus,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h WHERE h.runner_id = r.id AND h.released_at IS NULL AND h.until > now()), 0)::int AS held_gpus
+FROM runners r WHERE r.id = ANY(@runner_ids::uuid[]);
+
+-- name: PoolQueues :many
+-- Queued jobs per pool, and GPUs held on the pool's runners.
+SELECT p.id AS pool_id,
+       (SELECT count(*) FROM jobs j WHERE j.pool_id = p.id AND j.state = 'QUEUED')::bigint AS queued,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
+                 WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
+FROM pools p WHERE p.id = ANY(@pool_ids::uuid[]);

@@ -25,15 +25,19 @@ booked AS (
            coalesce(sum(gpus), 0)::int AS gpus
     FROM jobs WHERE runner_id = $3 AND state IN ('LEASED', 'RUNNING')
 ),
+held AS (
+    SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
+    WHERE runner_id = $3 AND released_at IS NULL AND until > coalesce($1::timestamptz, now())
+),
 picked AS (
     SELECT j.id
-    FROM jobs j, r, booked
+    FROM jobs j, r, booked, held
     WHERE j.pool_id = r.pool_id AND j.state = 'QUEUED'
       AND j.available_at <= coalesce($1::timestamptz, now())
       AND j.kind = ANY($4::text[])
       AND j.cores <= least(r.cores - booked.cores, $5::float8, $6::float8)
       AND j.memory_mib <= least(r.memory_mib - booked.memory_mib, $7::bigint, $8::bigint)
-      AND j.gpus <= least(r.gpus_healthy - booked.gpus - $9::int, $10::int, $11::int)
+      AND j.gpus <= least(r.gpus_healthy - booked.gpus - held.gpus, $9::int, $10::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
     LIMIT 1
@@ -56,7 +60,6 @@ type ClaimJobParams struct {
 	MaxCores            float64
 	FreeMemoryMib       int64
 	MaxMemoryMib        int64
-	HeldGpus            int32
 	FreeGpus            int32
 	MaxGpus             int32
 }
@@ -107,7 +110,6 @@ func (q *Queries) ClaimJob(ctx context.Context, db DBTX, arg ClaimJobParams) (Cl
 		arg.MaxCores,
 		arg.FreeMemoryMib,
 		arg.MaxMemoryMib,
-		arg.HeldGpus,
 		arg.FreeGpus,
 		arg.MaxGpus,
 	)
@@ -137,6 +139,42 @@ func (q *Queries) ClaimJob(ctx context.Context, db DBTX, arg ClaimJobParams) (Cl
 		&i.SubmittedAt,
 		&i.FinishedAt,
 		&i.RunnerName,
+	)
+	return i, err
+}
+
+const createHold = `-- name: CreateHold :one
+INSERT INTO gpu_holds (runner_id, gpus, reason, until, created_by)
+VALUES ($1, $2, $3, $4, $5)
+RETURNING id, runner_id, gpus, reason, until, created_by, created_at, released_at
+`
+
+type CreateHoldParams struct {
+	RunnerID  uuid.UUID
+	Gpus      int32
+	Reason    string
+	Until     time.Time
+	CreatedBy uuid.NullUUID
+}
+
+func (q *Queries) CreateHold(ctx context.Context, db DBTX, arg CreateHoldParams) (GpuHold, error) {
+	row := db.QueryRow(ctx, createHold,
+		arg.RunnerID,
+		arg.Gpus,
+		arg.Reason,
+		arg.Until,
+		arg.CreatedBy,
+	)
+	var i GpuHold
+	err := row.Scan(
+		&i.ID,
+		&i.RunnerID,
+		&i.Gpus,
+		&i.Reason,
+		&i.Until,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ReleasedAt,
 	)
 	return i, err
 }
@@ -311,6 +349,26 @@ func (q *Queries) FinishAttempt(ctx context.Context, db DBTX, arg FinishAttemptP
 		&i.CancelRequested,
 		&i.SubmittedAt,
 		&i.FinishedAt,
+	)
+	return i, err
+}
+
+const getHold = `-- name: GetHold :one
+SELECT id, runner_id, gpus, reason, until, created_by, created_at, released_at FROM gpu_holds WHERE id = $1
+`
+
+func (q *Queries) GetHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, error) {
+	row := db.QueryRow(ctx, getHold, id)
+	var i GpuHold
+	err := row.Scan(
+		&i.ID,
+		&i.RunnerID,
+		&i.Gpus,
+		&i.Reason,
+		&i.Until,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ReleasedAt,
 	)
 	return i, err
 }
@@ -783,6 +841,41 @@ func (q *Queries) NotifyJobs(ctx context.Context, db DBTX, poolID string) error 
 	return err
 }
 
+const poolQueues = `-- name: PoolQueues :many
+SELECT p.id AS pool_id,
+       (SELECT count(*) FROM jobs j WHERE j.pool_id = p.id AND j.state = 'QUEUED')::bigint AS queued,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
+                 WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
+FROM pools p WHERE p.id = ANY($1::uuid[])
+`
+
+type PoolQueuesRow struct {
+	PoolID   uuid.UUID
+	Queued   int64
+	HeldGpus int64
+}
+
+// Queued jobs per pool, and GPUs held on the pool's runners.
+func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) ([]PoolQueuesRow, error) {
+	rows, err := db.Query(ctx, poolQueues, poolIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolQueuesRow
+	for rows.Next() {
+		var i PoolQueuesRow
+		if err := rows.Scan(&i.PoolID, &i.Queued, &i.HeldGpus); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const recordRunResult = `-- name: RecordRunResult :exec
 UPDATE job_runs
 SET finished_at = now(), exit_code = $1, return_reason = $2,
@@ -818,6 +911,28 @@ func (q *Queries) RecordRunResult(ctx context.Context, db DBTX, arg RecordRunRes
 	return err
 }
 
+const releaseHold = `-- name: ReleaseHold :one
+UPDATE gpu_holds SET released_at = now()
+WHERE id = $1 AND released_at IS NULL
+RETURNING id, runner_id, gpus, reason, until, created_by, created_at, released_at
+`
+
+func (q *Queries) ReleaseHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, error) {
+	row := db.QueryRow(ctx, releaseHold, id)
+	var i GpuHold
+	err := row.Scan(
+		&i.ID,
+		&i.RunnerID,
+		&i.Gpus,
+		&i.Reason,
+		&i.Until,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.ReleasedAt,
+	)
+	return i, err
+}
+
 const requestCancel = `-- name: RequestCancel :exec
 UPDATE jobs SET cancel_requested = true WHERE id = $1
 `
@@ -842,6 +957,50 @@ type RequeueJobParams struct {
 func (q *Queries) RequeueJob(ctx context.Context, db DBTX, arg RequeueJobParams) error {
 	_, err := db.Exec(ctx, requeueJob, arg.StateReason, arg.AvailableAt, arg.ID)
 	return err
+}
+
+const runnerBookings = `-- name: RunnerBookings :many
+SELECT r.id AS runner_id,
+       coalesce((SELECT sum(j.cores) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::float8 AS cores,
+       coalesce((SELECT sum(j.memory_mib) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::bigint AS memory_mib,
+       coalesce((SELECT sum(j.gpus) FROM jobs j WHERE j.runner_id = r.id AND j.state IN ('LEASED', 'RUNNING')), 0)::int AS gpus,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h WHERE h.runner_id = r.id AND h.released_at IS NULL AND h.until > now()), 0)::int AS held_gpus
+FROM runners r WHERE r.id = ANY($1::uuid[])
+`
+
+type RunnerBookingsRow struct {
+	RunnerID  uuid.UUID
+	Cores     float64
+	MemoryMib int64
+	Gpus      int32
+	HeldGpus  int32
+}
+
+// What each runner's leased and running jobs book, and the GPUs held.
+func (q *Queries) RunnerBookings(ctx context.Context, db DBTX, runnerIds []uuid.UUID) ([]RunnerBookingsRow, error) {
+	rows, err := db.Query(ctx, runnerBookings, runnerIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunnerBookingsRow
+	for rows.Next() {
+		var i RunnerBookingsRow
+		if err := rows.Scan(
+			&i.RunnerID,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.HeldGpus,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runnerLeases = `-- name: RunnerLeases :many

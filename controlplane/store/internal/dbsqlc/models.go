@@ -69,6 +69,17 @@ type EnrolmentToken struct {
 	UsedAt    *time.Time
 }
 
+type GpuHold struct {
+	ID         uuid.UUID
+	RunnerID   uuid.UUID
+	Gpus       int32
+	Reason     string
+	Until      time.Time
+	CreatedBy  uuid.NullUUID
+	CreatedAt  time.Time
+	ReleasedAt *time.Time
+}
+
 type Job struct {
 	ID               uuid.UUID
 	PoolID           uuid.UUID

@@ -1,0 +1,89 @@
+// Package jobs holds the rules of the queue: what a result does to a job,
+// how long a requeued job waits, and the sweeper that applies the queue's
+// time rules for the life of every server process.
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// DefaultQuarantineAfter is how many host faults in a row quarantine a
+// runner.
+const DefaultQuarantineAfter = 3
+
+// Backoff is how long a job given back (or whose lease expired) waits
+// before it may be leased again: 2 s, doubling per attempt, at most 5 min.
+func Backoff(attempt int) time.Duration {
+	d := 2 * time.Second
+	for i := 1; i < attempt && d < 5*time.Minute; i++ {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// Decide maps an attempt's outcome to the job's next state.
+func Decide(o store.Outcome, held store.Job, now time.Time) store.Transition {
+	switch {
+	case held.CancelRequested:
+		return store.Transition{State: store.JobCancelled, Reason: "cancelled while it ran"}
+	case o.ExitCode != nil && o.OOM:
+		return store.Transition{State: store.JobFailed, Reason: fmt.Sprintf("ran out of memory (exit code %d)", *o.ExitCode)}
+	case o.ExitCode != nil && *o.ExitCode == 0:
+		return store.Transition{State: store.JobSucceeded}
+	case o.ExitCode != nil:
+		return store.Transition{State: store.JobFailed, Reason: fmt.Sprintf("exited with code %d", *o.ExitCode)}
+	}
+	reason := "given back"
+	if o.ReturnReason != nil {
+		reason = *o.ReturnReason
+	}
+	if !o.HostFault {
+		return store.Transition{State: store.JobFailed, Reason: reason}
+	}
+	t := store.Transition{Reason: "host fault: " + reason, CountsAsHostFault: held.Attempt == 1}
+	if held.Attempt >= held.MaxAttempts {
+		t.State = store.JobFailed
+		t.Reason += fmt.Sprintf("; %d of %d attempts used", held.Attempt, held.MaxAttempts)
+		return t
+	}
+	at := now.Add(Backoff(held.Attempt))
+	t.State, t.AvailableAt = store.JobQueued, &at
+	return t
+}
+
+// Sweeper applies the queue's time rules every Interval until stopped.
+// Every replica runs one; SKIP LOCKED in the sweep lets them share the work.
+type Sweeper struct {
+	Store                    *store.Store
+	Log                      *slog.Logger
+	Interval                 time.Duration
+	DefaultQueueTimeoutHours int
+}
+
+// Run sweeps until ctx ends.
+func (s *Sweeper) Run(ctx context.Context) {
+	t := time.NewTicker(s.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := s.Store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff})
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Log.Error("sweep", "err", err)
+			}
+			continue
+		}
+		if res != (store.SweepResult{}) {
+			s.Log.Info("swept", "requeued", res.Requeued, "failed", res.Failed, "expired", res.Expired, "blocked", res.Blocked, "unblocked", res.Unblocked)
+		}
+	}
+}

@@ -1,0 +1,288 @@
+package controlplane_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+func (b *testBundle) submit(t *testing.T, token string, input map[string]any) (string, string) {
+	t.Helper()
+	data, code := b.gql(t, token, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id state } }`, map[string]any{"in": input})
+	if code != "" {
+		return "", code
+	}
+	return data["submitJob"].(map[string]any)["id"].(string), ""
+}
+
+func jobInput(pool uuid.UUID, mods ...func(map[string]any)) map[string]any {
+	in := map[string]any{"poolId": pool, "image": "busybox", "command": []string{"echo", "hi"},
+		"claim": map[string]any{"cores": 1, "wallClockSeconds": 60}}
+	for _, m := range mods {
+		m(in)
+	}
+	return in
+}
+
+func (b *testBundle) lease(t *testing.T, c *http.Client, req runnerapi.LeaseRequest) []runnerapi.Lease {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	r := b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	var resp runnerapi.LeaseResponse
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &resp))
+	return resp.Leases
+}
+
+func anyWork(wait int) runnerapi.LeaseRequest {
+	big := runnerapi.Resources{Cores: 1000, MemoryMiB: 1 << 30, GPUs: 64}
+	return runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 1, WaitSeconds: wait}
+}
+
+func (b *testBundle) result(t *testing.T, c *http.Client, l runnerapi.Lease, req runnerapi.ResultRequest) reply {
+	t.Helper()
+	body, _ := json.Marshal(req)
+	return b.call(t, c, http.MethodPost, runnerapi.PathLeaseResult(l.LeaseID), body)
+}
+
+func intp(v int) *int { return &v }
+
+func TestJobLifecycleThroughTheAPIs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	_, c, _ := b.approvedRunner(t, measured(8))
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)}).Status)
+
+	id, code := b.submit(t, member, jobInput(b.poolA.ID, func(in map[string]any) {
+		in["env"] = []map[string]any{{"name": "API_KEY", "value": "s3cret"}}
+	}))
+	require.Empty(t, code)
+	leases := b.lease(t, c, anyWork(0))
+	require.Len(t, leases, 1)
+	l := leases[0]
+	require.Equal(t, id, l.LeaseID)
+	require.Equal(t, 1, l.Attempt)
+	require.Equal(t, map[string]string{"API_KEY": "s3cret"}, l.Env, "the runner gets the value")
+
+	r := b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8), Leases: []runnerapi.HeldLease{
+		{LeaseID: l.LeaseID, Attempt: 1, Phase: runnerapi.PhaseRunning},
+		{LeaseID: uuid.NewString(), Attempt: 1, Phase: runnerapi.PhaseRunning},
+	}})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.Contains(t, r.Body, `{"lease_id":"`+l.LeaseID+`","attempt":1,"action":"CONTINUE"}`)
+	require.Contains(t, r.Body, `"action":"GONE"`)
+
+	for i, chunk := range []string{"hello ", "world\n"} {
+		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(chunk)})
+		require.Equal(t, http.StatusNoContent, b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body).Status)
+	}
+	rr := b.result(t, c, l, runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0), ImageDigest: ptr("sha256:abc")})
+	require.Equal(t, http.StatusOK, rr.Status, rr.Body)
+	require.JSONEq(t, `{"state":"SUCCEEDED"}`, rr.Body)
+
+	const q = `query($id: ID!) { job(id: $id) { state envNames logs events { type attempt } runs { attempt runnerName exitCode imageDigest } } }`
+	data, code := b.gql(t, b.platform, q, map[string]any{"id": id})
+	require.Empty(t, code)
+	job := data["job"].(map[string]any)
+	require.Equal(t, "SUCCEEDED", job["state"])
+	require.Equal(t, []any{"API_KEY"}, job["envNames"])
+	require.Equal(t, "hello world\n", job["logs"])
+	require.Len(t, job["events"], 3)
+	run := job["runs"].([]any)[0].(map[string]any)
+	require.Equal(t, 0.0, run["exitCode"])
+	require.Equal(t, "sha256:abc", run["imageDigest"])
+	require.NotNil(t, run["runnerName"], "admins see where it ran")
+	data, _ = b.gql(t, member, q, map[string]any{"id": id})
+	require.Nil(t, data["job"].(map[string]any)["runs"].([]any)[0].(map[string]any)["runnerName"], "members do not")
+
+	var leaked int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM audit_log WHERE detail::text LIKE '%s3cret%'").Scan(&leaked))
+	require.Zero(t, leaked, "env values are redacted from the audit log")
+}
+
+func TestSubmissionIsScopedAndChecked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	before := b.count(t, "SELECT count(*) FROM jobs")
+	for name, c := range map[string]struct {
+		input map[string]any
+		code  string
+	}{
+		"another organisation's pool": {jobInput(b.poolB.ID), "NOT_FOUND"},
+		"a pool that does not exist":  {jobInput(uuid.New()), "NOT_FOUND"},
+		"no cores":                    {jobInput(b.poolA.ID, func(in map[string]any) { in["claim"] = map[string]any{"cores": 0, "wallClockSeconds": 1} }), "BAD_INPUT"},
+		"too many GPUs":               {jobInput(b.poolA.ID, func(in map[string]any) { in["claim"] = map[string]any{"cores": 1, "gpus": 65, "wallClockSeconds": 1} }), "BAD_INPUT"},
+		"bad env name":                {jobInput(b.poolA.ID, func(in map[string]any) { in["env"] = []map[string]any{{"name": "A=B", "value": "x"}} }), "BAD_INPUT"},
+	} {
+		_, code := b.submit(t, member, c.input)
+		require.Equal(t, c.code, code, name)
+	}
+	require.Equal(t, before, b.count(t, "SELECT count(*) FROM jobs"))
+
+	// The same idempotency key is the same job.
+	key := func(in map[string]any) { in["idempotencyKey"] = "nightly-7" }
+	first, _ := b.submit(t, member, jobInput(b.poolA.ID, key))
+	again, _ := b.submit(t, member, jobInput(b.poolA.ID, key))
+	require.Equal(t, first, again)
+}
+
+func TestAStaleResultIsRefusedWith409(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	first := b.lease(t, c, anyWork(0))[0]
+	// The lease expires and the sweeper gives the job a second attempt.
+	_, err := b.pool.Exec(context.Background(), "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", id)
+	require.NoError(t, err)
+	var second []runnerapi.Lease
+	require.Eventually(t, func() bool {
+		_, err := b.pool.Exec(context.Background(), "UPDATE jobs SET available_at = now() WHERE id = $1 AND state = 'QUEUED'", id)
+		require.NoError(t, err)
+		second = b.lease(t, c, anyWork(0))
+		return len(second) == 1
+	}, 10*time.Second, 50*time.Millisecond, "requeued within lease + sweep interval")
+	require.Equal(t, 2, second[0].Attempt)
+
+	r := b.result(t, c, first, runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)})
+	require.Equal(t, http.StatusConflict, r.Status, r.Body)
+	require.Equal(t, runnerapi.CodeStaleAttempt, r.Code)
+	body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: 0, Data: []byte("late")})
+	require.Equal(t, http.StatusConflict, b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(id), body).Status)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM job_logs"))
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM jobs WHERE state = 'SUCCEEDED'"))
+
+	r = b.result(t, c, second[0], runnerapi.ResultRequest{Attempt: 2, ExitCode: intp(3)})
+	require.JSONEq(t, `{"state":"FAILED"}`, r.Body)
+	// Neither exit code nor reason, or both: refused.
+	r = b.result(t, c, second[0], runnerapi.ResultRequest{Attempt: 2})
+	require.Equal(t, http.StatusBadRequest, r.Status)
+}
+
+func TestSubmittingWakesAWaitingRunner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	got := make(chan time.Time, 1)
+	go func() {
+		leases := b.lease(t, c, anyWork(30))
+		if len(leases) == 1 {
+			got <- time.Now()
+		}
+		close(got)
+	}()
+	time.Sleep(200 * time.Millisecond)
+	submitted := time.Now()
+	_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	require.Empty(t, code)
+	at, ok := <-got
+	require.True(t, ok, "no lease")
+	require.Less(t, at.Sub(submitted), time.Second)
+}
+
+func TestCancellingARunningJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	l := b.lease(t, c, anyWork(0))[0]
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state cancelRequested } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	r := b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0), Leases: []runnerapi.HeldLease{{LeaseID: l.LeaseID, Attempt: 1, Phase: runnerapi.PhaseRunning}}})
+	require.Contains(t, r.Body, `"action":"CANCEL"`)
+	rr := b.result(t, c, l, runnerapi.ResultRequest{Attempt: 1, ReturnReason: ptr("cancelled")})
+	require.JSONEq(t, `{"state":"CANCELLED"}`, rr.Body)
+}
+
+func TestHostFaultsInARowQuarantine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(0))
+	for i := range 3 {
+		b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) { in["image"] = fmt.Sprintf("missing-%d", i) }))
+		l := b.lease(t, c, anyWork(0))
+		require.Len(t, l, 1, "fault %d", i)
+		r := b.result(t, c, l[0], runnerapi.ResultRequest{Attempt: l[0].Attempt, ReturnReason: ptr("image would not pull"), HostFault: true})
+		require.JSONEq(t, `{"state":"QUEUED"}`, r.Body, "a host fault gives the job back")
+	}
+	got := b.runner(t, id)
+	require.Equal(t, true, got["quarantined"])
+	require.Equal(t, "3 host faults in a row", got["quarantineReason"])
+	require.Empty(t, b.lease(t, c, anyWork(0)), "a quarantined runner gets no work")
+}
+
+// Two replicas on one database: runners lease from either, and every job
+// is accepted exactly once.
+func TestTwoReplicasCompleteEveryJobOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	second, err := controlplane.New(controlplane.Options{
+		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	defer second.Stop(context.Background())
+	urls := []string{b.runnerURL, "https://" + second.RunnerAddr().String()}
+
+	const jobs = 1000
+	_, err = b.pool.Exec(context.Background(), `
+		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
+		SELECT $1, 'busybox', 1, 0, 0, 60 FROM generate_series(1, $2)`, b.poolA.ID, jobs)
+	require.NoError(t, err)
+
+	var accepted, stale atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 6 {
+		_, c, _ := b.approvedRunner(t, measured(0))
+		base := urls[i%2]
+		wg.Go(func() {
+			req := anyWork(0)
+			req.Max = 8
+			for {
+				body, _ := json.Marshal(req)
+				resp, err := c.Post(base+runnerapi.PathLeases, "application/json", strings.NewReader(string(body)))
+				require.NoError(t, err)
+				var lr runnerapi.LeaseResponse
+				require.NoError(t, json.NewDecoder(resp.Body).Decode(&lr))
+				resp.Body.Close()
+				if len(lr.Leases) == 0 {
+					return
+				}
+				for _, l := range lr.Leases {
+					body, _ := json.Marshal(runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: intp(0)})
+					resp, err := c.Post(base+runnerapi.PathLeaseResult(l.LeaseID), "application/json", strings.NewReader(string(body)))
+					require.NoError(t, err)
+					resp.Body.Close()
+					switch resp.StatusCode {
+					case http.StatusOK:
+						accepted.Add(1)
+					case http.StatusConflict:
+						stale.Add(1)
+					default:
+						t.Errorf("result: HTTP %d", resp.StatusCode)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, int64(jobs), accepted.Load())
+	require.Zero(t, stale.Load())
+	require.Equal(t, jobs, b.count(t, "SELECT count(*) FROM jobs WHERE state = 'SUCCEEDED' AND attempt = 1"))
+	require.Equal(t, jobs, b.count(t, "SELECT count(*) FROM job_runs WHERE finished_at IS NOT NULL"))
+}

@@ -1,0 +1,232 @@
+package runnerserver
+
+import (
+	"errors"
+	"net/http"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/jobs"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+// leases grants the runner work that fits, claiming jobs one statement at
+// a time until the answer is full or nothing else fits. With nothing to
+// give it waits, woken by NOTIFY when its pool gets work, up to
+// wait_seconds.
+func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
+	c := callerFrom(r.Context())
+	var req runnerapi.LeaseRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Max == 0 {
+		req.Max = 1
+	}
+	if req.Max < 0 || req.Max > runnerapi.MaxLeasesPerRequest || len(req.Kinds) == 0 || len(req.Kinds) > 16 {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "max: 1 to 16; kinds: 1 to 16 names")
+		return
+	}
+	for _, k := range req.Kinds {
+		if !kindName.MatchString(k) {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "kinds: lower-case names")
+			return
+		}
+	}
+	for _, res := range []runnerapi.Resources{req.Free, req.Largest} {
+		if res.Cores < 0 || res.MemoryMiB < 0 || res.GPUs < 0 || res.Cores != res.Cores {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "free and largest: no negative amounts")
+			return
+		}
+	}
+	ctx := r.Context()
+	sub := s.o.Listener.Subscribe(store.ChannelJobs)
+	defer sub.Close()
+	if err := s.o.Store.TouchWorkRequest(ctx, c.runner.ID); err != nil {
+		s.internal(w, r, "leases", err)
+		return
+	}
+	leaseSeconds := fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds)
+	deadline := time.NewTimer(time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second)
+	defer deadline.Stop()
+	for {
+		granted, err := s.claim(r, c, req, leaseSeconds)
+		if err != nil {
+			s.internal(w, r, "leases", err)
+			return
+		}
+		if len(granted) > 0 {
+			writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: granted})
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: []runnerapi.Lease{}})
+			return
+		case p := <-sub.C:
+			if p != "" && p != c.runner.PoolID.String() {
+				continue
+			}
+		}
+	}
+}
+
+func (s *Server) claim(r *http.Request, c caller, req runnerapi.LeaseRequest, leaseSeconds int) ([]runnerapi.Lease, error) {
+	free := store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs}
+	largest := store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs}
+	var out []runnerapi.Lease
+	for len(out) < req.Max {
+		j, ok, err := s.o.Store.ClaimJob(r.Context(), store.ClaimRequest{
+			RunnerID: c.runner.ID, Kinds: req.Kinds, Free: free, Largest: largest, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds,
+		})
+		if err != nil || !ok {
+			return out, err
+		}
+		out = append(out, runnerapi.Lease{
+			LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
+			Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
+			WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
+		})
+		free.Cores -= j.Claim.Cores
+		free.MemoryMiB -= j.Claim.MemoryMiB
+		free.GPUs -= j.Claim.GPUs
+	}
+	return out, nil
+}
+
+func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such lease")
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+func (s *Server) stale(w http.ResponseWriter) {
+	writeError(w, http.StatusConflict, runnerapi.CodeStaleAttempt, "this attempt is no longer the runner's: nothing was recorded")
+}
+
+// logs stores a chunk of a lease's output, fenced by the attempt.
+func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
+	c := callerFrom(r.Context())
+	id, ok := leaseID(w, r)
+	if !ok {
+		return
+	}
+	var req runnerapi.LogUpload
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Seq < 0 || req.Attempt < 1 || len(req.Data) > runnerapi.MaxLogChunk {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "attempt ≥ 1, seq ≥ 0, data at most 32 KiB")
+		return
+	}
+	err := s.o.Store.AppendLog(r.Context(), id, req.Attempt, c.runner.ID, req.Seq, req.Data)
+	switch {
+	case errors.Is(err, store.ErrStaleAttempt):
+		s.stale(w)
+	case err != nil:
+		s.internal(w, r, "logs", err)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// result ends an attempt, fenced: a stale attempt gets 409 and changes
+// nothing.
+func (s *Server) result(w http.ResponseWriter, r *http.Request) {
+	c := callerFrom(r.Context())
+	id, ok := leaseID(w, r)
+	if !ok {
+		return
+	}
+	var req runnerapi.ResultRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if (req.ExitCode == nil) == (req.ReturnReason == nil) {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "exactly one of exit_code and return_reason")
+		return
+	}
+	if req.ReturnReason != nil {
+		if err := runnerapi.CheckText("return_reason", *req.ReturnReason, 512); err != nil || *req.ReturnReason == "" {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "return_reason: 1 to 512 characters, no control characters")
+			return
+		}
+	}
+	for name, v := range map[string]*string{"image_digest": req.ImageDigest, "runner_version": req.RunnerVersion} {
+		if v != nil {
+			if err := runnerapi.CheckText(name, *v, 256); err != nil {
+				writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
+				return
+			}
+		}
+	}
+	o := store.Outcome{
+		JobID: id, Attempt: req.Attempt, RunnerID: c.runner.ID, ExitCode: req.ExitCode, ReturnReason: req.ReturnReason,
+		HostFault: req.HostFault, OOM: req.OOM, PeakMemoryMiB: req.PeakMemoryMiB, ImageDigest: req.ImageDigest, RunnerVersion: req.RunnerVersion,
+	}
+	if o.RunnerVersion == nil {
+		o.RunnerVersion = &c.runner.AgentVersion
+	}
+	j, err := s.o.Store.FinishAttempt(r.Context(), o, s.o.QuarantineAfter, func(held store.Job) store.Transition {
+		return jobs.Decide(o, held, time.Now())
+	})
+	switch {
+	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
+		s.stale(w)
+	case err != nil:
+		s.internal(w, r, "result", err)
+	default:
+		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(j.State)})
+	}
+}
+
+// answerLeases extends the leases a heartbeat reports and says, of each,
+// CONTINUE, CANCEL or GONE.
+func (s *Server) answerLeases(r *http.Request, c caller, reported []runnerapi.HeldLease) ([]runnerapi.LeaseAnswer, error) {
+	if len(reported) == 0 {
+		return nil, nil
+	}
+	reports := make([]store.LeaseReport, 0, len(reported))
+	for _, l := range reported {
+		id, err := uuid.Parse(l.LeaseID)
+		if err != nil {
+			continue
+		}
+		reports = append(reports, store.LeaseReport{LeaseID: id, Attempt: l.Attempt, Phase: l.Phase})
+	}
+	held, err := s.o.Store.ExtendLeases(r.Context(), c.runner.ID, fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds), reports)
+	if err != nil {
+		return nil, err
+	}
+	type key struct {
+		id      string
+		attempt int
+	}
+	still := map[key]store.HeldLease{}
+	for _, h := range held {
+		still[key{h.JobID.String(), h.Attempt}] = h
+	}
+	out := make([]runnerapi.LeaseAnswer, 0, len(reported))
+	for _, l := range reported {
+		a := runnerapi.LeaseAnswer{LeaseID: l.LeaseID, Attempt: l.Attempt, Action: runnerapi.LeaseGone}
+		if h, ok := still[key{l.LeaseID, l.Attempt}]; ok {
+			a.Action = runnerapi.LeaseContinue
+			if h.CancelRequested {
+				a.Action = runnerapi.LeaseCancel
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
