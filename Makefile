@@ -15,7 +15,7 @@ GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test build demo check bench bench-pki bench-heartbeat
+.PHONY: help generate verify lint test build demo check bench bench-pki bench-heartbeat bench-lease
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -45,12 +45,15 @@ build: ## build the binaries into bin/
 demo: build ## run the control plane on its embedded default (private PostgreSQL)
 	./bin/runmesh-server dev
 
-bench: bench-pki bench-heartbeat ## every benchmark (each starts its own PostgreSQL and server)
+bench: bench-pki bench-heartbeat bench-lease ## every benchmark (each starts its own PostgreSQL and server)
 
 bench-pki: ## approval → certificate latency and mTLS handshakes per second
 	$(GO) run ./cmd/runmesh-bench pki
 
 bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS with p99 < 100 ms
 	$(GO) run ./cmd/runmesh-bench heartbeat -server bin/runmesh-server
+
+bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
+	$(GO) run ./cmd/runmesh-bench lease
 
 check: verify lint test ## generated code, lint and tests: run before you push

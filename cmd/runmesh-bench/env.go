@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane"
@@ -120,3 +121,5 @@ func cpuTime() time.Duration {
 func machine() string {
 	return fmt.Sprintf("%d cores, %s/%s, %s", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version())
 }
+
+func mustUUID(s string) uuid.UUID { return uuid.MustParse(s) }

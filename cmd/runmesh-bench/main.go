@@ -23,6 +23,7 @@ const usage = `usage: runmesh-bench BENCHMARK [flags]
 benchmarks:
   pki        approval → certificate-on-runner latency, and mTLS handshakes per second
   heartbeat  the most runners heartbeating every 10 s with p99 < 100 ms, and the CPU they cost
+  lease      queue throughput and submit-to-lease latency, against River on the same PostgreSQL
 `
 
 func main() {
@@ -72,6 +73,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 			o.levels = append(o.levels, n)
 		}
 		return benchHeartbeat(ctx, o, stdout)
+	case "lease":
+		o := leaseOptions{}
+		fs.IntVar(&o.jobs, "jobs", 5000, "jobs for the throughput runs")
+		fs.IntVar(&o.runners, "runners", 8, "simulated runners")
+		fs.IntVar(&o.submitters, "submitters", 8, "concurrent submitters")
+		fs.IntVar(&o.samples, "samples", 200, "submit-to-lease latency samples")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return benchLease(ctx, o, stdout)
 	case "heartbeat-worker": // started by heartbeat, not by people
 		file := fs.String("file", "", "")
 		root := fs.String("root", "", "")

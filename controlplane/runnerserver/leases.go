@@ -80,26 +80,20 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) claim(r *http.Request, c caller, req runnerapi.LeaseRequest, leaseSeconds int) ([]runnerapi.Lease, error) {
-	free := store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs}
-	largest := store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs}
-	var out []runnerapi.Lease
-	for len(out) < req.Max {
-		j, ok, err := s.o.Store.ClaimJob(r.Context(), store.ClaimRequest{
-			RunnerID: c.runner.ID, Kinds: req.Kinds, Free: free, Largest: largest, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds,
-		})
-		if err != nil || !ok {
-			return out, err
-		}
+	jobs, err := s.o.Store.ClaimJobs(r.Context(), store.ClaimRequest{
+		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds,
+		Free:    store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
+		Largest: store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
+	}, req.Max)
+	out := make([]runnerapi.Lease, 0, len(jobs))
+	for _, j := range jobs {
 		out = append(out, runnerapi.Lease{
 			LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
 			Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
 			WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
 		})
-		free.Cores -= j.Claim.Cores
-		free.MemoryMiB -= j.Claim.MemoryMiB
-		free.GPUs -= j.Claim.GPUs
 	}
-	return out, nil
+	return out, err
 }
 
 func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -223,40 +224,60 @@ type ClaimRequest struct {
 	Now                 *time.Time // nil: the database's clock
 }
 
-// ClaimJob leases the best job that fits, if any (false when none does).
-func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
-	var out Job
-	var found bool
+// ClaimJobs leases, in one transaction, the best jobs that fit the runner
+// together, at most max of them (none when nothing fits).
+func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
+	var out []Job
 	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.ClaimJob(ctx, s.conn(ctx), dbsqlc.ClaimJobParams{
+		rows, err := s.q.ClaimJobs(ctx, s.conn(ctx), dbsqlc.ClaimJobsParams{
 			Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
-			FreeCores: c.Free.Cores, MaxCores: c.Largest.Cores,
-			FreeMemoryMib: c.Free.MemoryMiB, MaxMemoryMib: c.Largest.MemoryMiB,
-			FreeGpus: int32(c.Free.GPUs), MaxGpus: int32(c.Largest.GPUs),
+			FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
+			MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
 		})
-		if errors.Is(mapErr(err), ErrNotFound) {
-			return nil
-		}
 		if err != nil {
 			return mapErr(err)
 		}
-		out = jobFromRow(dbsqlc.Job{
-			ID: row.ID, PoolID: row.PoolID, SubmittedBy: row.SubmittedBy, Image: row.Image, Command: row.Command, Env: row.Env,
-			Cores: row.Cores, MemoryMib: row.MemoryMib, Gpus: row.Gpus, WallClockSeconds: row.WallClockSeconds,
-			Priority: row.Priority, MaxAttempts: row.MaxAttempts, IdempotencyKey: row.IdempotencyKey, Kind: row.Kind,
-			State: row.State, StateReason: row.StateReason, Attempt: row.Attempt, RunnerID: row.RunnerID,
-			LeaseExpiresAt: row.LeaseExpiresAt, AvailableAt: row.AvailableAt, CancelRequested: row.CancelRequested,
-			SubmittedAt: row.SubmittedAt, FinishedAt: row.FinishedAt,
+		if len(rows) == 0 {
+			return nil
+		}
+		ids, attempts := make([]uuid.UUID, len(rows)), make([]int32, len(rows))
+		for i, row := range rows {
+			out = append(out, jobFromRow(dbsqlc.Job{
+				ID: row.ID, PoolID: row.PoolID, SubmittedBy: row.SubmittedBy, Image: row.Image, Command: row.Command, Env: row.Env,
+				Cores: row.Cores, MemoryMib: row.MemoryMib, Gpus: row.Gpus, WallClockSeconds: row.WallClockSeconds,
+				Priority: row.Priority, MaxAttempts: row.MaxAttempts, IdempotencyKey: row.IdempotencyKey, Kind: row.Kind,
+				State: row.State, StateReason: row.StateReason, Attempt: row.Attempt, RunnerID: row.RunnerID,
+				LeaseExpiresAt: row.LeaseExpiresAt, AvailableAt: row.AvailableAt, CancelRequested: row.CancelRequested,
+				SubmittedAt: row.SubmittedAt, FinishedAt: row.FinishedAt,
+			}))
+			ids[i], attempts[i] = row.ID, row.Attempt
+		}
+		// Best first, as the claim ranked them.
+		sort.SliceStable(out, func(a, b int) bool {
+			if out[a].Priority != out[b].Priority {
+				return out[a].Priority > out[b].Priority
+			}
+			return out[a].SubmittedAt.Before(out[b].SubmittedAt)
 		})
-		found = true
-		if err := s.q.InsertJobRun(ctx, s.conn(ctx), dbsqlc.InsertJobRunParams{
-			JobID: out.ID, Attempt: int32(out.Attempt), RunnerID: c.RunnerID, RunnerName: row.RunnerName,
+		if err := s.q.InsertJobRuns(ctx, s.conn(ctx), dbsqlc.InsertJobRunsParams{
+			JobIds: ids, Attempts: attempts, RunnerID: c.RunnerID, RunnerName: rows[0].RunnerName,
 		}); err != nil {
 			return mapErr(err)
 		}
-		return s.jobEvent(ctx, out.ID, "LEASED", out.Attempt, &c.RunnerID, "")
+		return mapErr(s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{
+			JobIds: ids, Type: "LEASED", Attempts: attempts, RunnerID: uuid.NullUUID{UUID: c.RunnerID, Valid: true},
+		}))
 	})
-	return out, found, err
+	return out, err
+}
+
+// ClaimJob leases the best job that fits, if any (false when none does).
+func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
+	jobs, err := s.ClaimJobs(ctx, c, 1)
+	if err != nil || len(jobs) == 0 {
+		return Job{}, false, err
+	}
+	return jobs[0], true, nil
 }
 
 // TouchWorkRequest records that the runner asked for work.

@@ -273,3 +273,26 @@ func TestIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 	require.Len(t, jobs, 1)
 	_ = fmt.Sprint
 }
+
+func TestJobsClaimedTogetherFitTogether(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	var want []uuid.UUID
+	for i := range 5 {
+		j := b.submit(t, store.Claim{Cores: 3, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 - i })
+		want = append(want, j.ID)
+	}
+	got, err := b.store.ClaimJobs(ctx, anything(r), 16)
+	require.NoError(t, err)
+	require.Len(t, got, 2, "three 3-core jobs would not fit 8 cores")
+	require.Equal(t, []uuid.UUID{want[0], want[1]}, []uuid.UUID{got[0].ID, got[1].ID}, "the best ones")
+	// The free room the runner reports bounds it too.
+	r2 := b.runner(t, 64, 65536, 0)
+	req := anything(r2)
+	req.Free.Cores = 4
+	got, err = b.store.ClaimJobs(ctx, req, 16)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+}

@@ -117,7 +117,7 @@ func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter in
 		if err := s.jobEvent(ctx, o.JobID, event, o.Attempt, &o.RunnerID, t.Reason); err != nil {
 			return err
 		}
-		if _, err := s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
+		if err := s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
 			ID: o.RunnerID, HostFault: t.CountsAsHostFault, LimitFailures: int32(quarantineAfter),
 		}); err != nil {
 			return mapErr(err)

@@ -50,16 +50,19 @@ WHERE id = @id;
 -- name: RequestCancel :exec
 UPDATE jobs SET cancel_requested = true WHERE id = @id;
 
--- name: ClaimJob :one
--- Leases the best queued job that fits the runner, in one statement. The
--- runner must be approved, not quarantined, draining or retired. The claim
--- must fit what the runner has minus what its held jobs book; its GPUs
--- also exclude held GPUs; it must fit the free room and the largest job
--- the runner asked for; its kind must be one the runner runs. A memory
--- claim needs a runner that enforces memory limits, unless the pool says
--- otherwise. SKIP LOCKED lets concurrent claimers (other runners, other
--- replicas) pass over a row another claim is taking instead of waiting on
--- it; the winner moves it out of QUEUED, so no job is leased twice.
+-- name: ClaimJobs :many
+-- Leases the best queued jobs that fit the runner, together, in one
+-- statement. The runner must be approved, not quarantined, draining or
+-- retired. Each job must fit the largest job the runner asked for, and its
+-- kind must be one the runner runs; all of them together must fit what the
+-- runner has (minus what its held jobs book and, for GPUs, its holds) and
+-- the free room it reported, taken best first. A memory claim needs a
+-- runner that enforces memory limits, unless the pool says otherwise.
+-- SKIP LOCKED lets concurrent claimers (other runners, other replicas) pass
+-- over rows another claim is taking instead of waiting on them; the winner
+-- moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
+-- share a SELECT with a window function: the running totals are taken over
+-- the locked candidates in a second step.)
 WITH r AS (
     SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, @default_lease_seconds::int) AS lease_seconds
@@ -76,26 +79,48 @@ held AS (
     SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
     WHERE runner_id = @runner_id AND released_at IS NULL AND until > coalesce(sqlc.narg('now')::timestamptz, now())
 ),
-picked AS (
-    SELECT j.id
-    FROM jobs j, r, booked, held
+room AS (
+    SELECT least(r.cores - booked.cores, @free_cores::float8) AS cores,
+           least(r.memory_mib - booked.memory_mib, @free_memory_mib::bigint) AS memory_mib,
+           least(r.gpus_healthy - booked.gpus - held.gpus, @free_gpus::int) AS gpus
+    FROM r, booked, held
+),
+candidates AS (
+    SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at
+    FROM jobs j, r, room
     WHERE j.pool_id = r.pool_id AND j.state = 'QUEUED'
       AND j.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
       AND j.kind = ANY(@kinds::text[])
-      AND j.cores <= least(r.cores - booked.cores, @free_cores::float8, @max_cores::float8)
-      AND j.memory_mib <= least(r.memory_mib - booked.memory_mib, @free_memory_mib::bigint, @max_memory_mib::bigint)
-      AND j.gpus <= least(r.gpus_healthy - booked.gpus - held.gpus, @free_gpus::int, @max_gpus::int)
+      AND j.cores <= least(room.cores, @max_cores::float8)
+      AND j.memory_mib <= least(room.memory_mib, @max_memory_mib::bigint)
+      AND j.gpus <= least(room.gpus, @max_gpus::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
-    LIMIT 1
+    LIMIT @max_jobs
     FOR UPDATE OF j SKIP LOCKED
+),
+fitting AS (
+    SELECT c.id
+    FROM (SELECT c.*,
+                 sum(c.cores) OVER w AS cores_sum, sum(c.memory_mib) OVER w AS memory_sum, sum(c.gpus) OVER w AS gpus_sum
+          FROM candidates c
+          WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
+    WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
 )
 UPDATE jobs j
 SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
     lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => r.lease_seconds)
-FROM picked, r
-WHERE j.id = picked.id
+FROM fitting, r
+WHERE j.id = fitting.id
 RETURNING j.*, r.name AS runner_name;
+
+-- name: InsertJobRuns :exec
+INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
+SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]), @runner_id, @runner_name;
+
+-- name: InsertJobEvents :exec
+INSERT INTO job_events (job_id, type, attempt, runner_id)
+SELECT unnest(@job_ids::uuid[]), @type, unnest(@attempts::int[]), sqlc.narg('runner_id');
 
 -- name: InsertJobRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
@@ -205,7 +230,7 @@ UPDATE jobs
 SET state = 'QUEUED', state_reason = @state_reason, runner_id = NULL, lease_expires_at = NULL, available_at = @available_at
 WHERE id = @id;
 
--- name: SetFailuresInARow :one
+-- name: SetFailuresInARow :exec
 -- A host fault on a job's first attempt counts; any other result resets
 -- the count. Reaching the limit quarantines the runner.
 UPDATE runners
@@ -214,8 +239,8 @@ SET failures_in_a_row = CASE WHEN @host_fault::boolean THEN failures_in_a_row + 
                           THEN now() ELSE quarantined_at END,
     quarantine_reason = CASE WHEN @host_fault::boolean AND failures_in_a_row + 1 >= @limit_failures::int AND quarantined_at IS NULL
                           THEN format('%s host faults in a row', failures_in_a_row + 1) ELSE quarantine_reason END
-WHERE id = @id
-RETURNING failures_in_a_row, (quarantined_at IS NOT NULL)::boolean AS quarantined;
+-- Most results change nothing here: do not rewrite the row for them.
+WHERE id = @id AND (@host_fault::boolean OR failures_in_a_row <> 0);
 
 -- name: CreateHold :one
 INSERT INTO gpu_holds (runner_id, gpus, reason, until, created_by)

@@ -12,7 +12,7 @@ import (
 	"github.com/google/uuid"
 )
 
-const claimJob = `-- name: ClaimJob :one
+const claimJobs = `-- name: ClaimJobs :many
 WITH r AS (
     SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, $2::int) AS lease_seconds
@@ -29,42 +29,57 @@ held AS (
     SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
     WHERE runner_id = $3 AND released_at IS NULL AND until > coalesce($1::timestamptz, now())
 ),
-picked AS (
-    SELECT j.id
-    FROM jobs j, r, booked, held
+room AS (
+    SELECT least(r.cores - booked.cores, $4::float8) AS cores,
+           least(r.memory_mib - booked.memory_mib, $5::bigint) AS memory_mib,
+           least(r.gpus_healthy - booked.gpus - held.gpus, $6::int) AS gpus
+    FROM r, booked, held
+),
+candidates AS (
+    SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at
+    FROM jobs j, r, room
     WHERE j.pool_id = r.pool_id AND j.state = 'QUEUED'
       AND j.available_at <= coalesce($1::timestamptz, now())
-      AND j.kind = ANY($4::text[])
-      AND j.cores <= least(r.cores - booked.cores, $5::float8, $6::float8)
-      AND j.memory_mib <= least(r.memory_mib - booked.memory_mib, $7::bigint, $8::bigint)
-      AND j.gpus <= least(r.gpus_healthy - booked.gpus - held.gpus, $9::int, $10::int)
+      AND j.kind = ANY($7::text[])
+      AND j.cores <= least(room.cores, $8::float8)
+      AND j.memory_mib <= least(room.memory_mib, $9::bigint)
+      AND j.gpus <= least(room.gpus, $10::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
-    LIMIT 1
+    LIMIT $11
     FOR UPDATE OF j SKIP LOCKED
+),
+fitting AS (
+    SELECT c.id
+    FROM (SELECT c.id, c.cores, c.memory_mib, c.gpus, c.priority, c.submitted_at,
+                 sum(c.cores) OVER w AS cores_sum, sum(c.memory_mib) OVER w AS memory_sum, sum(c.gpus) OVER w AS gpus_sum
+          FROM candidates c
+          WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
+    WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
 )
 UPDATE jobs j
 SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
     lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => r.lease_seconds)
-FROM picked, r
-WHERE j.id = picked.id
+FROM fitting, r
+WHERE j.id = fitting.id
 RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, r.name AS runner_name
 `
 
-type ClaimJobParams struct {
+type ClaimJobsParams struct {
 	Now                 *time.Time
 	DefaultLeaseSeconds int32
 	RunnerID            uuid.UUID
-	Kinds               []string
 	FreeCores           float64
-	MaxCores            float64
 	FreeMemoryMib       int64
-	MaxMemoryMib        int64
 	FreeGpus            int32
+	Kinds               []string
+	MaxCores            float64
+	MaxMemoryMib        int64
 	MaxGpus             int32
+	MaxJobs             int32
 }
 
-type ClaimJobRow struct {
+type ClaimJobsRow struct {
 	ID               uuid.UUID
 	PoolID           uuid.UUID
 	SubmittedBy      uuid.NullUUID
@@ -91,56 +106,73 @@ type ClaimJobRow struct {
 	RunnerName       string
 }
 
-// Leases the best queued job that fits the runner, in one statement. The
-// runner must be approved, not quarantined, draining or retired. The claim
-// must fit what the runner has minus what its held jobs book; its GPUs
-// also exclude held GPUs; it must fit the free room and the largest job
-// the runner asked for; its kind must be one the runner runs. A memory
-// claim needs a runner that enforces memory limits, unless the pool says
-// otherwise. SKIP LOCKED lets concurrent claimers (other runners, other
-// replicas) pass over a row another claim is taking instead of waiting on
-// it; the winner moves it out of QUEUED, so no job is leased twice.
-func (q *Queries) ClaimJob(ctx context.Context, db DBTX, arg ClaimJobParams) (ClaimJobRow, error) {
-	row := db.QueryRow(ctx, claimJob,
+// Leases the best queued jobs that fit the runner, together, in one
+// statement. The runner must be approved, not quarantined, draining or
+// retired. Each job must fit the largest job the runner asked for, and its
+// kind must be one the runner runs; all of them together must fit what the
+// runner has (minus what its held jobs book and, for GPUs, its holds) and
+// the free room it reported, taken best first. A memory claim needs a
+// runner that enforces memory limits, unless the pool says otherwise.
+// SKIP LOCKED lets concurrent claimers (other runners, other replicas) pass
+// over rows another claim is taking instead of waiting on them; the winner
+// moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
+// share a SELECT with a window function: the running totals are taken over
+// the locked candidates in a second step.)
+func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
+	rows, err := db.Query(ctx, claimJobs,
 		arg.Now,
 		arg.DefaultLeaseSeconds,
 		arg.RunnerID,
-		arg.Kinds,
 		arg.FreeCores,
-		arg.MaxCores,
 		arg.FreeMemoryMib,
-		arg.MaxMemoryMib,
 		arg.FreeGpus,
+		arg.Kinds,
+		arg.MaxCores,
+		arg.MaxMemoryMib,
 		arg.MaxGpus,
+		arg.MaxJobs,
 	)
-	var i ClaimJobRow
-	err := row.Scan(
-		&i.ID,
-		&i.PoolID,
-		&i.SubmittedBy,
-		&i.Image,
-		&i.Command,
-		&i.Env,
-		&i.Cores,
-		&i.MemoryMib,
-		&i.Gpus,
-		&i.WallClockSeconds,
-		&i.Priority,
-		&i.MaxAttempts,
-		&i.IdempotencyKey,
-		&i.Kind,
-		&i.State,
-		&i.StateReason,
-		&i.Attempt,
-		&i.RunnerID,
-		&i.LeaseExpiresAt,
-		&i.AvailableAt,
-		&i.CancelRequested,
-		&i.SubmittedAt,
-		&i.FinishedAt,
-		&i.RunnerName,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimJobsRow
+	for rows.Next() {
+		var i ClaimJobsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+			&i.RunnerName,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const createHold = `-- name: CreateHold :one
@@ -577,6 +609,28 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 	return err
 }
 
+const insertJobEvents = `-- name: InsertJobEvents :exec
+INSERT INTO job_events (job_id, type, attempt, runner_id)
+SELECT unnest($1::uuid[]), $2, unnest($3::int[]), $4
+`
+
+type InsertJobEventsParams struct {
+	JobIds   []uuid.UUID
+	Type     string
+	Attempts []int32
+	RunnerID uuid.NullUUID
+}
+
+func (q *Queries) InsertJobEvents(ctx context.Context, db DBTX, arg InsertJobEventsParams) error {
+	_, err := db.Exec(ctx, insertJobEvents,
+		arg.JobIds,
+		arg.Type,
+		arg.Attempts,
+		arg.RunnerID,
+	)
+	return err
+}
+
 const insertJobRun = `-- name: InsertJobRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES ($1, $2, $3, $4)
 `
@@ -592,6 +646,28 @@ func (q *Queries) InsertJobRun(ctx context.Context, db DBTX, arg InsertJobRunPar
 	_, err := db.Exec(ctx, insertJobRun,
 		arg.JobID,
 		arg.Attempt,
+		arg.RunnerID,
+		arg.RunnerName,
+	)
+	return err
+}
+
+const insertJobRuns = `-- name: InsertJobRuns :exec
+INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
+SELECT unnest($1::uuid[]), unnest($2::int[]), $3, $4
+`
+
+type InsertJobRunsParams struct {
+	JobIds     []uuid.UUID
+	Attempts   []int32
+	RunnerID   uuid.UUID
+	RunnerName string
+}
+
+func (q *Queries) InsertJobRuns(ctx context.Context, db DBTX, arg InsertJobRunsParams) error {
+	_, err := db.Exec(ctx, insertJobRuns,
+		arg.JobIds,
+		arg.Attempts,
 		arg.RunnerID,
 		arg.RunnerName,
 	)
@@ -1041,15 +1117,14 @@ func (q *Queries) RunnerLeases(ctx context.Context, db DBTX, runnerID uuid.NullU
 	return items, nil
 }
 
-const setFailuresInARow = `-- name: SetFailuresInARow :one
+const setFailuresInARow = `-- name: SetFailuresInARow :exec
 UPDATE runners
 SET failures_in_a_row = CASE WHEN $1::boolean THEN failures_in_a_row + 1 ELSE 0 END,
     quarantined_at = CASE WHEN $1::boolean AND failures_in_a_row + 1 >= $2::int AND quarantined_at IS NULL
                           THEN now() ELSE quarantined_at END,
     quarantine_reason = CASE WHEN $1::boolean AND failures_in_a_row + 1 >= $2::int AND quarantined_at IS NULL
                           THEN format('%s host faults in a row', failures_in_a_row + 1) ELSE quarantine_reason END
-WHERE id = $3
-RETURNING failures_in_a_row, (quarantined_at IS NOT NULL)::boolean AS quarantined
+WHERE id = $3 AND ($1::boolean OR failures_in_a_row <> 0)
 `
 
 type SetFailuresInARowParams struct {
@@ -1058,18 +1133,12 @@ type SetFailuresInARowParams struct {
 	ID            uuid.UUID
 }
 
-type SetFailuresInARowRow struct {
-	FailuresInARow int32
-	Quarantined    bool
-}
-
 // A host fault on a job's first attempt counts; any other result resets
 // the count. Reaching the limit quarantines the runner.
-func (q *Queries) SetFailuresInARow(ctx context.Context, db DBTX, arg SetFailuresInARowParams) (SetFailuresInARowRow, error) {
-	row := db.QueryRow(ctx, setFailuresInARow, arg.HostFault, arg.LimitFailures, arg.ID)
-	var i SetFailuresInARowRow
-	err := row.Scan(&i.FailuresInARow, &i.Quarantined)
-	return i, err
+// Most results change nothing here: do not rewrite the row for them.
+func (q *Queries) SetFailuresInARow(ctx context.Context, db DBTX, arg SetFailuresInARowParams) error {
+	_, err := db.Exec(ctx, setFailuresInARow, arg.HostFault, arg.LimitFailures, arg.ID)
+	return err
 }
 
 const setJobState = `-- name: SetJobState :exec

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+type leaseOptions struct {
+	jobs       int
+	runners    int
+	submitters int
+	samples    int
+}
+
+// benchLease measures the queue against a real control plane and a durable
+// PostgreSQL: submit → lease → result throughput with simulated runners
+// over mutual TLS; submit-to-lease latency with a runner already waiting;
+// and, on the same PostgreSQL, River inserting and working no-op jobs.
+func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
+	e, err := startEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	p, err := e.store.Pool(ctx, store.AllOrganisations(), mustUUID(e.poolID))
+	if err != nil {
+		return err
+	}
+	gpuJSON, inventory, capJSON := fixtureCapacity(0)
+	sims, err := createRunners(ctx, e.pool, e.srv.Authority(), p.ID, o.runners, gpuJSON, inventory, capJSON)
+	if err != nil {
+		return err
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(e.keys.Root)
+	base := "https://" + e.runnerAddr
+	clients := make([]*http.Client, len(sims))
+	for i, s := range sims {
+		cert := s.cert
+		clients[i] = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, TLSClientConfig: &tls.Config{
+			RootCAs: roots, ServerName: "127.0.0.1",
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+		}}}
+	}
+	submit := func() error {
+		_, _, err := e.store.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{
+			PoolID: p.ID, Image: "noop", Claim: store.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default",
+		})
+		return err
+	}
+	lease := func(c *http.Client, wait, max int) ([]runnerapi.Lease, error) {
+		big := runnerapi.Resources{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+		var resp runnerapi.LeaseResponse
+		err := postJSON(ctx, c, base+runnerapi.PathLeases, runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: max, WaitSeconds: wait}, &resp)
+		return resp.Leases, err
+	}
+	zero := 0
+	finish := func(c *http.Client, l runnerapi.Lease) error {
+		var resp runnerapi.ResultResponse
+		return postJSON(ctx, c, base+runnerapi.PathLeaseResult(l.LeaseID), runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: &zero}, &resp)
+	}
+
+	// Latency: a runner is already waiting when the job is submitted.
+	var lat []time.Duration
+	for range o.samples {
+		got := make(chan []runnerapi.Lease, 1)
+		errc := make(chan error, 1)
+		go func() {
+			ls, err := lease(clients[0], 30, 1)
+			if err != nil {
+				errc <- err
+				return
+			}
+			got <- ls
+		}()
+		time.Sleep(20 * time.Millisecond) // the long-poll is waiting now
+		start := time.Now()
+		if err := submit(); err != nil {
+			return err
+		}
+		select {
+		case ls := <-got:
+			lat = append(lat, time.Since(start))
+			for _, l := range ls {
+				if err := finish(clients[0], l); err != nil {
+					return err
+				}
+			}
+		case err := <-errc:
+			return err
+		}
+	}
+	sortDurations(lat)
+
+	// Throughput: submitters and runners at once, until every job is done.
+	var submitted, done atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range o.submitters {
+		wg.Go(func() {
+			for submitted.Add(1) <= int64(o.jobs) {
+				if err := submit(); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	for _, c := range clients {
+		wg.Go(func() {
+			for done.Load() < int64(o.jobs) && firstErr.Load() == nil {
+				ls, err := lease(c, 1, 16)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				for _, l := range ls {
+					if err := finish(c, l); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+					done.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	ours := float64(o.jobs) / time.Since(start).Seconds()
+
+	river, err := benchRiver(ctx, e, o.jobs)
+	if err != nil {
+		return fmt.Errorf("river: %w", err)
+	}
+	fmt.Fprintf(out, "runmesh-bench lease — %s; PostgreSQL durable (fsync on); server in this process\n", machine())
+	fmt.Fprintf(out, "submit → lease → result, %d jobs, %d submitters, %d runners over mTLS (up to 16 leases per request): %.0f jobs/s\n",
+		o.jobs, o.submitters, o.runners, ours)
+	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",
+		len(lat), pct(lat, 50), pct(lat, 99), verdict(pct(lat, 50) < 10*time.Millisecond), verdict(pct(lat, 99) < 50*time.Millisecond))
+	fmt.Fprintf(out, "River v0.51.2, same PostgreSQL, inserting (InsertMany) and working %d no-op jobs in process: %.0f jobs/s\n", o.jobs, river)
+	fmt.Fprintf(out, "ratio runmesh / River: %.2f (goal ≥ 1: %s)\n", ours/river, verdict(ours/river >= 1))
+	return nil
+}
+
+// NoopArgs is River's benchmark job.
+type NoopArgs struct{}
+
+// Kind names the job for River.
+func (NoopArgs) Kind() string { return "noop" }
+
+type noopWorker struct{ river.WorkerDefaults[NoopArgs] }
+
+func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
+
+func benchRiver(ctx context.Context, e *benchEnv, n int) (float64, error) {
+	driver := riverpgxv5.New(e.pool)
+	m, err := rivermigrate.New(driver, nil)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return 0, err
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &noopWorker{})
+	client, err := river.NewClient(driver, &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		Workers: workers,
+		Logger:  nil,
+	})
+	if err != nil {
+		return 0, err
+	}
+	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	defer cancel()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return 0, err
+	}
+	defer client.Stop(context.WithoutCancel(ctx))
+	for sent := 0; sent < n; {
+		batch := min(1000, n-sent)
+		params := make([]river.InsertManyParams, batch)
+		for i := range params {
+			params[i] = river.InsertManyParams{Args: NoopArgs{}}
+		}
+		if _, err := client.InsertMany(ctx, params); err != nil {
+			return 0, err
+		}
+		sent += batch
+	}
+	for got := 0; got < n; got++ {
+		select {
+		case <-completed:
+		case <-time.After(time.Minute):
+			return 0, fmt.Errorf("only %d of %d River jobs completed", got, n)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func sortDurations(d []time.Duration) {
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && d[j] < d[j-1]; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+}
