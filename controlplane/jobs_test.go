@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
@@ -285,4 +286,74 @@ func TestTwoReplicasCompleteEveryJobOnce(t *testing.T) {
 	require.Zero(t, stale.Load())
 	require.Equal(t, jobs, b.count(t, "SELECT count(*) FROM jobs WHERE state = 'SUCCEEDED' AND attempt = 1"))
 	require.Equal(t, jobs, b.count(t, "SELECT count(*) FROM job_runs WHERE finished_at IS NOT NULL"))
+}
+
+// subscribe opens a graphql-transport-ws socket to the admin API and
+// starts one subscription; next returns its payloads until "complete".
+func (b *testBundle) subscribe(t *testing.T, token, query string, vars map[string]any) func() (map[string]any, bool) {
+	t.Helper()
+	dialer := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
+	conn, _, err := dialer.Dial("ws"+strings.TrimPrefix(b.adminURL, "http")+"/graphql", nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	require.NoError(t, conn.WriteJSON(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}}))
+	var ack map[string]any
+	require.NoError(t, conn.ReadJSON(&ack))
+	require.Equal(t, "connection_ack", ack["type"])
+	require.NoError(t, conn.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query, "variables": vars}}))
+	return func() (map[string]any, bool) {
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		for {
+			var m map[string]any
+			require.NoError(t, conn.ReadJSON(&m))
+			switch m["type"] {
+			case "next":
+				return m["payload"].(map[string]any), true
+			case "complete":
+				return nil, false
+			case "error":
+				t.Fatalf("subscription error: %v", m)
+			}
+		}
+	}
+}
+
+func TestJobLogsAndEventsStreamUntilTheJobEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	logs := b.subscribe(t, b.platform, `subscription($id: ID!) { jobLogs(jobId: $id) { attempt seq data } }`, map[string]any{"id": id})
+	events := b.subscribe(t, b.platform, `subscription($id: ID!) { jobEvents(jobId: $id) { type attempt } }`, map[string]any{"id": id})
+
+	l := b.lease(t, c, anyWork(0))[0]
+	for i, chunk := range []string{"one\n", "two\n"} {
+		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(chunk)})
+		require.Equal(t, http.StatusNoContent, b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body).Status)
+	}
+	var got []string
+	for len(got) < 2 {
+		p, ok := logs()
+		require.True(t, ok)
+		got = append(got, p["data"].(map[string]any)["jobLogs"].(map[string]any)["data"].(string))
+	}
+	require.Equal(t, []string{"one\n", "two\n"}, got)
+
+	b.result(t, c, l, runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)})
+	var types []string
+	for {
+		p, ok := events()
+		if !ok {
+			break
+		}
+		types = append(types, p["data"].(map[string]any)["jobEvents"].(map[string]any)["type"].(string))
+	}
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "SUCCEEDED"}, types, "then the subscription completes")
+	_, ok := logs()
+	require.False(t, ok, "the log subscription completes with the job")
+
+	// Another organisation cannot follow the job.
+	data, code := b.gql(t, b.adminB, `query($id: ID!) { job(id: $id) { id } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Nil(t, data["job"])
 }

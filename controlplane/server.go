@@ -106,6 +106,7 @@ func New(o Options) (*Server, error) {
 		Defaults:      o.Defaults,
 		Enrolment:     enrol,
 		CAFingerprint: o.CA.Fingerprint(),
+		Listener:      s.listener,
 	})))
 	mux.Handle("GET /playground", graph.PlaygroundHandler("/graphql"))
 	mux.Handle("GET /metrics", s.metrics.handler())

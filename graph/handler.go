@@ -36,6 +36,8 @@ type Options struct {
 	// Enrolment decides on runners; CAFingerprint is the root runners pin.
 	Enrolment     *enrolment.Service
 	CAFingerprint string
+	// Listener wakes subscriptions (required for them).
+	Listener *store.Listener
 }
 
 // DefaultComplexityLimit and DefaultMaxBodyBytes apply when Options leave
@@ -61,7 +63,7 @@ func NewHandler(o Options) http.Handler {
 	if o.Defaults == (Defaults{}) {
 		o.Defaults = DefaultDefaults
 	}
-	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint}
+	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint, Listener: o.Listener}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},

@@ -27,4 +27,6 @@ type Resolver struct {
 	Defaults      Defaults
 	Enrolment     *enrolment.Service
 	CAFingerprint string
+	// Listener wakes subscriptions.
+	Listener *store.Listener
 }

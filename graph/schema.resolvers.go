@@ -75,7 +75,7 @@ func (r *jobResolver) Claim(ctx context.Context, obj *store.Job) (*model.JobClai
 
 // Events is the resolver for the events field.
 func (r *jobResolver) Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error) {
-	return r.Store.JobEvents(ctx, obj.ID)
+	return r.Store.JobEvents(ctx, obj.ID, 0)
 }
 
 // Runs is the resolver for the runs field.
@@ -85,7 +85,7 @@ func (r *jobResolver) Runs(ctx context.Context, obj *store.Job) ([]store.JobRun,
 
 // Logs is the resolver for the logs field.
 func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) {
-	chunks, err := r.Store.JobLogs(ctx, obj.ID)
+	chunks, err := r.Store.JobLogs(ctx, obj.ID, 0, -1)
 	if err != nil {
 		return "", err
 	}
@@ -103,6 +103,11 @@ func (r *jobRunResolver) RunnerName(ctx context.Context, obj *store.JobRun) (*st
 		return nil, nil
 	}
 	return &obj.RunnerName, nil
+}
+
+// Data is the resolver for the data field.
+func (r *logChunkResolver) Data(ctx context.Context, obj *store.LogChunk) (string, error) {
+	return strings.ToValidUTF8(string(obj.Data), "\uFFFD"), nil
 }
 
 // CreateOrganisation is the resolver for the createOrganisation field.
@@ -607,6 +612,44 @@ func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) 
 	return obj.FailuresInARow, nil
 }
 
+// JobEvents is the resolver for the jobEvents field.
+func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error) {
+	me, _ := principal(ctx)
+	if _, err := r.Store.Job(ctx, me.Scope(), jobID); err != nil {
+		return nil, err
+	}
+	var last int64
+	return follow(ctx, r.Listener, r.Log, jobID, func(ctx context.Context, send func(*store.JobEvent) bool) error {
+		events, err := r.Store.JobEvents(ctx, jobID, last)
+		for _, e := range events {
+			if !send(&e) {
+				return nil
+			}
+			last = e.ID
+		}
+		return err
+	}, r.jobFinished(me.Scope(), jobID)), nil
+}
+
+// JobLogs is the resolver for the jobLogs field.
+func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *store.LogChunk, error) {
+	me, _ := principal(ctx)
+	if _, err := r.Store.Job(ctx, me.Scope(), jobID); err != nil {
+		return nil, err
+	}
+	lastAttempt, lastSeq := 0, -1
+	return follow(ctx, r.Listener, r.Log, jobID, func(ctx context.Context, send func(*store.LogChunk) bool) error {
+		chunks, err := r.Store.JobLogs(ctx, jobID, lastAttempt, lastSeq)
+		for _, c := range chunks {
+			if !send(&c) {
+				return nil
+			}
+			lastAttempt, lastSeq = c.Attempt, c.Seq
+		}
+		return err
+	}, r.jobFinished(me.Scope(), jobID)), nil
+}
+
 // Admin returns generated.AdminResolver implementation.
 func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 
@@ -625,6 +668,9 @@ func (r *Resolver) Job() generated.JobResolver { return &jobResolver{r} }
 // JobRun returns generated.JobRunResolver implementation.
 func (r *Resolver) JobRun() generated.JobRunResolver { return &jobRunResolver{r} }
 
+// LogChunk returns generated.LogChunkResolver implementation.
+func (r *Resolver) LogChunk() generated.LogChunkResolver { return &logChunkResolver{r} }
+
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
@@ -640,6 +686,9 @@ func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 // Runner returns generated.RunnerResolver implementation.
 func (r *Resolver) Runner() generated.RunnerResolver { return &runnerResolver{r} }
 
+// Subscription returns generated.SubscriptionResolver implementation.
+func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
+
 type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
@@ -647,9 +696,11 @@ type (
 	holdResolver         struct{ *Resolver }
 	jobResolver          struct{ *Resolver }
 	jobRunResolver       struct{ *Resolver }
+	logChunkResolver     struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	organisationResolver struct{ *Resolver }
 	poolResolver         struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
 	runnerResolver       struct{ *Resolver }
+	subscriptionResolver struct{ *Resolver }
 )

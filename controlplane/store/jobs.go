@@ -134,10 +134,14 @@ func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, 
 	return job, created, err
 }
 
+// jobEvent records a change of a job and wakes its subscribers.
 func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt int, runner *uuid.UUID, detail string) error {
-	return mapErr(s.q.InsertJobEvent(ctx, s.conn(ctx), dbsqlc.InsertJobEventParams{
+	if err := s.q.InsertJobEvent(ctx, s.conn(ctx), dbsqlc.InsertJobEventParams{
 		JobID: job, Type: typ, Attempt: int32(attempt), RunnerID: nullUUID(runner), Detail: detail,
-	}))
+	}); err != nil {
+		return mapErr(err)
+	}
+	return mapErr(s.q.NotifyJobChanged(ctx, s.conn(ctx), job.String()))
 }
 
 // Job is one job inside scope, or ErrNotFound.
@@ -264,9 +268,12 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 		}); err != nil {
 			return mapErr(err)
 		}
-		return mapErr(s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{
+		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{
 			JobIds: ids, Type: "LEASED", Attempts: attempts, RunnerID: uuid.NullUUID{UUID: c.RunnerID, Valid: true},
-		}))
+		}); err != nil {
+			return mapErr(err)
+		}
+		return mapErr(s.q.NotifyJobsChanged(ctx, s.conn(ctx), ids))
 	})
 	return out, err
 }

@@ -174,7 +174,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobLeased, now.State)
-	logs, err := b.store.JobLogs(ctx, j.ID)
+	logs, err := b.store.JobLogs(ctx, j.ID, 0, -1)
 	require.NoError(t, err)
 	require.Empty(t, logs)
 
@@ -186,7 +186,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, done)
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
-	events, err := b.store.JobEvents(ctx, j.ID)
+	events, err := b.store.JobEvents(ctx, j.ID, 0)
 	require.NoError(t, err)
 	var types []string
 	for _, e := range events {

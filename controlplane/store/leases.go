@@ -143,8 +143,10 @@ func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, run
 		if !held {
 			return ErrStaleAttempt
 		}
-		_, err = s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data})
-		return mapErr(err)
+		if _, err := s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
+			return mapErr(err)
+		}
+		return mapErr(s.q.NotifyJobChanged(ctx, s.conn(ctx), jobID.String()))
 	})
 }
 
@@ -155,9 +157,10 @@ type LogChunk struct {
 	Data    []byte
 }
 
-// JobLogs returns a job's output in order: by attempt, then sequence.
-func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID) ([]LogChunk, error) {
-	rows, err := s.q.JobLogs(ctx, s.conn(ctx), jobID)
+// JobLogs returns a job's output in order (by attempt, then sequence),
+// from after the chunk (afterAttempt, afterSeq); (0, -1) is the start.
+func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq int) ([]LogChunk, error) {
+	rows, err := s.q.JobLogs(ctx, s.conn(ctx), dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq)})
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -178,9 +181,9 @@ type JobEvent struct {
 	Detail   string
 }
 
-// JobEvents lists a job's events in order.
-func (s *Store) JobEvents(ctx context.Context, jobID uuid.UUID) ([]JobEvent, error) {
-	rows, err := s.q.JobEvents(ctx, s.conn(ctx), jobID)
+// JobEvents lists a job's events in order, those after afterID (0: all).
+func (s *Store) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]JobEvent, error) {
+	rows, err := s.q.JobEvents(ctx, s.conn(ctx), dbsqlc.JobEventsParams{JobID: jobID, AfterID: afterID})
 	if err != nil {
 		return nil, mapErr(err)
 	}

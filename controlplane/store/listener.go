@@ -19,6 +19,9 @@ const (
 	ChannelRevocations = "runmesh_revocations"
 	// ChannelJobs carries a pool id whenever the pool may have new work.
 	ChannelJobs = "runmesh_jobs"
+	// ChannelJobChanges carries a job id whenever the job has a new event
+	// or new output.
+	ChannelJobChanges = "runmesh_job_changes"
 )
 
 // Listener holds one connection LISTENing for the whole process and fans
@@ -115,7 +118,7 @@ func (l *Listener) listen(ctx context.Context, onListening func()) error {
 	// The connection leaves the pool: it is ours for as long as it lives.
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations, ChannelJobs} {
+	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations, ChannelJobs, ChannelJobChanges} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}

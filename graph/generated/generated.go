@@ -38,11 +38,13 @@ type ResolverRoot interface {
 	Hold() HoldResolver
 	Job() JobResolver
 	JobRun() JobRunResolver
+	LogChunk() LogChunkResolver
 	Mutation() MutationResolver
 	Organisation() OrganisationResolver
 	Pool() PoolResolver
 	Query() QueryResolver
 	Runner() RunnerResolver
+	Subscription() SubscriptionResolver
 }
 
 type DirectiveRoot struct {
@@ -192,6 +194,12 @@ type ComplexityRoot struct {
 		Value  func(childComplexity int) int
 	}
 
+	LogChunk struct {
+		Attempt func(childComplexity int) int
+		Data    func(childComplexity int) int
+		Seq     func(childComplexity int) int
+	}
+
 	Mutation struct {
 		ApproveRunner        func(childComplexity int, id uuid.UUID, fingerprint string) int
 		CancelJob            func(childComplexity int, id uuid.UUID) int
@@ -282,6 +290,11 @@ type ComplexityRoot struct {
 		MemoryAvailableMiB func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
 	}
+
+	Subscription struct {
+		JobEvents func(childComplexity int, jobID uuid.UUID) int
+		JobLogs   func(childComplexity int, jobID uuid.UUID) int
+	}
 }
 
 // endregion ***************************** api!.gotpl *****************************
@@ -312,6 +325,9 @@ type JobResolver interface {
 }
 type JobRunResolver interface {
 	RunnerName(ctx context.Context, obj *store.JobRun) (*string, error)
+}
+type LogChunkResolver interface {
+	Data(ctx context.Context, obj *store.LogChunk) (string, error)
 }
 type MutationResolver interface {
 	CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*store.Organisation, error)
@@ -376,6 +392,10 @@ type RunnerResolver interface {
 	Retired(ctx context.Context, obj *store.Runner) (bool, error)
 	Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error)
 	FailuresInARow(ctx context.Context, obj *store.Runner) (int, error)
+}
+type SubscriptionResolver interface {
+	JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error)
+	JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *store.LogChunk, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -976,6 +996,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Label.Value(childComplexity), true
 
+	case "LogChunk.attempt":
+		if e.ComplexityRoot.LogChunk.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LogChunk.Attempt(childComplexity), true
+	case "LogChunk.data":
+		if e.ComplexityRoot.LogChunk.Data == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LogChunk.Data(childComplexity), true
+	case "LogChunk.seq":
+		if e.ComplexityRoot.LogChunk.Seq == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LogChunk.Seq(childComplexity), true
+
 	case "Mutation.approveRunner":
 		if e.ComplexityRoot.Mutation.ApproveRunner == nil {
 			break
@@ -1541,6 +1580,29 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RunnerCapacity.MemoryMiB(childComplexity), true
 
+	case "Subscription.jobEvents":
+		if e.ComplexityRoot.Subscription.JobEvents == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_jobEvents_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.JobEvents(childComplexity, args["jobId"].(uuid.UUID)), true
+	case "Subscription.jobLogs":
+		if e.ComplexityRoot.Subscription.JobLogs == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_jobLogs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.JobLogs(childComplexity, args["jobId"].(uuid.UUID)), true
+
 	}
 	return 0, false
 }
@@ -1601,6 +1663,23 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			ctx = graphql.WithLazyInputUnmarshalerIndex(ctx, inputUnmarshalers)
 			data := ec._Mutation(ctx, opCtx.Operation.SelectionSet)
 			var buf bytes.Buffer
+			data.MarshalGQL(&buf)
+
+			return &graphql.Response{
+				Data: buf.Bytes(),
+			}
+		}
+	case ast.Subscription:
+		next := ec._Subscription(ctx, opCtx.Operation.SelectionSet)
+
+		var buf bytes.Buffer
+		return func(ctx context.Context) *graphql.Response {
+			buf.Reset()
+			data := next(ctx)
+
+			if data == nil {
+				return nil
+			}
 			data.MarshalGQL(&buf)
 
 			return &graphql.Response{
@@ -1961,6 +2040,19 @@ type CreatedEnrolmentToken {
   token: String!
   expiresAt: Time!
   pool: Pool!
+}
+
+type Subscription {
+  "A job's events: those so far, then each as it happens, until the job has finished."
+  jobEvents(jobId: ID!): JobEvent! @hasRole(role: ORG_MEMBER)
+  "A job's output: what is stored so far, then each chunk as it arrives, until the job has finished."
+  jobLogs(jobId: ID!): LogChunk! @hasRole(role: ORG_MEMBER)
+}
+
+type LogChunk {
+  attempt: Int!
+  seq: Int!
+  data: String!
 }
 
 type Admin {
@@ -2349,6 +2441,18 @@ func (ec *executionContext) childFields_Label(ctx context.Context, field graphql
 		return ec.fieldContext_Label_source(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Label", field.Name)
+}
+
+func (ec *executionContext) childFields_LogChunk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "attempt":
+		return ec.fieldContext_LogChunk_attempt(ctx, field)
+	case "seq":
+		return ec.fieldContext_LogChunk_seq(ctx, field)
+	case "data":
+		return ec.fieldContext_LogChunk_data(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LogChunk", field.Name)
 }
 
 func (ec *executionContext) childFields_Organisation(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3048,6 +3152,34 @@ func (ec *executionContext) field_Query_runners_args(ctx context.Context, rawArg
 		return nil, err
 	}
 	args["status"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_jobEvents_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "jobId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["jobId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_jobLogs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "jobId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["jobId"] = arg0
 	return args, nil
 }
 
@@ -5357,6 +5489,75 @@ func (ec *executionContext) _Label_source(ctx context.Context, field graphql.Col
 }
 func (ec *executionContext) fieldContext_Label_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Label", field, false, false, "LabelSource")
+}
+
+func (ec *executionContext) _LogChunk_attempt(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LogChunk_attempt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Attempt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LogChunk_attempt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LogChunk", field, false, false, "Int")
+}
+
+func (ec *executionContext) _LogChunk_seq(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LogChunk_seq(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Seq, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LogChunk_seq(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LogChunk", field, false, false, "Int")
+}
+
+func (ec *executionContext) _LogChunk_data(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LogChunk_data(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.LogChunk().Data(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LogChunk_data(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LogChunk", field, true, true, "String")
 }
 
 func (ec *executionContext) _Mutation_createOrganisation(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -8059,6 +8260,130 @@ func (ec *executionContext) fieldContext_RunnerCapacity_driverVersion(_ context.
 	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
 }
 
+func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_jobEvents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().JobEvents(ctx, fc.Args["jobId"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *store.JobEvent
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.JobEvent
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_jobEvents(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEvent(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_jobEvents_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Subscription_jobLogs(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_jobLogs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().JobLogs(ctx, fc.Args["jobId"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *store.LogChunk
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.LogChunk
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.LogChunk) graphql.Marshaler {
+			return ec.marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐLogChunk(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_jobLogs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_LogChunk(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_jobLogs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10527,6 +10852,50 @@ func (ec *executionContext) _Label(ctx context.Context, sel ast.SelectionSet, ob
 	return out
 }
 
+var logChunkImplementors = []string{"LogChunk"}
+
+func (ec *executionContext) _LogChunk(ctx context.Context, sel ast.SelectionSet, obj *store.LogChunk) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, logChunkImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("LogChunk")
+		case "attempt":
+			out.Values[i] = ec._LogChunk_attempt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "seq":
+			out.Values[i] = ec._LogChunk_seq(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "data":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._LogChunk_data(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var mutationImplementors = []string{"Mutation"}
 
 func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
@@ -11152,6 +11521,28 @@ func (ec *executionContext) _RunnerCapacity(ctx context.Context, sel ast.Selecti
 	}
 
 	return out
+}
+
+var subscriptionImplementors = []string{"Subscription"}
+
+func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, subscriptionImplementors)
+	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
+		Object: "Subscription",
+	})
+	if len(fields) != 1 {
+		graphql.AddErrorf(ctx, "must subscribe to exactly one stream")
+		return nil
+	}
+
+	switch fields[0].Name {
+	case "jobEvents":
+		return ec._Subscription_jobEvents(ctx, fields[0])
+	case "jobLogs":
+		return ec._Subscription_jobLogs(ctx, fields[0])
+	default:
+		panic("unknown field " + strconv.Quote(fields[0].Name))
+	}
 }
 
 var __DirectiveImplementors = []string{"__Directive"}
@@ -11797,6 +12188,14 @@ func (ec *executionContext) marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmesh
 	return ret
 }
 
+func (ec *executionContext) marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v *store.JobEvent) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobEvent!")
+		return graphql.Null
+	}
+	return ec._JobEvent(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRun(ctx context.Context, sel ast.SelectionSet, v store.JobRun) graphql.Marshaler {
 	return ec._JobRun(ctx, sel, &v)
 }
@@ -11883,6 +12282,14 @@ func (ec *executionContext) unmarshalNLabelSource2githubᚗcomᚋrunmeshᚋrunme
 
 func (ec *executionContext) marshalNLabelSource2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelSource(ctx context.Context, sel ast.SelectionSet, v model.LabelSource) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐLogChunk(ctx context.Context, sel ast.SelectionSet, v *store.LogChunk) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "LogChunk!")
+		return graphql.Null
+	}
+	return ec._LogChunk(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v store.Organisation) graphql.Marshaler {

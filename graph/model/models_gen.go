@@ -123,6 +123,9 @@ type SubmitJobInput struct {
 	Kind           string         `json:"kind"`
 }
 
+type Subscription struct {
+}
+
 type UpdatePoolInput struct {
 	ID                uuid.UUID               `json:"id"`
 	Name              *string                 `json:"name,omitempty"`

@@ -122,6 +122,9 @@ SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]), @runner_id, @runner_n
 INSERT INTO job_events (job_id, type, attempt, runner_id)
 SELECT unnest(@job_ids::uuid[]), @type, unnest(@attempts::int[]), sqlc.narg('runner_id');
 
+-- name: NotifyJobsChanged :exec
+SELECT pg_notify('runmesh_job_changes', id::text) FROM unnest(@job_ids::uuid[]) AS id;
+
 -- name: InsertJobRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
 
@@ -172,10 +175,16 @@ INSERT INTO job_logs (job_id, attempt, seq, data) VALUES (@job_id, @attempt, @se
 ON CONFLICT DO NOTHING;
 
 -- name: JobLogs :many
-SELECT attempt, seq, data FROM job_logs WHERE job_id = @job_id ORDER BY attempt, seq;
+SELECT attempt, seq, data FROM job_logs
+WHERE job_id = @job_id AND (attempt, seq) > (@after_attempt::int, @after_seq::int)
+ORDER BY attempt, seq;
 
 -- name: JobEvents :many
-SELECT * FROM job_events WHERE job_id = @job_id ORDER BY id;
+SELECT * FROM job_events WHERE job_id = @job_id AND id > @after_id ORDER BY id;
+
+-- name: NotifyJobChanged :exec
+-- Wakes the job's subscriptions (events, logs) on every replica.
+SELECT pg_notify('runmesh_job_changes', @job_id::text);
 
 -- name: JobRuns :many
 SELECT * FROM job_runs WHERE job_id = @job_id ORDER BY attempt;

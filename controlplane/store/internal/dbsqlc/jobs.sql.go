@@ -740,11 +740,16 @@ func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIde
 }
 
 const jobEvents = `-- name: JobEvents :many
-SELECT id, job_id, at, type, attempt, runner_id, detail FROM job_events WHERE job_id = $1 ORDER BY id
+SELECT id, job_id, at, type, attempt, runner_id, detail FROM job_events WHERE job_id = $1 AND id > $2 ORDER BY id
 `
 
-func (q *Queries) JobEvents(ctx context.Context, db DBTX, jobID uuid.UUID) ([]JobEvent, error) {
-	rows, err := db.Query(ctx, jobEvents, jobID)
+type JobEventsParams struct {
+	JobID   uuid.UUID
+	AfterID int64
+}
+
+func (q *Queries) JobEvents(ctx context.Context, db DBTX, arg JobEventsParams) ([]JobEvent, error) {
+	rows, err := db.Query(ctx, jobEvents, arg.JobID, arg.AfterID)
 	if err != nil {
 		return nil, err
 	}
@@ -772,8 +777,16 @@ func (q *Queries) JobEvents(ctx context.Context, db DBTX, jobID uuid.UUID) ([]Jo
 }
 
 const jobLogs = `-- name: JobLogs :many
-SELECT attempt, seq, data FROM job_logs WHERE job_id = $1 ORDER BY attempt, seq
+SELECT attempt, seq, data FROM job_logs
+WHERE job_id = $1 AND (attempt, seq) > ($2::int, $3::int)
+ORDER BY attempt, seq
 `
+
+type JobLogsParams struct {
+	JobID        uuid.UUID
+	AfterAttempt int32
+	AfterSeq     int32
+}
 
 type JobLogsRow struct {
 	Attempt int32
@@ -781,8 +794,8 @@ type JobLogsRow struct {
 	Data    []byte
 }
 
-func (q *Queries) JobLogs(ctx context.Context, db DBTX, jobID uuid.UUID) ([]JobLogsRow, error) {
-	rows, err := db.Query(ctx, jobLogs, jobID)
+func (q *Queries) JobLogs(ctx context.Context, db DBTX, arg JobLogsParams) ([]JobLogsRow, error) {
+	rows, err := db.Query(ctx, jobLogs, arg.JobID, arg.AfterAttempt, arg.AfterSeq)
 	if err != nil {
 		return nil, err
 	}
@@ -906,6 +919,16 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 	return items, nil
 }
 
+const notifyJobChanged = `-- name: NotifyJobChanged :exec
+SELECT pg_notify('runmesh_job_changes', $1::text)
+`
+
+// Wakes the job's subscriptions (events, logs) on every replica.
+func (q *Queries) NotifyJobChanged(ctx context.Context, db DBTX, jobID string) error {
+	_, err := db.Exec(ctx, notifyJobChanged, jobID)
+	return err
+}
+
 const notifyJobs = `-- name: NotifyJobs :exec
 SELECT pg_notify('runmesh_jobs', $1::text)
 `
@@ -914,6 +937,15 @@ SELECT pg_notify('runmesh_jobs', $1::text)
 // at commit.
 func (q *Queries) NotifyJobs(ctx context.Context, db DBTX, poolID string) error {
 	_, err := db.Exec(ctx, notifyJobs, poolID)
+	return err
+}
+
+const notifyJobsChanged = `-- name: NotifyJobsChanged :exec
+SELECT pg_notify('runmesh_job_changes', id::text) FROM unnest($1::uuid[]) AS id
+`
+
+func (q *Queries) NotifyJobsChanged(ctx context.Context, db DBTX, jobIds []uuid.UUID) error {
+	_, err := db.Exec(ctx, notifyJobsChanged, jobIds)
 	return err
 }
 
