@@ -225,6 +225,36 @@ func TestHostFaultsInARowQuarantine(t *testing.T) {
 	require.Equal(t, true, got["quarantined"])
 	require.Equal(t, "3 host faults in a row", got["quarantineReason"])
 	require.Empty(t, b.lease(t, c, anyWork(0)), "a quarantined runner gets no work")
+
+	// Cleared, it starts counting afresh: one more fault does not quarantine.
+	data, code := b.gql(t, b.platform, `mutation($id: ID!) { clearQuarantine(id: $id) { quarantined failuresInARow } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, map[string]any{"quarantined": false, "failuresInARow": 0.0}, data["clearQuarantine"])
+}
+
+func TestAnExpiredLeaseIsRequeuedWithinLeasePlusSweep(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 5}) { id } }`, map[string]any{"id": b.poolA.ID})
+	require.Empty(t, code)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	l := b.lease(t, c, anyWork(0))
+	require.Len(t, l, 1)
+	require.Equal(t, 5, l[0].LeaseSeconds)
+	leased := time.Now()
+	// No heartbeat: the lease runs out and the sweeper (every second) takes it back.
+	var state string
+	require.Eventually(t, func() bool {
+		data, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})
+		state = data["job"].(map[string]any)["state"].(string)
+		return state == "QUEUED"
+	}, 10*time.Second, 100*time.Millisecond)
+	took := time.Since(leased)
+	t.Logf("requeued %v after the lease", took)
+	// Lease + sweep interval, with room for a loaded machine and the 100 ms poll.
+	require.Less(t, took, 5*time.Second+time.Second+1500*time.Millisecond, "lease + sweep interval")
+	require.GreaterOrEqual(t, took, 5*time.Second, "not before the lease ran out")
 }
 
 // Two replicas on one database: runners lease from either, and every job

@@ -40,9 +40,10 @@ UPDATE runners SET draining = @draining WHERE id = @id;
 UPDATE runners SET retired_at = coalesce(retired_at, now()), draining = true WHERE id = @id;
 
 -- name: ClearQuarantine :exec
--- Clears the quarantine and takes what the runner has now as its inventory.
+-- Clears the quarantine, starts the count of host faults afresh, and takes
+-- what the runner has now as its inventory.
 UPDATE runners
-SET quarantined_at = NULL, quarantine_reason = '', inventory = @inventory
+SET quarantined_at = NULL, quarantine_reason = '', failures_in_a_row = 0, inventory = @inventory
 WHERE id = @id;
 
 -- name: FleetCounts :many

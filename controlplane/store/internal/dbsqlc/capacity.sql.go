@@ -14,7 +14,7 @@ import (
 
 const clearQuarantine = `-- name: ClearQuarantine :exec
 UPDATE runners
-SET quarantined_at = NULL, quarantine_reason = '', inventory = $1
+SET quarantined_at = NULL, quarantine_reason = '', failures_in_a_row = 0, inventory = $1
 WHERE id = $2
 `
 
@@ -23,7 +23,8 @@ type ClearQuarantineParams struct {
 	ID        uuid.UUID
 }
 
-// Clears the quarantine and takes what the runner has now as its inventory.
+// Clears the quarantine, starts the count of host faults afresh, and takes
+// what the runner has now as its inventory.
 func (q *Queries) ClearQuarantine(ctx context.Context, db DBTX, arg ClearQuarantineParams) error {
 	_, err := db.Exec(ctx, clearQuarantine, arg.Inventory, arg.ID)
 	return err
