@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/devenv"
 	"github.com/runmesh/runmesh/controlplane/pgcluster"
@@ -69,7 +68,7 @@ func RunDev(ctx context.Context, o DevOptions) error {
 	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cluster.URL("runmesh"))
+	pool, err := store.Connect(ctx, cluster.URL("runmesh"))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

@@ -55,7 +55,7 @@ func startEnv(ctx context.Context) (*benchEnv, error) {
 		e.close()
 		return nil, err
 	}
-	if e.pool, err = pgxpool.New(ctx, e.cluster.URL("runmesh")); err != nil {
+	if e.pool, err = store.Connect(ctx, e.cluster.URL("runmesh")); err != nil {
 		e.close()
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cluster.URL("runmesh"))
+	pool, err := store.Connect(ctx, cluster.URL("runmesh"))
 	if err != nil {
 		return err
 	}

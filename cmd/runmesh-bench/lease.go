@@ -51,7 +51,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	clients := make([]*http.Client, len(sims))
 	for i, s := range sims {
 		cert := s.cert
-		clients[i] = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, TLSClientConfig: &tls.Config{
+		clients[i] = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, TLSClientConfig: &tls.Config{
 			RootCAs: roots, ServerName: "127.0.0.1",
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
 		}}}
@@ -108,6 +108,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 
 	// Throughput: submitters and runners at once, until every job is done.
 	var submitted, done atomic.Int64
+	cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
 	start := time.Now()
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -129,6 +130,8 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
+				// Jobs end one after another on a runner: it reports each
+				// as it ends.
 				for _, l := range ls {
 					if err := finish(c, l); err != nil {
 						firstErr.CompareAndSwap(nil, err)
@@ -143,15 +146,18 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	if err, ok := firstErr.Load().(error); ok {
 		return err
 	}
-	ours := float64(o.jobs) / time.Since(start).Seconds()
+	elapsed := time.Since(start)
+	ours := float64(o.jobs) / elapsed.Seconds()
+	cpu := cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0)
 
 	river, err := benchRiver(ctx, e, o.jobs)
 	if err != nil {
 		return fmt.Errorf("river: %w", err)
 	}
 	fmt.Fprintf(out, "runmesh-bench lease — %s; PostgreSQL durable (fsync on); server in this process\n", machine())
-	fmt.Fprintf(out, "submit → lease → result, %d jobs, %d submitters, %d runners over mTLS (up to 16 leases per request): %.0f jobs/s\n",
+	fmt.Fprintf(out, "submit → lease → result, %d jobs, %d submitters, %d runners over mTLS (up to 16 leases per request, each runner reporting its results one by one): %.0f jobs/s\n",
 		o.jobs, o.submitters, o.runners, ours)
+	fmt.Fprintf(out, "  CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n", cpu.self.Seconds()/elapsed.Seconds(), cpu.postgres.Seconds()/elapsed.Seconds())
 	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",
 		len(lat), pct(lat, 50), pct(lat, 99), verdict(pct(lat, 50) < 10*time.Millisecond), verdict(pct(lat, 99) < 50*time.Millisecond))
 	fmt.Fprintf(out, "River v0.51.2, same PostgreSQL, inserting (InsertMany) and working %d no-op jobs in process: %.0f jobs/s\n", o.jobs, river)

@@ -65,17 +65,23 @@ type Sweeper struct {
 	DefaultQueueTimeoutHours int
 }
 
+// fullSweepEvery: one pass in this many also checks queue timeouts and
+// blocked jobs (they read the whole queue; expired leases are indexed).
+const fullSweepEvery = 10
+
 // Run sweeps until ctx ends.
 func (s *Sweeper) Run(ctx context.Context) {
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
-	for {
+	for pass := 0; ; pass++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		res, err := s.Store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff})
+		res, err := s.Store.Sweep(ctx, store.SweepOptions{
+			DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff, LeasesOnly: pass%fullSweepEvery != 0,
+		})
 		if err != nil {
 			if ctx.Err() == nil {
 				s.Log.Error("sweep", "err", err)

@@ -129,7 +129,8 @@ func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, 
 		if err := s.jobEvent(ctx, job.ID, "SUBMITTED", 0, nil, ""); err != nil {
 			return err
 		}
-		return mapErr(s.q.NotifyJobs(ctx, s.conn(ctx), job.PoolID.String()))
+		s.notifyAfterCommit(ctx, ChannelJobs, job.PoolID.String())
+		return nil
 	})
 	return job, created, err
 }
@@ -141,7 +142,8 @@ func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt
 	}); err != nil {
 		return mapErr(err)
 	}
-	return mapErr(s.q.NotifyJobChanged(ctx, s.conn(ctx), job.String()))
+	s.notifyAfterCommit(ctx, ChannelJobChanges, job.String())
+	return nil
 }
 
 // Job is one job inside scope, or ErrNotFound.
@@ -273,7 +275,12 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 		}); err != nil {
 			return mapErr(err)
 		}
-		return mapErr(s.q.NotifyJobsChanged(ctx, s.conn(ctx), ids))
+		payloads := make([]string, len(ids))
+		for i, id := range ids {
+			payloads[i] = id.String()
+		}
+		s.notifyAfterCommit(ctx, ChannelJobChanges, payloads...)
+		return nil
 	})
 	return out, err
 }
@@ -342,7 +349,8 @@ func (s *Store) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hol
 		if err != nil {
 			return err
 		}
-		return mapErr(s.q.NotifyJobs(ctx, s.conn(ctx), r.PoolID.String()))
+		s.notifyAfterCommit(ctx, ChannelJobs, r.PoolID.String())
+		return nil
 	})
 	return out, err
 }

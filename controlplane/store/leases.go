@@ -123,7 +123,7 @@ func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter in
 			return mapErr(err)
 		}
 		if t.State == JobQueued {
-			return mapErr(s.q.NotifyJobs(ctx, s.conn(ctx), out.PoolID.String()))
+			s.notifyAfterCommit(ctx, ChannelJobs, out.PoolID.String())
 		}
 		return nil
 	})
@@ -146,7 +146,8 @@ func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, run
 		if _, err := s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
 			return mapErr(err)
 		}
-		return mapErr(s.q.NotifyJobChanged(ctx, s.conn(ctx), jobID.String()))
+		s.notifyAfterCommit(ctx, ChannelJobChanges, jobID.String())
+		return nil
 	})
 }
 

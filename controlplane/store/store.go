@@ -8,8 +8,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,6 +89,11 @@ func New(db DB) *Store {
 	return &Store{db: db, q: dbsqlc.New()}
 }
 
+// DefaultMaxConns is the pool size when the URL does not set one
+// (pool_max_conns). pgx's own default, the number of CPUs, starves a
+// server whose requests each hold a connection while PostgreSQL syncs.
+const DefaultMaxConns = 25
+
 // Connect opens a pool for url. It does not check the schema; see
 // CheckSchema.
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
@@ -94,6 +101,9 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		// The parse error may quote the URL, password included.
 		return nil, errors.New("database url: cannot be parsed")
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -204,4 +214,19 @@ func firstNonEmpty(s ...string) string {
 		}
 	}
 	return ""
+}
+
+// notifyAfterCommit sends payloads on channel once the transaction in ctx
+// has committed. PostgreSQL holds an exclusive lock on its notification
+// queue through the commit of every transaction that notified, WAL flush
+// included, so notifying inside busy write transactions makes their
+// commits take turns. Wake-ups need not be atomic with the change: whoever
+// wakes re-reads the state, and a waiter that missed one wakes at its own
+// timeout.
+func (s *Store) notifyAfterCommit(ctx context.Context, channel string, payloads ...string) {
+	s.AfterCommit(ctx, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.q.Notify(ctx, s.db, dbsqlc.NotifyParams{Channel: channel, Payloads: payloads})
+	})
 }

@@ -18,6 +18,10 @@ type SweepOptions struct {
 	// leased again, given the attempt that expired.
 	Backoff func(attempt int) time.Duration
 	Batch   int
+	// LeasesOnly skips the queue-timeout and blocked checks, which read
+	// the whole queue: their rules work in hours and minutes, so they need
+	// not run at every pass, while expired leases do.
+	LeasesOnly bool
 }
 
 // SweepResult counts what a sweep did.
@@ -70,6 +74,12 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 			}
 		}
 
+		if o.LeasesOnly {
+			for p := range pools {
+				s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+			}
+			return nil
+		}
 		timedOut, err := s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
 			Now: o.Now, DefaultQueueTimeoutHours: int32(o.DefaultQueueTimeoutHours), MaxRows: int32(o.Batch)})
 		if err != nil {
@@ -118,9 +128,7 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 			}
 		}
 		for p := range pools {
-			if err := s.q.NotifyJobs(ctx, s.conn(ctx), p.String()); err != nil {
-				return mapErr(err)
-			}
+			s.notifyAfterCommit(ctx, ChannelJobs, p.String())
 		}
 		return nil
 	})

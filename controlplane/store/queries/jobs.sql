@@ -15,11 +15,6 @@ SELECT * FROM jobs WHERE pool_id = @pool_id AND idempotency_key = @idempotency_k
 INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
 VALUES (@job_id, @type, @attempt, sqlc.narg('runner_id'), @detail);
 
--- name: NotifyJobs :exec
--- Wakes the long-polls of runners of the pool, on every replica; delivered
--- at commit.
-SELECT pg_notify('runmesh_jobs', @pool_id::text);
-
 -- name: GetJob :one
 SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = @id
@@ -122,9 +117,6 @@ SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]), @runner_id, @runner_n
 INSERT INTO job_events (job_id, type, attempt, runner_id)
 SELECT unnest(@job_ids::uuid[]), @type, unnest(@attempts::int[]), sqlc.narg('runner_id');
 
--- name: NotifyJobsChanged :exec
-SELECT pg_notify('runmesh_job_changes', id::text) FROM unnest(@job_ids::uuid[]) AS id;
-
 -- name: InsertJobRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
 
@@ -181,10 +173,6 @@ ORDER BY attempt, seq;
 
 -- name: JobEvents :many
 SELECT * FROM job_events WHERE job_id = @job_id AND id > @after_id ORDER BY id;
-
--- name: NotifyJobChanged :exec
--- Wakes the job's subscriptions (events, logs) on every replica.
-SELECT pg_notify('runmesh_job_changes', @job_id::text);
 
 -- name: JobRuns :many
 SELECT * FROM job_runs WHERE job_id = @job_id ORDER BY attempt;
@@ -280,3 +268,8 @@ SELECT p.id AS pool_id,
        coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
                  WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
 FROM pools p WHERE p.id = ANY(@pool_ids::uuid[]);
+
+-- name: Notify :exec
+-- Sends one notification per payload. Used after a commit, in a
+-- transaction of its own that writes nothing (see notifyAfterCommit).
+SELECT pg_notify(@channel::text, p) FROM unnest(@payloads::text[]) AS p;

@@ -919,33 +919,19 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 	return items, nil
 }
 
-const notifyJobChanged = `-- name: NotifyJobChanged :exec
-SELECT pg_notify('runmesh_job_changes', $1::text)
+const notify = `-- name: Notify :exec
+SELECT pg_notify($1::text, p) FROM unnest($2::text[]) AS p
 `
 
-// Wakes the job's subscriptions (events, logs) on every replica.
-func (q *Queries) NotifyJobChanged(ctx context.Context, db DBTX, jobID string) error {
-	_, err := db.Exec(ctx, notifyJobChanged, jobID)
-	return err
+type NotifyParams struct {
+	Channel  string
+	Payloads []string
 }
 
-const notifyJobs = `-- name: NotifyJobs :exec
-SELECT pg_notify('runmesh_jobs', $1::text)
-`
-
-// Wakes the long-polls of runners of the pool, on every replica; delivered
-// at commit.
-func (q *Queries) NotifyJobs(ctx context.Context, db DBTX, poolID string) error {
-	_, err := db.Exec(ctx, notifyJobs, poolID)
-	return err
-}
-
-const notifyJobsChanged = `-- name: NotifyJobsChanged :exec
-SELECT pg_notify('runmesh_job_changes', id::text) FROM unnest($1::uuid[]) AS id
-`
-
-func (q *Queries) NotifyJobsChanged(ctx context.Context, db DBTX, jobIds []uuid.UUID) error {
-	_, err := db.Exec(ctx, notifyJobsChanged, jobIds)
+// Sends one notification per payload. Used after a commit, in a
+// transaction of its own that writes nothing (see notifyAfterCommit).
+func (q *Queries) Notify(ctx context.Context, db DBTX, arg NotifyParams) error {
+	_, err := db.Exec(ctx, notify, arg.Channel, arg.Payloads)
 	return err
 }
 
