@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"time"
 
-
 	"github.com/runmesh/runmesh/controlplane/devenv"
 	"github.com/runmesh/runmesh/controlplane/pgcluster"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
