@@ -41,6 +41,12 @@ commands:
   drain-runner ID | resume-runner ID  stop or resume new work for a runner
   retire-runner ID REASON             take a runner out of the fleet for good
   clear-quarantine ID                 let a quarantined runner work again
+  submit-job --pool ID|NAME --image IMAGE [--cores N] [--memory-mib N] [--gpus N] [--wall-clock D]
+             [--priority N] [--max-attempts N] [--idempotency-key K] [--kind K] [--env NAME ...] -- COMMAND...
+                                      queue a job; --env NAME passes NAME's value from this environment
+  jobs [--pool ID] [--state S]        list jobs
+  job ID                              one job: state, events, runs, logs
+  cancel-job ID                       cancel a job
   query [--var NAME=JSON ...] QUERY   run any GraphQL operation; QUERY "-" reads stdin
 
 environment: RUNMESH_ADMIN_URL, RUNMESH_ADMIN_TOKEN (or --env-file)
@@ -81,8 +87,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(s
 		fmt.Fprint(stderr, usage)
 		return fmt.Errorf("unknown command %q", cmd)
 	}
-	if cmd == "create-enrolment-token" {
+	switch cmd {
+	case "create-enrolment-token":
 		return createEnrolmentToken(ctx, c, rest, stdout, stderr)
+	case "submit-job":
+		return submitJob(ctx, c, rest, stdout, stderr, getenv)
 	}
 	query, vars, err := op(rest, stdin, stderr)
 	if err != nil {
@@ -110,32 +119,9 @@ func createEnrolmentToken(ctx context.Context, c *client, args []string, stdout,
 	if *pool == "" {
 		return errors.New("usage: create-enrolment-token --pool ID|NAME [--ttl-seconds N]")
 	}
-	poolID := *pool
-	if !looksLikeID(poolID) {
-		data, err := c.do(ctx, `{ pools { id name } }`, nil)
-		if err != nil {
-			return err
-		}
-		var out struct {
-			Pools []struct{ ID, Name string }
-		}
-		if err := json.Unmarshal(data, &out); err != nil {
-			return err
-		}
-		var ids []string
-		for _, p := range out.Pools {
-			if p.Name == *pool {
-				ids = append(ids, p.ID)
-			}
-		}
-		switch len(ids) {
-		case 0:
-			return fmt.Errorf("no pool named %q", *pool)
-		case 1:
-			poolID = ids[0]
-		default:
-			return fmt.Errorf("%d pools are named %q: give the id (runmesh pools)", len(ids), *pool)
-		}
+	poolID, err := resolvePool(ctx, c, *pool)
+	if err != nil {
+		return err
 	}
 	data, err := c.do(ctx, `mutation($p: ID!, $ttl: Int!) { createEnrolmentToken(poolId: $p, ttlSeconds: $ttl) { token expiresAt pool { name } } }`,
 		map[string]any{"p": poolID, "ttl": *ttl})
@@ -156,6 +142,84 @@ func createEnrolmentToken(ctx context.Context, c *client, args []string, stdout,
 	fmt.Fprintf(stderr, "enrolment token for pool %q, single use, expires %s\n", t.Pool.Name, t.ExpiresAt)
 	_, err = fmt.Fprintln(stdout, t.Token)
 	return err
+}
+
+// resolvePool takes a pool id, or a pool name that is unambiguous among
+// the pools the caller sees.
+func resolvePool(ctx context.Context, c *client, pool string) (string, error) {
+	if looksLikeID(pool) {
+		return pool, nil
+	}
+	data, err := c.do(ctx, `{ pools { id name } }`, nil)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Pools []struct{ ID, Name string }
+	}
+	if err := json.Unmarshal(data, &out); err != nil {
+		return "", err
+	}
+	var ids []string
+	for _, p := range out.Pools {
+		if p.Name == pool {
+			ids = append(ids, p.ID)
+		}
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("no pool named %q", pool)
+	case 1:
+		return ids[0], nil
+	default:
+		return "", fmt.Errorf("%d pools are named %q: give the id (runmesh pools)", len(ids), pool)
+	}
+}
+
+// submitJob queues a job. Environment values come from this process's
+// environment by name, never from the command line.
+func submitJob(ctx context.Context, c *client, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("submit-job", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pool := fs.String("pool", "", "pool id or name")
+	image := fs.String("image", "", "container image")
+	cores := fs.Float64("cores", 1, "cores")
+	memory := fs.Int("memory-mib", 0, "memory (MiB)")
+	gpus := fs.Int("gpus", 0, "GPUs")
+	wall := fs.Duration("wall-clock", time.Hour, "wall clock limit")
+	priority := fs.Int("priority", 0, "priority (-1000 to 1000)")
+	attempts := fs.Int("max-attempts", 3, "attempts before it fails")
+	key := fs.String("idempotency-key", "", "the same key returns the same job")
+	kind := fs.String("kind", "default", "kind of runner it needs")
+	var env []map[string]any
+	fs.Func("env", "pass the variable NAME with its value from this environment (repeatable)", func(name string) error {
+		v := getenv(name)
+		if v == "" {
+			return fmt.Errorf("%s is not set in this environment", name)
+		}
+		env = append(env, map[string]any{"name": name, "value": v})
+		return nil
+	})
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *pool == "" || *image == "" {
+		return errors.New("usage: submit-job --pool ID|NAME --image IMAGE [flags] -- COMMAND...")
+	}
+	poolID, err := resolvePool(ctx, c, *pool)
+	if err != nil {
+		return err
+	}
+	in := map[string]any{
+		"poolId": poolID, "image": *image, "command": fs.Args(), "env": env, "priority": *priority,
+		"maxAttempts": *attempts, "kind": *kind, "idempotencyKey": nullable(*key),
+		"claim": map[string]any{"cores": *cores, "memoryMiB": *memory, "gpus": *gpus, "wallClockSeconds": int(wall.Seconds())},
+	}
+	data, err := c.do(ctx, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id state pool { name } } }`, map[string]any{"in": in})
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, data)
 }
 
 func looksLikeID(s string) bool {
@@ -268,8 +332,37 @@ var commands = map[string]command{
 	"clear-quarantine": runnerControl("clearQuarantine"),
 	"retire-runner":    runnerDecision("retireRunner", "reason", "retire-runner ID REASON"),
 	"approve-runner":   runnerDecision("approveRunner", "fingerprint", "approve-runner ID FINGERPRINT"),
-	"reject-runner":    runnerDecision("rejectRunner", "reason", "reject-runner ID REASON"),
-	"revoke-runner":    runnerDecision("revokeRunner", "reason", "revoke-runner ID REASON"),
+	"submit-job": func([]string, io.Reader, io.Writer) (string, map[string]any, error) {
+		return "", nil, errors.New("handled in run")
+	},
+	"jobs": func(args []string, _ io.Reader, stderr io.Writer) (string, map[string]any, error) {
+		fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		pool := fs.String("pool", "", "pool id")
+		state := fs.String("state", "", "QUEUED, LEASED, RUNNING, SUCCEEDED, FAILED, CANCELLED, EXPIRED or BLOCKED")
+		if err := fs.Parse(args); err != nil {
+			return "", nil, err
+		}
+		return `query($p: ID, $s: JobState) { jobs(poolId: $p, state: $s) { id state stateReason image attempt submittedAt pool { name } } }`,
+			map[string]any{"p": nullable(*pool), "s": nullable(strings.ToUpper(*state))}, nil
+	},
+	"job": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 1 {
+			return "", nil, errors.New("usage: job ID")
+		}
+		return `query($id: ID!) { job(id: $id) { id state stateReason image command envNames claim { cores memoryMiB gpus wallClockSeconds }
+			priority maxAttempts attempt kind cancelRequested submittedAt finishedAt pool { name }
+			events { at type attempt detail } runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault oom peakMemoryMiB imageDigest runnerVersion }
+			logs } }`, map[string]any{"id": args[0]}, nil
+	},
+	"cancel-job": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
+		if len(args) != 1 {
+			return "", nil, errors.New("usage: cancel-job ID")
+		}
+		return `mutation($id: ID!) { cancelJob(id: $id) { id state cancelRequested } }`, map[string]any{"id": args[0]}, nil
+	},
+	"reject-runner": runnerDecision("rejectRunner", "reason", "reject-runner ID REASON"),
+	"revoke-runner": runnerDecision("revokeRunner", "reason", "revoke-runner ID REASON"),
 	"query": func(args []string, stdin io.Reader, stderr io.Writer) (string, map[string]any, error) {
 		fs := flag.NewFlagSet("query", flag.ContinueOnError)
 		fs.SetOutput(stderr)

@@ -50,6 +50,24 @@ func TestCLIAgainstTheRealAPI(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, `"outcome": "CONFLICT"`)
 
+	// A job, by pool name, with a secret passed by name from the environment.
+	_, err = cli("create-pool", "gpu")
+	require.NoError(t, err)
+	var out2, errOut bytes.Buffer
+	env := func(k string) string {
+		if k == "API_KEY" {
+			return "s3cret"
+		}
+		return ""
+	}
+	require.NoError(t, run([]string{"--env-file", envFile, "submit-job", "--pool", "gpu", "--image", "busybox", "--env", "API_KEY", "--", "echo", "hi"},
+		strings.NewReader(""), &out2, &errOut, env))
+	require.Contains(t, out2.String(), `"state": "QUEUED"`)
+	out, err = cli("jobs", "--state", "queued")
+	require.NoError(t, err)
+	require.Contains(t, out, `"image": "busybox"`)
+	require.NotContains(t, out, "s3cret")
+
 	// Without a token it says what is missing.
 	err = run([]string{"viewer"}, nil, &bytes.Buffer{}, &bytes.Buffer{}, func(k string) string {
 		if k == "RUNMESH_ADMIN_URL" {
