@@ -30,10 +30,12 @@ CREATE TABLE jobs (
     cancel_requested   boolean          NOT NULL DEFAULT false,
     submitted_at       timestamptz      NOT NULL DEFAULT now(),
     finished_at        timestamptz,
-    -- The same key in the same pool is the same job.
-    UNIQUE (pool_id, idempotency_key),
     CHECK ((state IN ('LEASED', 'RUNNING')) = (runner_id IS NOT NULL AND lease_expires_at IS NOT NULL))
 );
+
+-- The same key in the same pool is the same job. Partial: most jobs have no
+-- key, and every index entry is paid again at each state change.
+CREATE UNIQUE INDEX jobs_idempotency ON jobs (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL;
 
 -- The claim reads this in order: queued jobs of a pool, best first. The id
 -- completes the claim's ORDER BY, so it reads the first rows instead of

@@ -5,7 +5,7 @@ INSERT INTO jobs (pool_id, submitted_by, image, command, env, cores, memory_mib,
                   priority, max_attempts, idempotency_key, kind)
 VALUES (@pool_id, sqlc.narg('submitted_by'), @image, @command, @env, @cores, @memory_mib, @gpus, @wall_clock_seconds,
         @priority, @max_attempts, sqlc.narg('idempotency_key'), @kind)
-ON CONFLICT (pool_id, idempotency_key) DO NOTHING
+ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
 
 -- name: JobByIdempotencyKey :one

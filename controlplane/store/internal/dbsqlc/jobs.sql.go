@@ -518,7 +518,7 @@ INSERT INTO jobs (pool_id, submitted_by, image, command, env, cores, memory_mib,
                   priority, max_attempts, idempotency_key, kind)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
         $10, $11, $12, $13)
-ON CONFLICT (pool_id, idempotency_key) DO NOTHING
+ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
 `
 
