@@ -387,3 +387,39 @@ func TestJobLogsAndEventsStreamUntilTheJobEnds(t *testing.T) {
 	require.Empty(t, code)
 	require.Nil(t, data["job"])
 }
+
+func TestBatchSubmissionIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	const mutation = `mutation($in: [SubmitJobInput!]!) { submitJobs(inputs: $in) { id state image } }`
+	noCores := jobInput(b.poolA.ID, func(in map[string]any) { in["claim"] = map[string]any{"cores": 0, "wallClockSeconds": 1} })
+	before := b.count(t, "SELECT count(*) FROM jobs")
+	for name, c := range map[string]struct {
+		inputs []map[string]any
+		code   string
+	}{
+		"empty":                       {[]map[string]any{}, "BAD_INPUT"},
+		"two pools":                   {[]map[string]any{jobInput(b.poolA.ID), jobInput(b.poolB.ID)}, "BAD_INPUT"},
+		"one bad job":                 {[]map[string]any{jobInput(b.poolA.ID), noCores}, "BAD_INPUT"},
+		"another organisation's pool": {[]map[string]any{jobInput(b.poolB.ID)}, "NOT_FOUND"},
+	} {
+		_, code := b.gql(t, member, mutation, map[string]any{"in": c.inputs})
+		require.Equal(t, c.code, code, name)
+	}
+	require.Equal(t, before, b.count(t, "SELECT count(*) FROM jobs"), "a refused batch queues nothing")
+
+	var inputs []map[string]any
+	for i := range 3 {
+		inputs = append(inputs, jobInput(b.poolA.ID, func(in map[string]any) { in["image"] = fmt.Sprintf("img-%d", i) }))
+	}
+	data, code := b.gql(t, member, mutation, map[string]any{"in": inputs})
+	require.Empty(t, code)
+	jobs := data["submitJobs"].([]any)
+	require.Len(t, jobs, 3)
+	for i, j := range jobs {
+		require.Equal(t, fmt.Sprintf("img-%d", i), j.(map[string]any)["image"])
+		require.Equal(t, "QUEUED", j.(map[string]any)["state"])
+	}
+	require.Equal(t, before+3, b.count(t, "SELECT count(*) FROM jobs"))
+}

@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/runmesh/runmesh/controlplane/store"
 )
 
 const usage = `usage: runmesh-bench BENCHMARK [flags]
@@ -78,9 +80,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&o.jobs, "jobs", 5000, "jobs for the throughput runs")
 		fs.IntVar(&o.runners, "runners", 8, "simulated runners")
 		fs.IntVar(&o.submitters, "submitters", 8, "concurrent submitters")
+		fs.IntVar(&o.batch, "batch", 100, "jobs per submitJobs call in the throughput run (1 submits them one by one)")
 		fs.IntVar(&o.samples, "samples", 200, "submit-to-lease latency samples")
+		fs.IntVar(&o.riverWorkers, "river-workers", 1000, "River's MaxWorkers for the run the ratio is judged by")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if o.batch < 1 || o.batch > store.MaxBatch {
+			return fmt.Errorf("-batch: 1 to %d", store.MaxBatch)
 		}
 		return benchLease(ctx, o, stdout)
 	case "heartbeat-worker": // started by heartbeat, not by people

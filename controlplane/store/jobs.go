@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sort"
 	"time"
 
@@ -133,6 +134,92 @@ func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, 
 		return nil
 	})
 	return job, created, err
+}
+
+// MaxBatch bounds one batch submission.
+const MaxBatch = 1000
+
+// SubmitJobs queues several jobs of one pool in one transaction, in the
+// order given; a job whose idempotency key the pool has seen is the job
+// that key made. All of ns must name poolID.
+func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, by *uuid.UUID, ns []NewJob) ([]Job, error) {
+	type row struct {
+		ID               uuid.UUID         `json:"id"`
+		Image            string            `json:"image"`
+		Command          []string          `json:"command"`
+		Env              map[string]string `json:"env"`
+		Cores            float64           `json:"cores"`
+		MemoryMiB        int64             `json:"memory_mib"`
+		GPUs             int               `json:"gpus"`
+		WallClockSeconds int               `json:"wall_clock_seconds"`
+		Priority         int               `json:"priority"`
+		MaxAttempts      int               `json:"max_attempts"`
+		IdempotencyKey   *string           `json:"idempotency_key"`
+		Kind             string            `json:"kind"`
+	}
+	rows := make([]row, len(ns))
+	for i, n := range ns {
+		if n.PoolID != poolID {
+			return nil, fmt.Errorf("%w: a batch goes to one pool", ErrInvalid)
+		}
+		if n.Command == nil {
+			n.Command = []string{}
+		}
+		if n.Env == nil {
+			n.Env = map[string]string{}
+		}
+		// Jobs of one batch share submitted_at; time-ordered ids keep the
+		// lease order the order given.
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, err
+		}
+		rows[i] = row{ID: id, Image: n.Image, Command: n.Command, Env: n.Env, Cores: n.Claim.Cores, MemoryMiB: n.Claim.MemoryMiB,
+			GPUs: n.Claim.GPUs, WallClockSeconds: n.Claim.WallClockSeconds, Priority: n.Priority, MaxAttempts: n.MaxAttempts,
+			IdempotencyKey: n.IdempotencyKey, Kind: n.Kind}
+	}
+	doc, err := json.Marshal(rows)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Job, len(ns))
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		if _, err := s.Pool(ctx, scope, poolID); err != nil {
+			return err
+		}
+		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), dbsqlc.InsertJobsParams{PoolID: poolID, SubmittedBy: nullUUID(by), Jobs: doc})
+		if err != nil {
+			return mapErr(err)
+		}
+		byID := make(map[uuid.UUID]Job, len(inserted))
+		// Every new job starts at attempt 0.
+		ids, attempts := make([]uuid.UUID, len(inserted)), make([]int32, len(inserted))
+		for i, r := range inserted {
+			byID[r.ID] = jobFromRow(r)
+			ids[i] = r.ID
+		}
+		for i, r := range rows {
+			if j, ok := byID[r.ID]; ok {
+				out[i] = j
+				continue
+			}
+			// Not inserted: its key was used before.
+			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: r.IdempotencyKey})
+			if err != nil {
+				return mapErr(err)
+			}
+			out[i] = jobFromRow(existing)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{JobIds: ids, Type: "SUBMITTED", Attempts: attempts}); err != nil {
+			return mapErr(err)
+		}
+		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
+		return nil
+	})
+	return out, err
 }
 
 // jobEvent records a change of a job and wakes its subscribers.

@@ -296,3 +296,65 @@ func TestJobsClaimedTogetherFitTogether(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 }
+
+func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	seen, dup := "seen", "dup"
+	before := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &seen })
+	batch := make([]store.NewJob, 6)
+	for i := range batch {
+		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: fmt.Sprintf("img-%d", i), Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
+	}
+	batch[2].IdempotencyKey = &seen
+	batch[3].IdempotencyKey, batch[4].IdempotencyKey = &dup, &dup
+
+	got, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), b.pool.ID, nil, batch)
+	require.NoError(t, err)
+	require.Len(t, got, 6)
+	require.Equal(t, before.ID, got[2].ID, "a key the pool has seen returns its job")
+	require.Equal(t, got[3].ID, got[4].ID, "one key twice in a batch makes one job")
+	for _, i := range []int{0, 1, 3, 5} {
+		require.Equal(t, fmt.Sprintf("img-%d", i), got[i].Image)
+		events, err := b.store.JobEvents(ctx, got[i].ID, 0)
+		require.NoError(t, err)
+		require.Len(t, events, 1)
+		require.Equal(t, "SUBMITTED", events[0].Type)
+	}
+	events, err := b.store.JobEvents(ctx, before.ID, 0)
+	require.NoError(t, err)
+	require.Len(t, events, 1, "the job made before gets no second SUBMITTED")
+
+	// Equal priority leases in the order given, the earlier job first.
+	r := b.runner(t, 64, 65536, 0)
+	claimed, err := b.store.ClaimJobs(ctx, anything(r), 16)
+	require.NoError(t, err)
+	var order []uuid.UUID
+	for _, j := range claimed {
+		order = append(order, j.ID)
+	}
+	require.Equal(t, []uuid.UUID{before.ID, got[0].ID, got[1].ID, got[3].ID, got[5].ID}, order)
+}
+
+func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	otherPool, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.org.ID, Name: "cpu"})
+	require.NoError(t, err)
+	ok := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
+	stray := ok
+	stray.PoolID = otherPool.ID
+	_, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), b.pool.ID, nil, []store.NewJob{ok, stray})
+	require.ErrorIs(t, err, store.ErrInvalid)
+
+	outsider, err := b.store.CreateOrganisation(ctx, "outsider")
+	require.NoError(t, err)
+	_, err = b.store.SubmitJobs(ctx, store.OneOrganisation(outsider.ID), b.pool.ID, nil, []store.NewJob{ok, ok})
+	require.ErrorIs(t, err, store.ErrNotFound)
+
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Empty(t, jobs, "a refused batch queues nothing")
+}

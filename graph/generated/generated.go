@@ -216,6 +216,7 @@ type ComplexityRoot struct {
 		RetireRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		RevokeRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		SubmitJob            func(childComplexity int, input model.SubmitJobInput) int
+		SubmitJobs           func(childComplexity int, inputs []model.SubmitJobInput) int
 		UpdatePool           func(childComplexity int, input model.UpdatePoolInput) int
 	}
 
@@ -343,6 +344,7 @@ type MutationResolver interface {
 	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
 	ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error)
 	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*store.Job, error)
+	SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]store.Job, error)
 	CancelJob(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*store.Hold, error)
 	ReleaseHold(ctx context.Context, id uuid.UUID) (*store.Hold, error)
@@ -1180,6 +1182,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SubmitJob(childComplexity, args["input"].(model.SubmitJobInput)), true
+	case "Mutation.submitJobs":
+		if e.ComplexityRoot.Mutation.SubmitJobs == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_submitJobs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.SubmitJobs(childComplexity, args["inputs"].([]model.SubmitJobInput)), true
 	case "Mutation.updatePool":
 		if e.ComplexityRoot.Mutation.UpdatePool == nil {
 			break
@@ -1805,6 +1818,11 @@ type Mutation {
   it made the first time.
   """
   submitJob(input: SubmitJobInput!): Job! @hasRole(role: ORG_MEMBER)
+  """
+  Queues up to 1,000 jobs of one pool in one transaction, answered in the order
+  given. All inputs must name the same pool.
+  """
+  submitJobs(inputs: [SubmitJobInput!]!): [Job!]! @hasRole(role: ORG_MEMBER)
   "Cancels a queued job at once; a running one is stopped by its runner and then CANCELLED."
   cancelJob(id: ID!): Job! @hasRole(role: ORG_MEMBER)
   "Keeps some of a runner's GPUs free of new work for a while."
@@ -2972,6 +2990,20 @@ func (ec *executionContext) field_Mutation_submitJob_args(ctx context.Context, r
 		return nil, err
 	}
 	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_submitJobs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "inputs",
+		func(ctx context.Context, v any) ([]model.SubmitJobInput, error) {
+			return ec.unmarshalNSubmitJobInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInputᚄ(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["inputs"] = arg0
 	return args, nil
 }
 
@@ -6360,6 +6392,68 @@ func (ec *executionContext) fieldContext_Mutation_submitJob(ctx context.Context,
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_submitJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_submitJobs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SubmitJobs(ctx, fc.Args["inputs"].([]model.SubmitJobInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal []store.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal []store.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []store.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_submitJobs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -11006,6 +11100,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "submitJobs":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_submitJobs(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "cancelJob":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_cancelJob(ctx, field)
@@ -12488,6 +12589,20 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 func (ec *executionContext) unmarshalNSubmitJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInput(ctx context.Context, v any) (model.SubmitJobInput, error) {
 	res, err := ec.unmarshalInputSubmitJobInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNSubmitJobInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInputᚄ(ctx context.Context, v any) ([]model.SubmitJobInput, error) {
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.SubmitJobInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNSubmitJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSubmitJobInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) unmarshalNTime2timeᚐTime(ctx context.Context, v any) (time.Time, error) {

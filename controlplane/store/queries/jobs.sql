@@ -273,3 +273,17 @@ FROM pools p WHERE p.id = ANY(@pool_ids::uuid[]);
 -- Sends one notification per payload. Used after a commit, in a
 -- transaction of its own that writes nothing (see notifyAfterCommit).
 SELECT pg_notify(@channel::text, p) FROM unnest(@payloads::text[]) AS p;
+
+-- name: InsertJobs :many
+-- A batch submission in one statement. Ids are chosen by the caller, so it
+-- knows which row is which input. Keys already used in the pool insert
+-- nothing; the caller reads those jobs back.
+INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                  priority, max_attempts, idempotency_key, kind)
+SELECT v.id, @pool_id, sqlc.narg('submitted_by'), v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
+       v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
+FROM jsonb_to_recordset(@jobs::jsonb) AS v (
+        id uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
+        wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
+ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING *;

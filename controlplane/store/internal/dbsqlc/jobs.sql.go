@@ -674,6 +674,71 @@ func (q *Queries) InsertJobRuns(ctx context.Context, db DBTX, arg InsertJobRunsP
 	return err
 }
 
+const insertJobs = `-- name: InsertJobs :many
+INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                  priority, max_attempts, idempotency_key, kind)
+SELECT v.id, $1, $2, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
+       v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
+FROM jsonb_to_recordset($3::jsonb) AS v (
+        id uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
+        wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
+ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
+`
+
+type InsertJobsParams struct {
+	PoolID      uuid.UUID
+	SubmittedBy uuid.NullUUID
+	Jobs        []byte
+}
+
+// A batch submission in one statement. Ids are chosen by the caller, so it
+// knows which row is which input. Keys already used in the pool insert
+// nothing; the caller reads those jobs back.
+func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]Job, error) {
+	rows, err := db.Query(ctx, insertJobs, arg.PoolID, arg.SubmittedBy, arg.Jobs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const insertLogChunk = `-- name: InsertLogChunk :execrows
 INSERT INTO job_logs (job_id, attempt, seq, data) VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
