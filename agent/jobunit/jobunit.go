@@ -1,0 +1,257 @@
+// Package jobunit turns a lease into what systemd and Podman are given: the
+// properties of a transient unit in the runmesh user's manager and the
+// `podman run` command line it starts. Rendering is a pure function of the
+// lease and the host's facts, so every choice it makes is checked by golden
+// files without a systemd or a Podman; starting the unit is the runtime's
+// job.
+package jobunit
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Labels every job container carries; the survivor check finds containers
+// by them.
+const (
+	LabelJob     = "runmesh.job"
+	LabelLease   = "runmesh.lease"
+	LabelAttempt = "runmesh.attempt"
+)
+
+// UnitPrefix starts the name of every job unit.
+const UnitPrefix = "runmesh-job-"
+
+// Host is what rendering needs to know about this machine, found once at
+// start-up.
+type Host struct {
+	// Podman is the absolute path of the podman binary: a unit's Exec
+	// lines take no search path.
+	Podman string
+	// Cgroup is the cgroup version Podman reports: 1 or 2.
+	Cgroup int
+	// Enforce says which limits the host is known to enforce.
+	Enforce Enforcement
+	// CDIDevices are the CDI device names the host has, such as
+	// "nvidia.com/gpu=GPU-…"; a GPU is passed only through one of them.
+	CDIDevices []string
+	// EnvDir holds the jobs' environment files (mode 0700, the runmesh
+	// user's): values can be secrets and never go on a command line.
+	EnvDir string
+}
+
+// Job is one lease to run.
+type Job struct {
+	JobID   string
+	LeaseID string
+	Attempt int
+	Image   string
+	Command []string
+	// Env goes to the container through a file, never through argv.
+	Env       map[string]string
+	Cores     float64
+	MemoryMiB int64
+	// GPUs are the UUIDs of the GPUs the agent gave this job.
+	GPUs []string
+	// WallClockSeconds bounds the unit's run time; 0 is no bound.
+	WallClockSeconds int
+	// Network gives the job the default rootless network instead of none.
+	Network bool
+}
+
+// Unit is a rendered job: start a transient unit Name with Properties.
+type Unit struct {
+	Name       string
+	Container  string
+	Properties []Property
+	// EnvFile is written to EnvPath (mode 0600) before the unit starts;
+	// ExecStopPost removes it.
+	EnvPath string
+	EnvFile []byte
+}
+
+// Property is one unit property. Value is a string, bool, uint64,
+// []string or []Exec, the D-Bus types systemd expects for the name.
+type Property struct {
+	Name  string
+	Value any
+}
+
+// Exec is one command of an Exec* property.
+type Exec struct {
+	Argv          []string
+	IgnoreFailure bool
+}
+
+// ErrUnrunnable marks a job this host cannot run as asked; the error says
+// why.
+var ErrUnrunnable = errors.New("job cannot run on this host")
+
+// Timeouts a unit gets. A start covers creating the container from a
+// local image; a stop gives the payload podman's 10 s and podman the rest.
+const (
+	startTimeout = 5 * time.Minute
+	stopTimeout  = 30 * time.Second
+	stopGrace    = 10 // seconds podman stop waits before SIGKILL
+)
+
+// Render builds the unit for job on host.
+func Render(h Host, j Job) (Unit, error) {
+	if !strings.HasPrefix(h.Podman, "/") {
+		return Unit{}, fmt.Errorf("podman path %q is not absolute", h.Podman)
+	}
+	if h.Cgroup != 1 && h.Cgroup != 2 {
+		return Unit{}, fmt.Errorf("cgroup version %d is neither 1 nor 2", h.Cgroup)
+	}
+	if !safeName(j.LeaseID) || !safeName(j.JobID) {
+		return Unit{}, fmt.Errorf("%w: job and lease ids must be letters, digits and dashes", ErrUnrunnable)
+	}
+	if j.Attempt < 1 {
+		return Unit{}, fmt.Errorf("%w: attempt %d", ErrUnrunnable, j.Attempt)
+	}
+	if j.Image == "" || strings.HasPrefix(j.Image, "-") {
+		return Unit{}, fmt.Errorf("%w: image %q", ErrUnrunnable, j.Image)
+	}
+	env, err := envFile(j.Env)
+	if err != nil {
+		return Unit{}, err
+	}
+	// The lease id is the job's and stays the same across attempts, so the
+	// attempt is part of the name: a unit left from an earlier attempt
+	// stopping (its ExecStopPost removes the container by name) can never
+	// touch a later one's container.
+	container := fmt.Sprintf("%s%s-%d", UnitPrefix, j.LeaseID, j.Attempt)
+	name := container + ".service"
+	envPath := strings.TrimSuffix(h.EnvDir, "/") + "/" + container + ".env"
+
+	run := []string{h.Podman, "run", "-d", "--rm", "--replace", "--sdnotify=conmon",
+		"--name", container,
+		"--label", LabelJob + "=" + j.JobID,
+		"--label", LabelLease + "=" + j.LeaseID,
+		"--label", LabelAttempt + "=" + strconv.Itoa(j.Attempt),
+		"--env-file", envPath,
+	}
+	props := []Property{
+		{"Description", fmt.Sprintf("runmesh job %s attempt %d", j.JobID, j.Attempt)},
+		{"Type", "notify"},
+		// conmon, not podman, sends READY=1 and MAINPID.
+		{"NotifyAccess", "all"},
+		// SIGTERM to podman, then ExecStop stops the container cleanly;
+		// control-group would SIGKILL conmon and strand the container.
+		{"KillMode", "mixed"},
+		{"Environment", []string{"PODMAN_SYSTEMD_UNIT=" + name}},
+		{"TimeoutStartUSec", uint64(startTimeout.Microseconds())},
+		{"TimeoutStopUSec", uint64(stopTimeout.Microseconds())},
+	}
+	switch h.Cgroup {
+	case 2:
+		// The container gets a cgroup of its own inside the unit's.
+		run = append(run, "--cgroups=split")
+		props = append(props, Property{"Delegate", true})
+	case 1:
+		// split needs a writable cgroup tree that rootless v1 does not
+		// have (podman exits 126); conmon stays in the unit's cgroup.
+		run = append(run, "--cgroups=no-conmon")
+	}
+	if !j.Network {
+		run = append(run, "--network=none")
+	}
+	if j.MemoryMiB > 0 && h.Enforce.Memory {
+		// No swap beyond the claim: a job over it is OOM-killed, not slowed.
+		m := strconv.FormatInt(j.MemoryMiB, 10) + "m"
+		run = append(run, "--memory="+m, "--memory-swap="+m)
+	}
+	if j.Cores > 0 && h.Enforce.CPU {
+		run = append(run, "--cpus="+strconv.FormatFloat(j.Cores, 'f', -1, 64))
+	}
+	if h.Enforce.Pids {
+		run = append(run, "--pids-limit="+strconv.Itoa(pidsLimit(j.Cores)))
+	}
+	for _, uuid := range j.GPUs {
+		dev := "nvidia.com/gpu=" + uuid
+		if !slices.Contains(h.CDIDevices, dev) {
+			return Unit{}, fmt.Errorf("%w: GPU %s has no CDI device (nvidia-ctk cdi generate --device-name-strategy=uuid makes one)", ErrUnrunnable, uuid)
+		}
+		run = append(run, "--device", dev)
+	}
+	run = append(run, j.Image)
+	run = append(run, j.Command...)
+
+	props = append(props,
+		Property{"ExecStart", []Exec{{Argv: run}}},
+		Property{"ExecStop", []Exec{{Argv: []string{h.Podman, "stop", "--ignore", "-t", strconv.Itoa(stopGrace), container}}}},
+		Property{"ExecStopPost", []Exec{
+			{Argv: []string{h.Podman, "rm", "-f", "--ignore", container}},
+			{Argv: []string{"/bin/rm", "-f", envPath}},
+		}},
+	)
+	if j.WallClockSeconds > 0 {
+		props = append(props, Property{"RuntimeMaxUSec", uint64(j.WallClockSeconds) * uint64(time.Second/time.Microsecond)})
+	}
+	return Unit{Name: name, Container: container, Properties: props, EnvPath: envPath, EnvFile: env}, nil
+}
+
+// pidsLimit bounds a job's processes: generous for real work, fatal to a
+// fork bomb.
+func pidsLimit(cores float64) int {
+	return 4096 + 1024*int(math.Ceil(cores))
+}
+
+// envFile renders env in podman's --env-file format, one NAME=value a line,
+// sorted so that the file is the same for the same job. The format has no
+// escapes, and podman 5 reads a quoted value as quoted where podman 4 keeps
+// the quotes, so a value that starts with a quote or holds a line break is
+// refused rather than passed as something else.
+func envFile(env map[string]string) ([]byte, error) {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for _, k := range names {
+		if !envName(k) {
+			return nil, fmt.Errorf("%w: environment name %q", ErrUnrunnable, k)
+		}
+		v := env[k]
+		if strings.ContainsAny(v, "\n\r\x00") {
+			return nil, fmt.Errorf("%w: the value of %s has a line break, which podman's env file cannot carry", ErrUnrunnable, k)
+		}
+		if strings.HasPrefix(v, `"`) || strings.HasPrefix(v, "'") {
+			return nil, fmt.Errorf("%w: the value of %s starts with a quote, which podman versions read differently", ErrUnrunnable, k)
+		}
+		b.WriteString(k + "=" + v + "\n")
+	}
+	return []byte(b.String()), nil
+}
+
+// envName is a portable environment name; podman reads NAME* as a prefix
+// to copy from its own environment, which a job must never reach.
+func envName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func safeName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}

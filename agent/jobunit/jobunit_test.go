@@ -1,0 +1,212 @@
+package jobunit_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/runmesh/runmesh/agent/jobunit"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+const (
+	leaseID = "0b5c3c1e-6f0e-4a51-9d7a-3f1f2f0c9a10"
+	gpu0    = "GPU-6a3a4a8e-1111-2222-3333-444455556666"
+	gpu1    = "GPU-7b4b5b9f-7777-8888-9999-000011112222"
+)
+
+func job() jobunit.Job {
+	return jobunit.Job{
+		JobID: leaseID, LeaseID: leaseID, Attempt: 2, Image: "localhost/busybox:latest",
+		Command: []string{"sh", "-c", "echo hello; exit 3"},
+		Env:     map[string]string{"API_KEY": "s3cret-value", "MODE": "train"},
+		Cores:   2.5, MemoryMiB: 4096, WallClockSeconds: 3600,
+	}
+}
+
+func v1Host() jobunit.Host {
+	facts := jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}
+	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh"}
+}
+
+func v2Host(controllers ...string) jobunit.Host {
+	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers}
+	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh/",
+		CDIDevices: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}}
+}
+
+func TestRenderGolden(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		host jobunit.Host
+		job  func(*jobunit.Job)
+	}{
+		// This host's case: rootless on cgroup v1 enforces nothing, so no
+		// limit flags are passed for podman to ignore.
+		"cgroup-v1-rootless": {v1Host(), nil},
+		"cgroup-v2-gpus-network": {v2Host("cpu", "memory", "pids", "io"), func(j *jobunit.Job) {
+			j.GPUs, j.Network, j.Env, j.Attempt = []string{gpu1, gpu0}, true, nil, 1
+		}},
+		"cgroup-v2-memory-only": {v2Host("memory"), func(j *jobunit.Job) { j.WallClockSeconds = 0; j.Command = nil }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			j := job()
+			if c.job != nil {
+				c.job(&j)
+			}
+			u, err := jobunit.Render(c.host, j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := describe(c.host, u)
+			path := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (go test ./agent/jobunit -update writes it)", err)
+			}
+			if got != string(want) {
+				t.Fatalf("%s differs from the rendering:\n%s", path, got)
+			}
+		})
+	}
+}
+
+// describe prints a unit the way a reviewer reads one.
+func describe(h jobunit.Host, u jobunit.Unit) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# enforcement: memory=%v cpu=%v pids=%v", h.Enforce.Memory, h.Enforce.CPU, h.Enforce.Pids)
+	if h.Enforce.Reason != "" {
+		fmt.Fprintf(&b, " (%s)", h.Enforce.Reason)
+	}
+	fmt.Fprintf(&b, "\nunit %s\ncontainer %s\n", u.Name, u.Container)
+	for _, p := range u.Properties {
+		switch v := p.Value.(type) {
+		case []jobunit.Exec:
+			for _, e := range v {
+				fmt.Fprintf(&b, "%s=%s\n", p.Name, argv(e.Argv))
+			}
+		case []string:
+			fmt.Fprintf(&b, "%s=%s\n", p.Name, argv(v))
+		default:
+			fmt.Fprintf(&b, "%s=%v\n", p.Name, v)
+		}
+	}
+	fmt.Fprintf(&b, "env file %s:\n%s", u.EnvPath, u.EnvFile)
+	return b.String()
+}
+
+func argv(a []string) string {
+	q := make([]string, len(a))
+	for i, s := range a {
+		q[i] = s
+		if s == "" || strings.ContainsAny(s, " \t;\"'$") {
+			q[i] = strconv.Quote(s)
+		}
+	}
+	return strings.Join(q, " ")
+}
+
+func TestEnvValuesNeverReachTheUnit(t *testing.T) {
+	t.Parallel()
+	u, err := jobunit.Render(v1Host(), job())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range u.Properties {
+		if s := fmt.Sprint(p.Value); strings.Contains(s, "s3cret-value") {
+			t.Fatalf("property %s carries an environment value: %s", p.Name, s)
+		}
+	}
+	if !strings.Contains(string(u.EnvFile), "API_KEY=s3cret-value\n") {
+		t.Fatalf("the env file lacks the value: %q", u.EnvFile)
+	}
+}
+
+func TestRenderRefusesWhatItCannotRun(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		host jobunit.Host
+		job  func(*jobunit.Job)
+		want string
+	}{
+		"GPU without a CDI device": {v1Host(), func(j *jobunit.Job) { j.GPUs = []string{gpu0} }, "GPU " + gpu0 + " has no CDI device"},
+		"env name with =":          {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"A=B": "x"} }, `environment name "A=B"`},
+		"env name prefix match":    {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"AWS*": ""} }, `environment name "AWS*"`},
+		"env value with a newline": {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"PEM": "a\nb"} }, "the value of PEM has a line break"},
+		"env value quoted":         {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"Q": `"x"`} }, "the value of Q starts with a quote"},
+		"image like a flag":        {v1Host(), func(j *jobunit.Job) { j.Image = "--privileged" }, `image "--privileged"`},
+		"lease id with a slash":    {v1Host(), func(j *jobunit.Job) { j.LeaseID = "../x" }, "ids must be letters"},
+		"attempt 0":                {v1Host(), func(j *jobunit.Job) { j.Attempt = 0 }, "attempt 0"},
+	} {
+		j := job()
+		c.job(&j)
+		_, err := jobunit.Render(c.host, j)
+		if !errors.Is(err, jobunit.ErrUnrunnable) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want ErrUnrunnable saying %q", name, err, c.want)
+		}
+	}
+	bad := v1Host()
+	bad.Podman = "podman"
+	if _, err := jobunit.Render(bad, job()); err == nil || errors.Is(err, jobunit.ErrUnrunnable) {
+		t.Errorf("a relative podman path is the agent's fault, not the job's: %v", err)
+	}
+}
+
+func TestDetectEnforcement(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		facts  jobunit.PodmanFacts
+		want   [3]bool
+		reason string
+	}{
+		"rootless v1":          {jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}, [3]bool{}, "rootless Podman ignores resource limits"},
+		"rootful v1":           {jobunit.PodmanFacts{CgroupVersion: "v1"}, [3]bool{true, true, true}, ""},
+		"v2 fully delegated":   {jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"cpuset", "cpu", "io", "memory", "pids"}}, [3]bool{true, true, true}, ""},
+		"v2 default delegated": {jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"memory", "pids"}}, [3]bool{true, false, true}, "without the cpu controller"},
+		"unknown":              {jobunit.PodmanFacts{CgroupVersion: ""}, [3]bool{}, `cgroup version ""`},
+	} {
+		e := jobunit.DetectEnforcement(c.facts)
+		if got := [3]bool{e.Memory, e.CPU, e.Pids}; got != c.want || !strings.Contains(e.Reason, c.reason) || (c.reason == "") != (e.Reason == "") {
+			t.Errorf("%s: got %+v, want %v with reason %q", name, e, c.want, c.reason)
+		}
+	}
+}
+
+// systemd refuses a transient unit whose property has the wrong D-Bus
+// type, so the signatures are checked here rather than first on a host.
+func TestDBusSignatures(t *testing.T) {
+	t.Parallel()
+	u, err := jobunit.Render(v2Host("memory", "cpu", "pids"), job())
+	if err != nil {
+		t.Fatal(err)
+	}
+	props, err := u.DBus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"Description": "s", "Type": "s", "NotifyAccess": "s", "KillMode": "s", "Environment": "as",
+		"TimeoutStartUSec": "t", "TimeoutStopUSec": "t", "RuntimeMaxUSec": "t", "Delegate": "b",
+		"ExecStart": "a(sasb)", "ExecStop": "a(sasb)", "ExecStopPost": "a(sasb)",
+	}
+	if len(props) != len(want) {
+		t.Fatalf("%d properties, want %d", len(props), len(want))
+	}
+	for _, p := range props {
+		if got := p.Value.Signature().String(); got != want[p.Name] {
+			t.Errorf("%s has signature %q, want %q", p.Name, got, want[p.Name])
+		}
+	}
+}
