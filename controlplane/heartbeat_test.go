@@ -198,7 +198,7 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 	state := func() string {
 		var s string
 		require.NoError(t, b.pool.QueryRow(context.Background(),
-			"SELECT last_heartbeat_at::text || agent_version || capacity::text || gpus::text || quarantine_reason FROM runners WHERE id = $1", id).Scan(&s))
+			"SELECT last_heartbeat_at::text || agent_version || capacity::text || gpus::text || quarantine_reason || enforces_limits::text FROM runners WHERE id = $1", id).Scan(&s))
 		return s
 	}
 	before := state()
@@ -222,6 +222,8 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 	moreThanThere.Host.MemoryAvailableMiB = moreThanThere.Host.MemoryMiB + 1
 	sameIndex := measured(2)
 	sameIndex.GPUs[1].Index = 0
+	badReason := measured(0)
+	badReason.Limits = &runnerapi.LimitEnforcement{Memory: true, Reason: "x\x00"}
 	marshal := func(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 	cases := []struct {
@@ -241,6 +243,7 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 		{"NUL in agent_version", marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), AgentVersion: "1\x00"}), 400, runnerapi.CodeBadRequest},
 		{"more available than there is", marshal(runnerapi.HeartbeatRequest{Capacity: moreThanThere}), 400, runnerapi.CodeBadRequest},
 		{"one index twice", marshal(runnerapi.HeartbeatRequest{Capacity: sameIndex}), 400, runnerapi.CodeBadRequest},
+		{"NUL in the limits reason", marshal(runnerapi.HeartbeatRequest{Capacity: badReason}), 400, runnerapi.CodeBadRequest},
 		{"NaN", `{"capacity":{"host":{"cores":NaN}}}`, 400, runnerapi.CodeBadRequest},
 		{"another runner", marshal(runnerapi.HeartbeatRequest{RunnerID: other, Capacity: measured(2)}), 403, runnerapi.CodeForbidden},
 		{"unknown field", `{"capacity":{},"gpus_extra":1}`, 400, runnerapi.CodeBadRequest},
@@ -296,4 +299,39 @@ func TestRevocationReachesOtherReplicas(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("refused by the other replica %v after the revocation", time.Since(revoked))
+}
+
+func TestReportedLimitsGateMemoryClaims(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	id, c, _ := b.approvedRunner(t, measured(0))
+	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	const q = `query($id: ID!) { runner(id: $id) { enforcesLimits capacity { limits { memory cpu pids reason } } } }`
+	view := func() map[string]any {
+		data, code := b.gql(t, b.platform, q, map[string]any{"id": id})
+		require.Empty(t, code)
+		return data["runner"].(map[string]any)
+	}
+	// An agent that says nothing enforces nothing.
+	require.Equal(t, map[string]any{"enforcesLimits": false, "capacity": map[string]any{"limits": map[string]any{
+		"memory": false, "cpu": false, "pids": false, "reason": "the agent did not report which limits it enforces"}}}, view())
+
+	claimsMemory := jobInput(b.poolA.ID, func(in map[string]any) {
+		in["claim"] = map[string]any{"cores": 1, "memoryMiB": 1024, "wallClockSeconds": 60}
+	})
+	jobID, code := b.submit(t, member, claimsMemory)
+	require.Empty(t, code)
+	report := measured(0)
+	report.Limits = &runnerapi.LimitEnforcement{Reason: "cgroup v1: rootless Podman ignores resource limits"}
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report}).Status)
+	require.Empty(t, b.lease(t, c, anyWork(0)), "a memory claim never goes to a runner that cannot hold a job to it")
+	require.Equal(t, "cgroup v1: rootless Podman ignores resource limits", view()["capacity"].(map[string]any)["limits"].(map[string]any)["reason"])
+
+	report.Limits = &runnerapi.LimitEnforcement{Memory: true, CPU: true, Pids: true}
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report}).Status)
+	require.Equal(t, map[string]any{"enforcesLimits": true, "capacity": map[string]any{"limits": map[string]any{
+		"memory": true, "cpu": true, "pids": true, "reason": nil}}}, view())
+	leases := b.lease(t, c, anyWork(0))
+	require.Len(t, leases, 1)
+	require.Equal(t, jobID, leases[0].LeaseID)
 }

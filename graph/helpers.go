@@ -137,6 +137,15 @@ func runnerCapacity(c runnerapi.Capacity) *model.RunnerCapacity {
 	if c.DriverVersion != "" {
 		out.DriverVersion = &c.DriverVersion
 	}
+	// An agent that says nothing about limits enforces none.
+	silent := "the agent did not report which limits it enforces"
+	out.Limits = &model.LimitEnforcement{Reason: &silent}
+	if l := c.Limits; l != nil {
+		out.Limits = &model.LimitEnforcement{Memory: l.Memory, CPU: l.CPU, Pids: l.Pids}
+		if l.Reason != "" {
+			out.Limits.Reason = &l.Reason
+		}
+	}
 	return out
 }
 

@@ -19,6 +19,9 @@ type Collector struct {
 	Host     HostProbe
 	GPUs     *GPUs
 	Declared map[string]string
+	// Limits is what the agent proved at start-up about the limits its
+	// job containers are held to; it goes with every report.
+	Limits *runnerapi.LimitEnforcement
 }
 
 // Measure reads everything once.
@@ -33,6 +36,7 @@ func (c *Collector) Measure() (runnerapi.Capacity, error) {
 		cap.GPUs = []runnerapi.GPU{}
 	}
 	cap.Labels = labels(cap, c.Declared)
+	cap.Limits = c.Limits
 	return cap, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -29,6 +30,8 @@ type Config struct {
 	// under runmesh.io/ are the agent's own and cannot be declared.
 	Labels  map[string]string `yaml:"labels"`
 	Metrics Metrics           `yaml:"metrics"`
+	// Podman is the podman binary jobs run with; empty finds it on PATH.
+	Podman string `yaml:"podman"`
 }
 
 // Metrics is the agent's Prometheus endpoint.
@@ -73,6 +76,9 @@ func Load(path, stateDir string) (Config, error) {
 	}
 	if err := capacity.CheckDeclared(c.Labels); err != nil {
 		return Config{}, fmt.Errorf("config %s: invalid setting labels: %w", path, err)
+	}
+	if c.Podman != "" && !filepath.IsAbs(c.Podman) {
+		return Config{}, fmt.Errorf("config %s: invalid setting podman: %q is not an absolute path", path, c.Podman)
 	}
 	if c.Metrics.Listen != "off" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {

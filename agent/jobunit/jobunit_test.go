@@ -210,3 +210,38 @@ func TestDBusSignatures(t *testing.T) {
 		}
 	}
 }
+
+func TestParsePodmanInfo(t *testing.T) {
+	t.Parallel()
+	// Trimmed from `podman info --format json` (podman 4.3, rootless,
+	// cgroup v1) as the runmesh user runs it.
+	v1 := `{"host":{"arch":"amd64","cgroupManager":"cgroupfs","cgroupVersion":"v1","cgroupControllers":[],"security":{"rootless":true}},"store":{"graphDriverName":"overlay"}}`
+	f, err := jobunit.ParsePodmanInfo([]byte(v1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory {
+		t.Fatalf("v1 rootless read as %+v", f)
+	}
+	v2 := `{"host":{"cgroupVersion":"v2","cgroupControllers":["cpu","memory","pids"],"security":{"rootless":true}}}`
+	f, err = jobunit.ParsePodmanInfo([]byte(v2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !jobunit.DetectEnforcement(f).All() {
+		t.Fatalf("v2 with cpu, memory and pids delegated read as %+v", f)
+	}
+	for _, bad := range []string{`{}`, `not json`, `{"host":{"cgroupVersion":""}}`} {
+		if _, err := jobunit.ParsePodmanInfo([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+func TestProbePodmanSaysWhyItFailed(t *testing.T) {
+	t.Parallel()
+	_, err := jobunit.ProbePodman(t.Context(), "/nonexistent/podman")
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/podman info") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -32,9 +33,11 @@ import (
 	"github.com/runmesh/runmesh/agent/enrol"
 	"github.com/runmesh/runmesh/agent/heartbeat"
 	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/agent/metrics"
 	"github.com/runmesh/runmesh/agent/renewal"
 	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/pki"
 )
@@ -100,7 +103,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		collector, closeGPUs := newCollector(cfg)
+		collector, closeGPUs := newCollector(ctx, cfg)
 		defer closeGPUs()
 		_, err = enrol.Run(ctx, enrol.Options{
 			Server: *server, CAFingerprint: *fingerprint, Name: *name, Dir: identity.Dir(*stateDir),
@@ -131,7 +134,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		collector, closeGPUs := newCollector(cfg)
+		collector, closeGPUs := newCollector(ctx, cfg)
 		defer closeGPUs()
 		c, err := collector.Measure()
 		if err != nil {
@@ -260,13 +263,40 @@ func whoami(ctx context.Context, dir identity.Dir) (any, error) {
 }
 
 // newCollector measures this host: GPUs through NVML, the rest from
-// /proc and cgroups.
-func newCollector(cfg config.Config) (*capacity.Collector, func()) {
+// /proc and cgroups, and once, from podman, the limits jobs are held to.
+func newCollector(ctx context.Context, cfg config.Config) (*capacity.Collector, func()) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		cfg.WorkDir = os.TempDir()
 	}
 	gpus := capacity.NewGPUs(nvmlLibrary())
-	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels}, gpus.Close
+	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels, Limits: limits(ctx, cfg.Podman)}, gpus.Close
+}
+
+// limits decides from podman's own report which limits hold for job
+// containers; whatever cannot be shown is reported as not enforced, with
+// the reason.
+func limits(ctx context.Context, podman string) *runnerapi.LimitEnforcement {
+	if podman == "" {
+		p, err := exec.LookPath("podman")
+		if err != nil {
+			return &runnerapi.LimitEnforcement{Reason: "podman not found on PATH"}
+		}
+		podman = p
+	}
+	facts, err := jobunit.ProbePodman(ctx, podman)
+	if err != nil {
+		return &runnerapi.LimitEnforcement{Reason: clip(err.Error(), 512)}
+	}
+	e := jobunit.DetectEnforcement(facts)
+	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: clip(e.Reason, 512)}
+}
+
+// clip shortens s to at most n bytes without splitting a character.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // daemon runs the agent until SIGINT or SIGTERM.
@@ -286,7 +316,7 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
 		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
 
-	collector, closeGPUs := newCollector(cfg)
+	collector, closeGPUs := newCollector(ctx, cfg)
 	defer closeGPUs()
 	go collector.GPUs.WatchHealth(ctx, log.With("component", "gpu-health"))
 

@@ -39,7 +39,7 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 	}
 	return store.ReportedCapacity{
 		Capacity: capJSON, GPUs: gpuJSON, Cores: c.Host.Cores, MemoryMiB: c.Host.MemoryMiB,
-		GPUCount: len(gpus), GPUsHealthy: healthy,
+		GPUCount: len(gpus), GPUsHealthy: healthy, EnforcesMemory: c.Limits != nil && c.Limits.Memory,
 	}, nil
 }
 

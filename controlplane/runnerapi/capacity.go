@@ -25,6 +25,18 @@ type Capacity struct {
 	GPUsUnavailable string  `json:"gpus_unavailable,omitempty"`
 	DriverVersion   string  `json:"driver_version,omitempty"`
 	Labels          []Label `json:"labels,omitempty"`
+	// Limits says which limits the runner's job containers are held to.
+	// An agent that does not say enforces nothing.
+	Limits *LimitEnforcement `json:"limits,omitempty"`
+}
+
+// LimitEnforcement is what the agent proved about its job containers at
+// start-up. Reason says what is missing whenever a limit is not enforced.
+type LimitEnforcement struct {
+	Memory bool   `json:"memory"`
+	CPU    bool   `json:"cpu"`
+	Pids   bool   `json:"pids"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // HostCapacity is the host's share of CPU, memory and disk, as limited by
@@ -137,6 +149,11 @@ func CheckCapacity(c Capacity) error {
 		max     int
 	}{{"host.hostname", h.Hostname, 255}, {"gpus_unavailable", c.GPUsUnavailable, 512}, {"driver_version", c.DriverVersion, 64}} {
 		if err := CheckText(t.name, t.v, t.max); err != nil {
+			return err
+		}
+	}
+	if c.Limits != nil {
+		if err := CheckText("limits.reason", c.Limits.Reason, 512); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,9 @@ type ReportedCapacity struct {
 	MemoryMiB   int64           `json:"memory_mib"`
 	GPUCount    int             `json:"gpu_count"`
 	GPUsHealthy int             `json:"gpus_healthy"`
+	// EnforcesMemory: the runner holds a job to its memory claim. Only
+	// such runners get jobs that claim memory, unless their pool allows.
+	EnforcesMemory bool `json:"enforces_memory"`
 }
 
 // SetEnrolmentCapacity records what a runner reported when it enrolled:
@@ -27,7 +30,7 @@ type ReportedCapacity struct {
 func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c ReportedCapacity) error {
 	return mapErr(s.q.SetRunnerCapacity(ctx, s.conn(ctx), dbsqlc.SetRunnerCapacityParams{
 		ID: id, Capacity: c.Capacity, Gpus: c.GPUs, Cores: c.Cores, MemoryMib: c.MemoryMiB,
-		GpuCount: int32(c.GPUCount), GpusHealthy: int32(c.GPUsHealthy),
+		GpuCount: int32(c.GPUCount), GpusHealthy: int32(c.GPUsHealthy), EnforcesMemory: c.EnforcesMemory,
 	}))
 }
 

@@ -194,6 +194,13 @@ type ComplexityRoot struct {
 		Value  func(childComplexity int) int
 	}
 
+	LimitEnforcement struct {
+		CPU    func(childComplexity int) int
+		Memory func(childComplexity int) int
+		Pids   func(childComplexity int) int
+		Reason func(childComplexity int) int
+	}
+
 	LogChunk struct {
 		Attempt func(childComplexity int) int
 		Data    func(childComplexity int) int
@@ -260,6 +267,7 @@ type ComplexityRoot struct {
 		Certificate      func(childComplexity int) int
 		DecidedAt        func(childComplexity int) int
 		Draining         func(childComplexity int) int
+		EnforcesLimits   func(childComplexity int) int
 		EnrolledAt       func(childComplexity int) int
 		FailuresInARow   func(childComplexity int) int
 		FingerprintHint  func(childComplexity int) int
@@ -288,6 +296,7 @@ type ComplexityRoot struct {
 		GpusUnavailable    func(childComplexity int) int
 		Hostname           func(childComplexity int) int
 		LimitedBy          func(childComplexity int) int
+		Limits             func(childComplexity int) int
 		MemoryAvailableMiB func(childComplexity int) int
 		MemoryMiB          func(childComplexity int) int
 	}
@@ -998,6 +1007,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Label.Value(childComplexity), true
 
+	case "LimitEnforcement.cpu":
+		if e.ComplexityRoot.LimitEnforcement.CPU == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LimitEnforcement.CPU(childComplexity), true
+	case "LimitEnforcement.memory":
+		if e.ComplexityRoot.LimitEnforcement.Memory == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LimitEnforcement.Memory(childComplexity), true
+	case "LimitEnforcement.pids":
+		if e.ComplexityRoot.LimitEnforcement.Pids == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LimitEnforcement.Pids(childComplexity), true
+	case "LimitEnforcement.reason":
+		if e.ComplexityRoot.LimitEnforcement.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.LimitEnforcement.Reason(childComplexity), true
+
 	case "LogChunk.attempt":
 		if e.ComplexityRoot.LogChunk.Attempt == nil {
 			break
@@ -1429,6 +1463,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.Draining(childComplexity), true
+	case "Runner.enforcesLimits":
+		if e.ComplexityRoot.Runner.EnforcesLimits == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.EnforcesLimits(childComplexity), true
 	case "Runner.enrolledAt":
 		if e.ComplexityRoot.Runner.EnrolledAt == nil {
 			break
@@ -1580,6 +1620,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RunnerCapacity.LimitedBy(childComplexity), true
+	case "RunnerCapacity.limits":
+		if e.ComplexityRoot.RunnerCapacity.Limits == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerCapacity.Limits(childComplexity), true
 	case "RunnerCapacity.memoryAvailableMiB":
 		if e.ComplexityRoot.RunnerCapacity.MemoryAvailableMiB == nil {
 			break
@@ -1989,6 +2035,11 @@ type Runner {
   "What its jobs and holds take."
   booked: Booking!
   failuresInARow: Int!
+  """
+  Whether the runner holds a job to its memory claim. Jobs that claim memory go
+  only to runners that do, unless the pool allows otherwise.
+  """
+  enforcesLimits: Boolean!
 }
 
 type RunnerCapacity {
@@ -2004,6 +2055,19 @@ type RunnerCapacity {
   "Why the runner reports no GPUs, when NVML could not be used."
   gpusUnavailable: String
   driverVersion: String
+  "The limits the runner's job containers are held to, as the agent proved them at start-up."
+  limits: LimitEnforcement!
+}
+
+"""
+Which limits a runner holds its job containers to. A limit the agent could not
+show to be enforced is false, and reason says what is missing.
+"""
+type LimitEnforcement {
+  memory: Boolean!
+  cpu: Boolean!
+  pids: Boolean!
+  reason: String
 }
 
 type GPU {
@@ -2461,6 +2525,20 @@ func (ec *executionContext) childFields_Label(ctx context.Context, field graphql
 	return nil, fmt.Errorf("no field named %q was found under type Label", field.Name)
 }
 
+func (ec *executionContext) childFields_LimitEnforcement(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "memory":
+		return ec.fieldContext_LimitEnforcement_memory(ctx, field)
+	case "cpu":
+		return ec.fieldContext_LimitEnforcement_cpu(ctx, field)
+	case "pids":
+		return ec.fieldContext_LimitEnforcement_pids(ctx, field)
+	case "reason":
+		return ec.fieldContext_LimitEnforcement_reason(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type LimitEnforcement", field.Name)
+}
+
 func (ec *executionContext) childFields_LogChunk(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "attempt":
@@ -2563,6 +2641,8 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_booked(ctx, field)
 	case "failuresInARow":
 		return ec.fieldContext_Runner_failuresInARow(ctx, field)
+	case "enforcesLimits":
+		return ec.fieldContext_Runner_enforcesLimits(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Runner", field.Name)
 }
@@ -2585,6 +2665,8 @@ func (ec *executionContext) childFields_RunnerCapacity(ctx context.Context, fiel
 		return ec.fieldContext_RunnerCapacity_gpusUnavailable(ctx, field)
 	case "driverVersion":
 		return ec.fieldContext_RunnerCapacity_driverVersion(ctx, field)
+	case "limits":
+		return ec.fieldContext_RunnerCapacity_limits(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RunnerCapacity", field.Name)
 }
@@ -5523,6 +5605,98 @@ func (ec *executionContext) fieldContext_Label_source(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Label", field, false, false, "LabelSource")
 }
 
+func (ec *executionContext) _LimitEnforcement_memory(ctx context.Context, field graphql.CollectedField, obj *model.LimitEnforcement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LimitEnforcement_memory(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Memory, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LimitEnforcement_memory(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LimitEnforcement", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _LimitEnforcement_cpu(ctx context.Context, field graphql.CollectedField, obj *model.LimitEnforcement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LimitEnforcement_cpu(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CPU, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LimitEnforcement_cpu(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LimitEnforcement", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _LimitEnforcement_pids(ctx context.Context, field graphql.CollectedField, obj *model.LimitEnforcement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LimitEnforcement_pids(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Pids, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_LimitEnforcement_pids(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LimitEnforcement", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _LimitEnforcement_reason(ctx context.Context, field graphql.CollectedField, obj *model.LimitEnforcement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_LimitEnforcement_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_LimitEnforcement_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("LimitEnforcement", field, false, false, "String")
+}
+
 func (ec *executionContext) _LogChunk_attempt(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8170,6 +8344,29 @@ func (ec *executionContext) fieldContext_Runner_failuresInARow(_ context.Context
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Int")
 }
 
+func (ec *executionContext) _Runner_enforcesLimits(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_enforcesLimits(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EnforcesLimits, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_enforcesLimits(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _RunnerCapacity_hostname(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8352,6 +8549,38 @@ func (ec *executionContext) _RunnerCapacity_driverVersion(ctx context.Context, f
 }
 func (ec *executionContext) fieldContext_RunnerCapacity_driverVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("RunnerCapacity", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerCapacity_limits(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerCapacity_limits(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Limits, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.LimitEnforcement) graphql.Marshaler {
+			return ec.marshalNLimitEnforcement2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLimitEnforcement(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerCapacity_limits(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerCapacity",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_LimitEnforcement(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
@@ -10946,6 +11175,54 @@ func (ec *executionContext) _Label(ctx context.Context, sel ast.SelectionSet, ob
 	return out
 }
 
+var limitEnforcementImplementors = []string{"LimitEnforcement"}
+
+func (ec *executionContext) _LimitEnforcement(ctx context.Context, sel ast.SelectionSet, obj *model.LimitEnforcement) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, limitEnforcementImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("LimitEnforcement")
+		case "memory":
+			out.Values[i] = ec._LimitEnforcement_memory(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cpu":
+			out.Values[i] = ec._LimitEnforcement_cpu(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pids":
+			out.Values[i] = ec._LimitEnforcement_pids(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reason":
+			out.Values[i] = ec._LimitEnforcement_reason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var logChunkImplementors = []string{"LogChunk"}
 
 func (ec *executionContext) _LogChunk(ctx context.Context, sel ast.SelectionSet, obj *store.LogChunk) graphql.Marshaler {
@@ -11539,6 +11816,11 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Runner_failuresInARow(ctx, field, obj)
 				})
+		case "enforcesLimits":
+			out.Values[i] = ec._Runner_enforcesLimits(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11605,6 +11887,11 @@ func (ec *executionContext) _RunnerCapacity(ctx context.Context, sel ast.Selecti
 		case "driverVersion":
 			out.Values[i] = ec._RunnerCapacity_driverVersion(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "limits":
+			out.Values[i] = ec._RunnerCapacity_limits(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
 		default:
@@ -12383,6 +12670,14 @@ func (ec *executionContext) unmarshalNLabelSource2githubᚗcomᚋrunmeshᚋrunme
 
 func (ec *executionContext) marshalNLabelSource2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLabelSource(ctx context.Context, sel ast.SelectionSet, v model.LabelSource) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) marshalNLimitEnforcement2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐLimitEnforcement(ctx context.Context, sel ast.SelectionSet, v *model.LimitEnforcement) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "LimitEnforcement!")
+		return graphql.Null
+	}
+	return ec._LimitEnforcement(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐLogChunk(ctx context.Context, sel ast.SelectionSet, v *store.LogChunk) graphql.Marshaler {

@@ -90,6 +90,15 @@ type Label struct {
 	Source LabelSource `json:"source"`
 }
 
+// Which limits a runner holds its job containers to. A limit the agent could not
+// show to be enforced is false, and reason says what is missing.
+type LimitEnforcement struct {
+	Memory bool    `json:"memory"`
+	CPU    bool    `json:"cpu"`
+	Pids   bool    `json:"pids"`
+	Reason *string `json:"reason,omitempty"`
+}
+
 type Mutation struct {
 }
 
@@ -109,6 +118,8 @@ type RunnerCapacity struct {
 	// Why the runner reports no GPUs, when NVML could not be used.
 	GpusUnavailable *string `json:"gpusUnavailable,omitempty"`
 	DriverVersion   *string `json:"driverVersion,omitempty"`
+	// The limits the runner's job containers are held to, as the agent proved them at start-up.
+	Limits *LimitEnforcement `json:"limits"`
 }
 
 type SubmitJobInput struct {

@@ -2,7 +2,7 @@
 -- The capacity a runner reported at enrolment, before it may heartbeat.
 UPDATE runners
 SET capacity = @capacity, gpus = @gpus, cores = @cores, memory_mib = @memory_mib,
-    gpu_count = @gpu_count, gpus_healthy = @gpus_healthy
+    gpu_count = @gpu_count, gpus_healthy = @gpus_healthy, enforces_limits = @enforces_memory
 WHERE id = @id;
 
 -- name: SetRunnerInventory :exec
@@ -25,11 +25,12 @@ SET agent_version     = v.agent_version,
     memory_mib        = v.memory_mib,
     gpu_count         = v.gpu_count,
     gpus_healthy      = v.gpus_healthy,
+    enforces_limits   = v.enforces_memory,
     quarantined_at    = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN coalesce(sqlc.narg('now')::timestamptz, now()) ELSE r.quarantined_at END,
     quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END
 FROM jsonb_to_recordset(@beats::jsonb) AS v (
         id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
-        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, drift text)
+        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text)
 WHERE r.id = v.id AND r.status = 'APPROVED'
 RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining;
 

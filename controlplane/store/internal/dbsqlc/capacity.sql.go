@@ -120,11 +120,12 @@ SET agent_version     = v.agent_version,
     memory_mib        = v.memory_mib,
     gpu_count         = v.gpu_count,
     gpus_healthy      = v.gpus_healthy,
+    enforces_limits   = v.enforces_memory,
     quarantined_at    = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN coalesce($1::timestamptz, now()) ELSE r.quarantined_at END,
     quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END
 FROM jsonb_to_recordset($2::jsonb) AS v (
         id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
-        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, drift text)
+        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text)
 WHERE r.id = v.id AND r.status = 'APPROVED'
 RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining
 `
@@ -176,18 +177,19 @@ func (q *Queries) RetireRunner(ctx context.Context, db DBTX, id uuid.UUID) error
 const setRunnerCapacity = `-- name: SetRunnerCapacity :exec
 UPDATE runners
 SET capacity = $1, gpus = $2, cores = $3, memory_mib = $4,
-    gpu_count = $5, gpus_healthy = $6
-WHERE id = $7
+    gpu_count = $5, gpus_healthy = $6, enforces_limits = $7
+WHERE id = $8
 `
 
 type SetRunnerCapacityParams struct {
-	Capacity    []byte
-	Gpus        []byte
-	Cores       float64
-	MemoryMib   int64
-	GpuCount    int32
-	GpusHealthy int32
-	ID          uuid.UUID
+	Capacity       []byte
+	Gpus           []byte
+	Cores          float64
+	MemoryMib      int64
+	GpuCount       int32
+	GpusHealthy    int32
+	EnforcesMemory bool
+	ID             uuid.UUID
 }
 
 // The capacity a runner reported at enrolment, before it may heartbeat.
@@ -199,6 +201,7 @@ func (q *Queries) SetRunnerCapacity(ctx context.Context, db DBTX, arg SetRunnerC
 		arg.MemoryMib,
 		arg.GpuCount,
 		arg.GpusHealthy,
+		arg.EnforcesMemory,
 		arg.ID,
 	)
 	return err

@@ -1,0 +1,44 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/runmesh/runmesh/agent/config"
+)
+
+func load(t *testing.T, body string) (config.Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return config.Load(path, "/var/lib/runmesh-agent")
+}
+
+func TestLoadIsStrict(t *testing.T) {
+	t.Parallel()
+	for body, want := range map[string]string{
+		"":                           "missing required setting version",
+		"labels: {rack: r1}\n":       "missing required setting version",
+		"version: 2\n":               "invalid setting version",
+		"version: 1\nwork_dri: /x\n": "field work_dri not found",
+		"version: 1\nlabels: {runmesh.io/gpu.count: '64'}\n": "invalid setting labels",
+		"version: 1\nmetrics: {listen: nonsense}\n":          "invalid setting metrics.listen",
+		"version: 1\npodman: podman\n":                       `invalid setting podman: "podman" is not an absolute path`,
+	} {
+		_, err := load(t, body)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want an error saying %q", body, err, want)
+		}
+	}
+	c, err := load(t, "version: 1\npodman: /usr/bin/podman\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Podman != "/usr/bin/podman" || c.WorkDir != "/var/lib/runmesh-agent/work" || c.Metrics.Listen != "127.0.0.1:9400" {
+		t.Fatalf("got %+v", c)
+	}
+}

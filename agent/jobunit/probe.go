@@ -1,0 +1,50 @@
+package jobunit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// ParsePodmanInfo reads the facts rendering needs from `podman info
+// --format json`.
+func ParsePodmanInfo(b []byte) (PodmanFacts, error) {
+	var info struct {
+		Host struct {
+			CgroupVersion     string   `json:"cgroupVersion"`
+			CgroupControllers []string `json:"cgroupControllers"`
+			Security          struct {
+				Rootless bool `json:"rootless"`
+			} `json:"security"`
+		} `json:"host"`
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return PodmanFacts{}, fmt.Errorf("podman info: %w", err)
+	}
+	if info.Host.CgroupVersion == "" {
+		return PodmanFacts{}, fmt.Errorf("podman info names no cgroup version")
+	}
+	return PodmanFacts{CgroupVersion: info.Host.CgroupVersion, Controllers: info.Host.CgroupControllers, Rootless: info.Host.Security.Rootless}, nil
+}
+
+// ProbePodman asks the podman at path, as the agent's own user, what its
+// containers get. The agent does this once at start-up.
+func ProbePodman(ctx context.Context, path string) (PodmanFacts, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, "info", "--format", "json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 200 {
+			msg = msg[:200] + "…"
+		}
+		return PodmanFacts{}, fmt.Errorf("%s info: %w: %s", path, err, msg)
+	}
+	return ParsePodmanInfo(stdout.Bytes())
+}
