@@ -327,11 +327,27 @@ func TestReportedLimitsGateMemoryClaims(t *testing.T) {
 	require.Empty(t, b.lease(t, c, anyWork(0)), "a memory claim never goes to a runner that cannot hold a job to it")
 	require.Equal(t, "cgroup v1: rootless Podman ignores resource limits", view()["capacity"].(map[string]any)["limits"].(map[string]any)["reason"])
 
+	// A pool may allow it; the first job goes, and the rule is put back.
+	allow := func(v bool) {
+		data, code := b.gql(t, b.platform, `mutation($id: ID!, $v: Boolean) { updatePool(input: {id: $id, allowUnenforcedMemory: $v}) { allowUnenforcedMemory } }`,
+			map[string]any{"id": b.poolA.ID, "v": v})
+		require.Empty(t, code)
+		require.Equal(t, v, data["updatePool"].(map[string]any)["allowUnenforcedMemory"])
+	}
+	allow(true)
+	leases := b.lease(t, c, anyWork(0))
+	require.Len(t, leases, 1)
+	require.Equal(t, jobID, leases[0].LeaseID)
+	allow(false)
+	jobID, code = b.submit(t, member, claimsMemory)
+	require.Empty(t, code)
+	require.Empty(t, b.lease(t, c, anyWork(0)))
+
 	report.Limits = &runnerapi.LimitEnforcement{Memory: true, CPU: true, Pids: true}
 	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report}).Status)
 	require.Equal(t, map[string]any{"enforcesLimits": true, "capacity": map[string]any{"limits": map[string]any{
 		"memory": true, "cpu": true, "pids": true, "reason": nil}}}, view())
-	leases := b.lease(t, c, anyWork(0))
+	leases = b.lease(t, c, anyWork(0))
 	require.Len(t, leases, 1)
 	require.Equal(t, jobID, leases[0].LeaseID)
 }

@@ -173,6 +173,9 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 		if timeoutSet {
 			p.QueueTimeoutHours = timeout
 		}
+		if input.AllowUnenforcedMemory != nil {
+			p.AllowUnenforcedMemory = *input.AllowUnenforcedMemory
+		}
 		return nil
 	})
 	if err != nil {

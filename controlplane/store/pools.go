@@ -10,12 +10,13 @@ import (
 
 func poolFromRow(r dbsqlc.Pool) Pool {
 	return Pool{
-		ID:                r.ID,
-		OrganisationID:    uuidPtr(r.OrganisationID),
-		Name:              r.Name,
-		LeaseSeconds:      intPtr(r.LeaseSeconds),
-		QueueTimeoutHours: intPtr(r.QueueTimeoutHours),
-		CreatedAt:         r.CreatedAt,
+		ID:                    r.ID,
+		OrganisationID:        uuidPtr(r.OrganisationID),
+		Name:                  r.Name,
+		LeaseSeconds:          intPtr(r.LeaseSeconds),
+		QueueTimeoutHours:     intPtr(r.QueueTimeoutHours),
+		AllowUnenforcedMemory: r.AllowUnenforcedMemory,
+		CreatedAt:             r.CreatedAt,
 	}
 }
 
@@ -100,15 +101,18 @@ func (s *Store) UpdatePool(ctx context.Context, scope Scope, id uuid.UUID, chang
 			return err
 		}
 		row, err = s.q.UpdatePool(ctx, s.conn(ctx), dbsqlc.UpdatePoolParams{
-			ID:                id,
-			Name:              p.Name,
-			LeaseSeconds:      int32Ptr(p.LeaseSeconds),
-			QueueTimeoutHours: int32Ptr(p.QueueTimeoutHours),
+			ID:                    id,
+			Name:                  p.Name,
+			LeaseSeconds:          int32Ptr(p.LeaseSeconds),
+			QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
+			AllowUnenforcedMemory: p.AllowUnenforcedMemory,
 		})
 		if err != nil {
 			return mapErr(err)
 		}
 		out = poolFromRow(row)
+		// A changed rule may let waiting jobs fit waiting runners.
+		s.notifyAfterCommit(ctx, ChannelJobs, id.String())
 		// Replicas cache runners with their pool's lease: make them re-read.
 		return mapErr(s.q.NotifyRunnerStatus(ctx, s.conn(ctx), "pool:"+id.String()))
 	})

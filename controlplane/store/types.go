@@ -82,7 +82,10 @@ type Pool struct {
 	Name              string
 	LeaseSeconds      *int
 	QueueTimeoutHours *int
-	CreatedAt         time.Time
+	// AllowUnenforcedMemory lets jobs that claim memory run on runners
+	// that cannot hold them to it.
+	AllowUnenforcedMemory bool
+	CreatedAt             time.Time
 }
 
 // AuditEntry records one admin action and how it ended.

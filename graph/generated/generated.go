@@ -235,15 +235,16 @@ type ComplexityRoot struct {
 	}
 
 	Pool struct {
-		CreatedAt         func(childComplexity int) int
-		HeldGpus          func(childComplexity int) int
-		ID                func(childComplexity int) int
-		LeaseSeconds      func(childComplexity int) int
-		Name              func(childComplexity int) int
-		Organisation      func(childComplexity int) int
-		QueueTimeoutHours func(childComplexity int) int
-		Queued            func(childComplexity int) int
-		RunnerSeen        func(childComplexity int) int
+		AllowUnenforcedMemory func(childComplexity int) int
+		CreatedAt             func(childComplexity int) int
+		HeldGpus              func(childComplexity int) int
+		ID                    func(childComplexity int) int
+		LeaseSeconds          func(childComplexity int) int
+		Name                  func(childComplexity int) int
+		Organisation          func(childComplexity int) int
+		QueueTimeoutHours     func(childComplexity int) int
+		Queued                func(childComplexity int) int
+		RunnerSeen            func(childComplexity int) int
 	}
 
 	Query struct {
@@ -1264,6 +1265,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Organisation.Pools(childComplexity), true
 
+	case "Pool.allowUnenforcedMemory":
+		if e.ComplexityRoot.Pool.AllowUnenforcedMemory == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.AllowUnenforcedMemory(childComplexity), true
 	case "Pool.createdAt":
 		if e.ComplexityRoot.Pool.CreatedAt == nil {
 			break
@@ -2163,6 +2170,12 @@ type Pool {
   leaseSeconds: IntSetting!
   "How long a job may wait in the queue before it expires."
   queueTimeoutHours: IntSetting!
+  """
+  Whether jobs that claim memory may run on runners that do not enforce memory
+  limits (runner.enforcesLimits false). Off by default: such a job could take
+  more than it claimed from the jobs beside it.
+  """
+  allowUnenforcedMemory: Boolean!
   createdAt: Time!
   "The newest heartbeat of any of the pool's runners."
   runnerSeen: Time
@@ -2223,6 +2236,7 @@ input UpdatePoolInput {
   name: String
   leaseSeconds: Int @goField(omittable: true)
   queueTimeoutHours: Int @goField(omittable: true)
+  allowUnenforcedMemory: Boolean
 }
 
 input CreateAdminTokenInput {
@@ -2577,6 +2591,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_leaseSeconds(ctx, field)
 	case "queueTimeoutHours":
 		return ec.fieldContext_Pool_queueTimeoutHours(ctx, field)
+	case "allowUnenforcedMemory":
+		return ec.fieldContext_Pool_allowUnenforcedMemory(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Pool_createdAt(ctx, field)
 	case "runnerSeen":
@@ -7063,6 +7079,29 @@ func (ec *executionContext) fieldContext_Pool_queueTimeoutHours(_ context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Pool_allowUnenforcedMemory(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_allowUnenforcedMemory(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AllowUnenforcedMemory, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_allowUnenforcedMemory(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Pool", field, false, false, "Boolean")
+}
+
 func (ec *executionContext) _Pool_createdAt(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10186,7 +10225,7 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours"}
+	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -10221,6 +10260,13 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.QueueTimeoutHours = graphql.OmittableOf(data)
+		case "allowUnenforcedMemory":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowUnenforcedMemory"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowUnenforcedMemory = data
 		}
 	}
 	return it, nil
@@ -11510,6 +11556,11 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_queueTimeoutHours(ctx, field, obj)
 				})
+		case "allowUnenforcedMemory":
+			out.Values[i] = ec._Pool_allowUnenforcedMemory(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "createdAt":
 			out.Values[i] = ec._Pool_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {

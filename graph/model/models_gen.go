@@ -138,10 +138,11 @@ type Subscription struct {
 }
 
 type UpdatePoolInput struct {
-	ID                uuid.UUID               `json:"id"`
-	Name              *string                 `json:"name,omitempty"`
-	LeaseSeconds      graphql.Omittable[*int] `json:"leaseSeconds,omitempty"`
-	QueueTimeoutHours graphql.Omittable[*int] `json:"queueTimeoutHours,omitempty"`
+	ID                    uuid.UUID               `json:"id"`
+	Name                  *string                 `json:"name,omitempty"`
+	LeaseSeconds          graphql.Omittable[*int] `json:"leaseSeconds,omitempty"`
+	QueueTimeoutHours     graphql.Omittable[*int] `json:"queueTimeoutHours,omitempty"`
+	AllowUnenforcedMemory *bool                   `json:"allowUnenforcedMemory,omitempty"`
 }
 
 type LabelSource string

@@ -29,7 +29,8 @@ FOR UPDATE;
 UPDATE pools
 SET name = @name,
     lease_seconds = sqlc.narg('lease_seconds'),
-    queue_timeout_hours = sqlc.narg('queue_timeout_hours')
+    queue_timeout_hours = sqlc.narg('queue_timeout_hours'),
+    allow_unenforced_memory = @allow_unenforced_memory
 WHERE id = @id
 RETURNING *;
 

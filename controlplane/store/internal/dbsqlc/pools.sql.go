@@ -229,16 +229,18 @@ const updatePool = `-- name: UpdatePool :one
 UPDATE pools
 SET name = $1,
     lease_seconds = $2,
-    queue_timeout_hours = $3
-WHERE id = $4
+    queue_timeout_hours = $3,
+    allow_unenforced_memory = $4
+WHERE id = $5
 RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
 `
 
 type UpdatePoolParams struct {
-	Name              string
-	LeaseSeconds      *int32
-	QueueTimeoutHours *int32
-	ID                uuid.UUID
+	Name                  string
+	LeaseSeconds          *int32
+	QueueTimeoutHours     *int32
+	AllowUnenforcedMemory bool
+	ID                    uuid.UUID
 }
 
 func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams) (Pool, error) {
@@ -246,6 +248,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		arg.Name,
 		arg.LeaseSeconds,
 		arg.QueueTimeoutHours,
+		arg.AllowUnenforcedMemory,
 		arg.ID,
 	)
 	var i Pool
