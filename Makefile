@@ -31,9 +31,11 @@ verify: ## fail if the generated code differs from what the sources generate
 		stale=0; for d in $(GENERATED) graph/schema.resolvers.go; do diff -r "$$snap/$$d" "$$d" >/dev/null || { echo "stale: $$d"; stale=1; }; done; \
 		test $$stale = 0 || { echo "generated code was stale: 'make generate' has now regenerated it; review and commit"; exit 1; }
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and no build outputs in the tree
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 		test -z "$$unformatted" || { echo "not gofmt-ed: $$unformatted"; exit 1; }
+	@binaries=$$(git ls-files -z | xargs -0 file --mime-type | grep -E ':[[:space:]]+application/(x-executable|x-pie-executable|x-sharedlib)$$' | cut -d: -f1); \
+		test -z "$$binaries" || { echo "binaries are tracked (build into bin/): $$binaries"; exit 1; }
 	$(GO) vet ./...
 
 test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
