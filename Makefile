@@ -15,7 +15,7 @@ GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test build demo check bench bench-pki bench-heartbeat bench-lease
+.PHONY: help generate verify lint test test-e2e build demo check bench bench-pki bench-heartbeat bench-lease
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -38,8 +38,27 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 		test -z "$$binaries" || { echo "binaries are tracked (build into bin/): $$binaries"; exit 1; }
 	$(GO) vet ./...
 
-test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
+test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then test-e2e
 	$(GO) run ./controlplane/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
+	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(MAKE) --no-print-directory test-e2e; \
+		else echo "test-e2e left out of a narrowed run"; fi
+
+SANDBOX_DIR ?= /tmp/runmesh-sandbox
+E2E_PACKAGES = ./agent/jobunit
+
+test-e2e: ## the agent's tests against a real systemd and rootless Podman, in agent/sandbox (needs root)
+	@test "$$(id -u)" = 0 || { echo "test-e2e boots systemd in private namespaces and needs root: run it as root (CI does)"; exit 1; }
+	@mkdir -p $(SANDBOX_DIR)/bin && for p in $(E2E_PACKAGES); do \
+		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; done
+	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh down; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT INT TERM; \
+		agent/sandbox/sandbox.sh up || exit 1; \
+		for p in $(E2E_PACKAGES); do \
+			t=$(SANDBOX_DIR)/bin/$$(basename $$p).test; echo "e2e: $$p"; \
+			agent/sandbox/sandbox.sh user sh -c 'cd "$$1" && shift && exec "$$@"' sh $(CURDIR)/$$p \
+				env RUNMESH_SANDBOX=1 $$t -test.count=1 -test.v 2>&1 | sed 's/^/    /'; \
+			test $${PIPESTATUS[0]} = 0 || exit 1; \
+		done
 
 build: ## build the binaries into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
