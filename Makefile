@@ -48,14 +48,18 @@ E2E_PACKAGES = ./agent/jobunit
 
 test-e2e: ## the agent's tests against a real systemd and rootless Podman, in agent/sandbox (needs root)
 	@test "$$(id -u)" = 0 || { echo "test-e2e boots systemd in private namespaces and needs root: run it as root (CI does)"; exit 1; }
-	@mkdir -p $(SANDBOX_DIR)/bin && for p in $(E2E_PACKAGES); do \
-		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; done
+	@# Each package's directory is copied next to its test binary: the tests read testdata from there, and
+	@# the runmesh user inside may not be able to reach this checkout (/tmp is private in the sandbox).
+	@rm -rf $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src && mkdir -p $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src && \
+		for p in $(E2E_PACKAGES); do \
+		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; \
+		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done; chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
 	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh down; \
 		trap 'agent/sandbox/sandbox.sh down' EXIT INT TERM; \
 		agent/sandbox/sandbox.sh up || exit 1; \
 		for p in $(E2E_PACKAGES); do \
 			t=$(SANDBOX_DIR)/bin/$$(basename $$p).test; echo "e2e: $$p"; \
-			agent/sandbox/sandbox.sh user sh -c 'cd "$$1" && shift && exec "$$@"' sh $(CURDIR)/$$p \
+			agent/sandbox/sandbox.sh user sh -c 'cd "$$1" && shift && exec "$$@"' sh $(SANDBOX_DIR)/src/$$(basename $$p) \
 				env RUNMESH_SANDBOX=1 $$t -test.count=1 -test.v 2>&1 | sed 's/^/    /'; \
 			test $${PIPESTATUS[0]} = 0 || exit 1; \
 		done
