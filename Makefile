@@ -44,7 +44,7 @@ test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
 		else echo "test-e2e left out of a narrowed run"; fi
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
-E2E_PACKAGES = ./agent/jobunit
+E2E_PACKAGES = ./agent/jobunit ./agent/jobrun
 
 test-e2e: ## the agent's tests against a real systemd and rootless Podman, in agent/sandbox (needs root)
 	@test "$$(id -u)" = 0 || { echo "test-e2e boots systemd in private namespaces and needs root: run it as root (CI does)"; exit 1; }

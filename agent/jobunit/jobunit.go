@@ -129,7 +129,11 @@ func Render(h Host, j Job) (Unit, error) {
 	name := container + ".service"
 	envPath := strings.TrimSuffix(h.EnvDir, "/") + "/" + container + ".env"
 
-	run := []string{h.Podman, "run", "-d", "--rm", "--replace", "--sdnotify=conmon",
+	// --init: a payload that is PID 1 gets no default signal actions, so
+	// without an init a plain `sleep` ignores podman stop's SIGTERM and a
+	// cancel always waits out the grace period; catatonit forwards the
+	// signal and reaps orphans.
+	run := []string{h.Podman, "run", "-d", "--rm", "--replace", "--sdnotify=conmon", "--init",
 		"--name", container,
 		"--label", LabelJob + "=" + j.JobID,
 		"--label", LabelLease + "=" + j.LeaseID,

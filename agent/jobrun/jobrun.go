@@ -1,0 +1,194 @@
+// Package jobrun runs leases as transient units of the runmesh user's
+// systemd manager, over D-Bus. A unit outlives the agent that started it:
+// a restarted agent finds its jobs again with Survivors and keeps
+// following them by name.
+package jobrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+
+	"github.com/runmesh/runmesh/agent/jobunit"
+)
+
+// Runtime starts and follows job units.
+type Runtime struct {
+	conn *sddbus.Conn
+	host jobunit.Host
+}
+
+// Connect reaches the user manager of the user the agent runs as
+// (XDG_RUNTIME_DIR and DBUS_SESSION_BUS_ADDRESS must name it).
+func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
+	conn, err := sddbus.NewUserConnectionContext(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the user's systemd manager: %w", err)
+	}
+	if err := os.MkdirAll(host.EnvDir, 0o700); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &Runtime{conn: conn, host: host}, nil
+}
+
+// Close drops the D-Bus connection; the units go on.
+func (r *Runtime) Close() { r.conn.Close() }
+
+// Start renders job and starts its unit. It returns once systemd has
+// started it: the container is created and conmon said READY.
+func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (string, error) {
+	u, err := jobunit.Render(r.host, job)
+	if err != nil {
+		return "", err
+	}
+	props, err := u.DBus()
+	if err != nil {
+		return "", err
+	}
+	// 0600 in a 0700 directory: the values may be secrets.
+	if err := os.WriteFile(u.EnvPath, u.EnvFile, 0o600); err != nil {
+		return "", err
+	}
+	done := make(chan string, 1)
+	// "fail": a unit of the same name (this lease and attempt) already
+	// there is a survivor to adopt, never something to replace.
+	if _, err := r.conn.StartTransientUnitContext(ctx, u.Name, "fail", props, done); err != nil {
+		os.Remove(u.EnvPath)
+		return "", fmt.Errorf("start %s: %w", u.Name, err)
+	}
+	select {
+	case res := <-done:
+		if res != "done" {
+			return u.Name, fmt.Errorf("start %s: %s", u.Name, res)
+		}
+	case <-ctx.Done():
+		return u.Name, ctx.Err()
+	}
+	return u.Name, nil
+}
+
+// Status is what systemd knows of a job unit.
+type Status struct {
+	// Ended is true once the unit is inactive or failed.
+	Ended bool
+	// ExitCode is the container's exit code (the unit's ExecMainStatus)
+	// when it exited; nil when it was killed or never ran.
+	ExitCode *int
+	// Result is systemd's: success, exit-code, signal, timeout (start or
+	// wall clock), oom-kill...
+	Result string
+	// WallClock is true when RuntimeMaxSec stopped it.
+	WallClock bool
+}
+
+// Status reads a unit's state.
+func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
+	p, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
+	if err != nil {
+		return Status{}, err
+	}
+	u, err := r.conn.GetUnitPropertiesContext(ctx, unit)
+	if err != nil {
+		return Status{}, err
+	}
+	state, _ := u["ActiveState"].(string)
+	if u["LoadState"] == "not-found" {
+		return Status{}, ErrNoUnit
+	}
+	s := Status{Ended: state == "inactive" || state == "failed"}
+	s.Result, _ = p["Result"].(string)
+	// CLD_EXITED is 1: the main process (conmon) exited with the
+	// container's code.
+	if code, _ := p["ExecMainCode"].(int32); code == 1 {
+		st := int(p["ExecMainStatus"].(int32))
+		s.ExitCode = &st
+	}
+	// RuntimeMaxSec ends a running unit with Result=timeout; a start that
+	// timed out never became active.
+	if s.Result == "timeout" {
+		if t, _ := u["ActiveEnterTimestamp"].(uint64); t != 0 {
+			s.WallClock = true
+		}
+	}
+	return s, nil
+}
+
+// ErrNoUnit: systemd has no such unit (any more).
+var ErrNoUnit = errors.New("no such job unit")
+
+// Stop stops a unit (cancellation, or a survivor the server does not
+// want): podman stop gives the payload 10 s, then the unit is gone.
+func (r *Runtime) Stop(ctx context.Context, unit string) error {
+	done := make(chan string, 1)
+	if _, err := r.conn.StopUnitContext(ctx, unit, "replace", done); err != nil {
+		return fmt.Errorf("stop %s: %w", unit, err)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Forget lets systemd drop a unit that ended, once its result is reported.
+func (r *Runtime) Forget(ctx context.Context, unit string) error {
+	err := r.conn.ResetFailedUnitContext(ctx, unit)
+	if err != nil && strings.Contains(err.Error(), "not failed") {
+		return nil
+	}
+	return err
+}
+
+// Survivor is a job unit found by name.
+type Survivor struct {
+	Unit        string
+	LeaseID     string
+	Attempt     int
+	ActiveState string
+}
+
+// Survivors lists the job units the user's manager holds, running or
+// ended and not yet forgotten.
+func (r *Runtime) Survivors(ctx context.Context) ([]Survivor, error) {
+	units, err := r.conn.ListUnitsByPatternsContext(ctx, nil, []string{jobunit.UnitPrefix + "*.service"})
+	if err != nil {
+		return nil, err
+	}
+	var out []Survivor
+	for _, u := range units {
+		lease, attempt, ok := ParseUnitName(u.Name)
+		if !ok {
+			continue
+		}
+		out = append(out, Survivor{Unit: u.Name, LeaseID: lease, Attempt: attempt, ActiveState: u.ActiveState})
+	}
+	return out, nil
+}
+
+// ParseUnitName reads the lease and attempt back from a job unit's name.
+func ParseUnitName(name string) (lease string, attempt int, ok bool) {
+	rest, found := strings.CutPrefix(name, jobunit.UnitPrefix)
+	if !found {
+		return "", 0, false
+	}
+	rest, found = strings.CutSuffix(rest, ".service")
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	attempt, err := strconv.Atoi(rest[i+1:])
+	if err != nil || attempt < 1 {
+		return "", 0, false
+	}
+	return rest[:i], attempt, true
+}

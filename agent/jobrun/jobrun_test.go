@@ -1,0 +1,202 @@
+package jobrun_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/agent/jobrun"
+	"github.com/runmesh/runmesh/agent/jobunit"
+)
+
+func TestParseUnitName(t *testing.T) {
+	t.Parallel()
+	lease := "0b5c3c1e-6f0e-4a51-9d7a-3f1f2f0c9a10"
+	got, attempt, ok := jobrun.ParseUnitName("runmesh-job-" + lease + "-12.service")
+	if !ok || got != lease || attempt != 12 {
+		t.Fatalf("got %q %d %v", got, attempt, ok)
+	}
+	for _, bad := range []string{"runmesh-job-" + lease + ".service", "runmesh-job-x-0.service", "other-" + lease + "-1.service", "runmesh-job-" + lease + "-1.scope", "runmesh-job--1.service"} {
+		if _, _, ok := jobrun.ParseUnitName(bad); ok {
+			t.Errorf("%s parsed", bad)
+		}
+	}
+}
+
+// The tests below need the runmesh user's systemd manager and rootless
+// podman: they run inside agent/sandbox (make test-e2e).
+func runtime(t *testing.T) *jobrun.Runtime {
+	t.Helper()
+	if os.Getenv("RUNMESH_SANDBOX") == "" {
+		t.Skip("runs inside agent/sandbox (make test-e2e)")
+	}
+	ctx := context.Background()
+	facts, err := jobunit.ProbePodman(ctx, "/usr/bin/podman")
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts),
+		EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh")}
+	r, err := jobrun.Connect(ctx, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
+func job(cmd ...string) jobunit.Job {
+	id := uuid.NewString()
+	return jobunit.Job{JobID: id, LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Command: cmd, Cores: 1, WallClockSeconds: 120}
+}
+
+func waitEnded(t *testing.T, r *jobrun.Runtime, unit string) jobrun.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		s, err := r.Status(ctx, unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Ended {
+			return s
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s did not end", unit)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// containers lists the containers podman has for a lease, running or not.
+func containers(t *testing.T, lease string) string {
+	t.Helper()
+	out, err := exec.Command("podman", "ps", "-a", "-q", "--filter", "label="+jobunit.LabelLease+"="+lease).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman ps: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestAJobEndsWithItsExitCode(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("sh", "-c", "echo hello; exit 3")
+	unit, err := r.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitEnded(t, r, unit)
+	if s.ExitCode == nil || *s.ExitCode != 3 || s.Result != "exit-code" || s.WallClock {
+		t.Fatalf("status %+v, want exit code 3", s)
+	}
+	if c := containers(t, j.LeaseID); c != "" {
+		t.Fatalf("container %s left behind", c)
+	}
+	if err := r.Forget(ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Status(ctx, unit); err == nil {
+		survivors, _ := r.Survivors(ctx)
+		for _, s := range survivors {
+			if s.Unit == unit {
+				t.Fatalf("%s is still listed after Forget", unit)
+			}
+		}
+	}
+}
+
+func TestStopEndsAJobAndItsContainer(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("sleep", "300")
+	unit, err := r.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if containers(t, j.LeaseID) == "" {
+		t.Fatal("no container while the unit runs")
+	}
+	start := time.Now()
+	if err := r.Stop(ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+	s := waitEnded(t, r, unit)
+	took := time.Since(start)
+	t.Logf("stopped in %v: result %s", took.Round(time.Millisecond), s.Result)
+	// The payload ignores nothing: SIGTERM ends it well before podman
+	// stop's 10 s grace would.
+	if took > 5*time.Second {
+		t.Fatalf("stop took %v: SIGTERM did not reach the payload", took)
+	}
+	if c := containers(t, j.LeaseID); c != "" {
+		t.Fatalf("container %s left behind", c)
+	}
+	_ = r.Forget(ctx, unit)
+}
+
+func TestTheWallClockStopsAJob(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("sleep", "300")
+	j.WallClockSeconds = 2
+	unit, err := r.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s := waitEnded(t, r, unit)
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("a 2 s wall clock took %v to stop the job", took)
+	}
+	if !s.WallClock || s.Result != "timeout" {
+		t.Fatalf("status %+v, want stopped by the wall clock", s)
+	}
+	if c := containers(t, j.LeaseID); c != "" {
+		t.Fatalf("container %s left behind", c)
+	}
+	_ = r.Forget(ctx, unit)
+}
+
+func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
+	first := runtime(t)
+	ctx := context.Background()
+	j := job("sleep", "300")
+	unit, err := first.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close() // the agent goes away
+
+	again := runtime(t)
+	survivors, err := again.Survivors(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *jobrun.Survivor
+	for i := range survivors {
+		if survivors[i].Unit == unit {
+			found = &survivors[i]
+		}
+	}
+	if found == nil || found.LeaseID != j.LeaseID || found.Attempt != 1 || found.ActiveState != "active" {
+		t.Fatalf("survivors %+v lack %s running", survivors, unit)
+	}
+	// The same lease and attempt cannot be started twice.
+	if _, err := again.Start(ctx, j); err == nil {
+		t.Fatal("a second unit for the same attempt started")
+	}
+	if err := again.Stop(ctx, unit); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, again, unit)
+	_ = again.Forget(ctx, unit)
+}
