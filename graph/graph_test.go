@@ -272,9 +272,12 @@ func TestRolesGateMutationsAndRefusalsChangeNothing(t *testing.T) {
 func TestOrgAdminManagesItsOwnOrganisation(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	r := b.do(t, b.adminA, `mutation { createPool(input: {name: "gpu-large", leaseSeconds: 45}) { name organisation { name } leaseSeconds { inForce isDefault } } }`, nil)
+	r := b.do(t, b.adminA, `mutation { createPool(input: {name: "gpu-large", leaseSeconds: 45}) { name organisation { name } leaseSeconds { inForce isDefault } allowUnenforcedMemory } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)
-	require.JSONEq(t, `{"name":"gpu-large","organisation":{"name":"org-a"},"leaseSeconds":{"inForce":45,"isDefault":false}}`, mustJSON(r.Data["createPool"]))
+	require.JSONEq(t, `{"name":"gpu-large","organisation":{"name":"org-a"},"leaseSeconds":{"inForce":45,"isDefault":false},"allowUnenforcedMemory":false}`, mustJSON(r.Data["createPool"]))
+	r = b.do(t, b.adminA, `mutation { createPool(input: {name: "cpu-shared", allowUnenforcedMemory: true}) { allowUnenforcedMemory } }`, nil)
+	require.Empty(t, r.Errors, r.Raw)
+	require.JSONEq(t, `{"allowUnenforcedMemory":true}`, mustJSON(r.Data["createPool"]))
 
 	r = b.do(t, b.adminA, `mutation { createAdminToken(input: {name: "ci-bot", role: ORG_MEMBER, ttlSeconds: 3600}) { token expiresAt admin { role organisation { name } } } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)

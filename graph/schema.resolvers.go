@@ -136,10 +136,11 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 		return nil, err
 	}
 	p, err := r.Store.CreatePool(ctx, store.NewPool{
-		OrganisationID:    org,
-		Name:              input.Name,
-		LeaseSeconds:      input.LeaseSeconds,
-		QueueTimeoutHours: input.QueueTimeoutHours,
+		OrganisationID:        org,
+		Name:                  input.Name,
+		LeaseSeconds:          input.LeaseSeconds,
+		QueueTimeoutHours:     input.QueueTimeoutHours,
+		AllowUnenforcedMemory: input.AllowUnenforcedMemory != nil && *input.AllowUnenforcedMemory,
 	})
 	if err != nil {
 		return nil, err

@@ -26,6 +26,8 @@ type NewPool struct {
 	Name              string
 	LeaseSeconds      *int
 	QueueTimeoutHours *int
+	// AllowUnenforcedMemory: see Pool.
+	AllowUnenforcedMemory bool
 }
 
 // CreatePool adds a pool. The caller has checked that the actor may create
@@ -33,10 +35,11 @@ type NewPool struct {
 // ErrNotFound, a taken name ErrConflict, an out-of-range setting ErrInvalid.
 func (s *Store) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
 	row, err := s.q.CreatePool(ctx, s.conn(ctx), dbsqlc.CreatePoolParams{
-		OrganisationID:    nullUUID(p.OrganisationID),
-		Name:              p.Name,
-		LeaseSeconds:      int32Ptr(p.LeaseSeconds),
-		QueueTimeoutHours: int32Ptr(p.QueueTimeoutHours),
+		OrganisationID:        nullUUID(p.OrganisationID),
+		Name:                  p.Name,
+		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
+		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
+		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
 	})
 	if err != nil {
 		return Pool{}, mapErr(err)

@@ -2229,6 +2229,8 @@ input CreatePoolInput {
   name: String!
   leaseSeconds: Int
   queueTimeoutHours: Int
+  "Off unless set: see Pool.allowUnenforcedMemory."
+  allowUnenforcedMemory: Boolean
 }
 
 input UpdatePoolInput {
@@ -9935,7 +9937,7 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours"}
+	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -9970,6 +9972,13 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.QueueTimeoutHours = data
+		case "allowUnenforcedMemory":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowUnenforcedMemory"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowUnenforcedMemory = data
 		}
 	}
 	return it, nil

@@ -37,6 +37,8 @@ type CreatePoolInput struct {
 	Name              string     `json:"name"`
 	LeaseSeconds      *int       `json:"leaseSeconds,omitempty"`
 	QueueTimeoutHours *int       `json:"queueTimeoutHours,omitempty"`
+	// Off unless set: see Pool.allowUnenforcedMemory.
+	AllowUnenforcedMemory *bool `json:"allowUnenforcedMemory,omitempty"`
 }
 
 type CreatedAdminToken struct {

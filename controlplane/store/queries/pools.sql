@@ -1,6 +1,6 @@
 -- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours)
-VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'))
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory)
+VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'), @allow_unenforced_memory)
 RETURNING *;
 
 -- name: ListPools :many

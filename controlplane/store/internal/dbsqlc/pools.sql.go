@@ -12,16 +12,17 @@ import (
 )
 
 const createPool = `-- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours)
-VALUES ($1, $2, $3, $4)
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory)
+VALUES ($1, $2, $3, $4, $5)
 RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
 `
 
 type CreatePoolParams struct {
-	OrganisationID    uuid.NullUUID
-	Name              string
-	LeaseSeconds      *int32
-	QueueTimeoutHours *int32
+	OrganisationID        uuid.NullUUID
+	Name                  string
+	LeaseSeconds          *int32
+	QueueTimeoutHours     *int32
+	AllowUnenforcedMemory bool
 }
 
 func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams) (Pool, error) {
@@ -30,6 +31,7 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		arg.Name,
 		arg.LeaseSeconds,
 		arg.QueueTimeoutHours,
+		arg.AllowUnenforcedMemory,
 	)
 	var i Pool
 	err := row.Scan(
