@@ -351,3 +351,42 @@ func TestReportedLimitsGateMemoryClaims(t *testing.T) {
 	require.Len(t, leases, 1)
 	require.Equal(t, jobID, leases[0].LeaseID)
 }
+
+func TestRunnerEventsFollowAPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	first, c, _ := b.approvedRunner(t, measured(2))
+
+	// Another organisation's pool cannot be followed.
+	_, code := b.gql(t, member, `subscription($p: ID!) { runnerEvents(poolId: $p) { id } }`, map[string]any{"p": b.poolB.ID})
+	require.Equal(t, "NOT_FOUND", code)
+
+	next := b.subscribe(t, member, `subscription($p: ID!) { runnerEvents(poolId: $p) { id status draining quarantined } }`, map[string]any{"p": b.poolA.ID})
+	event := func() map[string]any {
+		t.Helper()
+		payload, ok := next()
+		require.True(t, ok)
+		return payload["data"].(map[string]any)["runnerEvents"].(map[string]any)
+	}
+	require.Equal(t, map[string]any{"id": first, "status": "APPROVED", "draining": false, "quarantined": false}, event(), "the pool as it is")
+
+	// Runners of other pools, the organisation's own included, send nothing.
+	b.enrol(t, newRunnerKey(t), b.poolB.ID, "elsewhere")
+	data, code := b.gql(t, b.platform, `mutation($o: ID) { createPool(input: {organisationId: $o, name: "cpu"}) { id } }`, map[string]any{"o": b.orgA.ID})
+	require.Empty(t, code)
+	b.enrol(t, newRunnerKey(t), uuid.MustParse(data["createPool"].(map[string]any)["id"].(string)), "next-door")
+	k := newRunnerKey(t)
+	second := b.enrol(t, k, b.poolA.ID, "second")
+	require.Equal(t, map[string]any{"id": second, "status": "PENDING", "draining": false, "quarantined": false}, event(), "enrolment")
+
+	_, code = b.gql(t, b.platform, `mutation($id: ID!) { drainRunner(id: $id) { id } }`, map[string]any{"id": first})
+	require.Empty(t, code)
+	require.Equal(t, map[string]any{"id": first, "status": "APPROVED", "draining": true, "quarantined": false}, event(), "drain")
+
+	// Drift found by a heartbeat quarantines it.
+	less := measured(2)
+	less.GPUs = less.GPUs[:1]
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: less}).Status)
+	require.Equal(t, map[string]any{"id": first, "status": "APPROVED", "draining": true, "quarantined": true}, event(), "drift")
+}

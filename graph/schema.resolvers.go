@@ -675,6 +675,24 @@ func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-
 	}, r.jobFinished(me.Scope(), jobID)), nil
 }
 
+// RunnerEvents is the resolver for the runnerEvents field.
+func (r *subscriptionResolver) RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *store.Runner, error) {
+	me, _ := principal(ctx)
+	if _, err := r.Store.Pool(ctx, me.Scope(), poolID); err != nil {
+		return nil, err
+	}
+	return followRunners(ctx, r.Listener, r.Log, poolID, func(ctx context.Context, id *uuid.UUID) ([]store.Runner, error) {
+		if id == nil {
+			return r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: &poolID})
+		}
+		one, err := r.Store.Runner(ctx, me.Scope(), *id)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && one.PoolID != poolID) {
+			return nil, nil
+		}
+		return []store.Runner{one}, err
+	}), nil
+}
+
 // Admin returns generated.AdminResolver implementation.
 func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 

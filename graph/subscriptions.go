@@ -61,3 +61,58 @@ func (r *Resolver) jobFinished(scope store.Scope, id uuid.UUID) func(context.Con
 		return err != nil || j.State.Finished()
 	}
 }
+
+// followRunners sends what fetch(nil) returns, then, for each runner id
+// the server announces, what fetch(&id) returns (nothing for a runner of
+// another pool). After a reconnect of the listener, when notifications may
+// have been lost, it sends everything again.
+func followRunners(ctx context.Context, l *store.Listener, log *slog.Logger, poolID uuid.UUID,
+	fetch func(ctx context.Context, id *uuid.UUID) ([]store.Runner, error)) <-chan *store.Runner {
+	out := make(chan *store.Runner, 16)
+	// Subscribe before the first fetch: nothing between the two is missed.
+	sub := l.Subscribe(store.ChannelRunnerStatus)
+	go func() {
+		defer close(out)
+		defer sub.Close()
+		var id *uuid.UUID
+		for {
+			runners, err := fetch(ctx, id)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.Error("runnerEvents fetch", "pool_id", poolID, "err", err)
+				}
+				return
+			}
+			for i := range runners {
+				select {
+				case out <- &runners[i]:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if id, err = nextRunner(ctx, sub); err != nil {
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// nextRunner waits for a notification about a runner: its id, or nil when
+// notifications may have been missed and everything must be read again.
+func nextRunner(ctx context.Context, sub *store.Subscription) (*uuid.UUID, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case p := <-sub.C:
+			if p == "" {
+				return nil, nil
+			}
+			// Other payloads (a pool's) are not about one runner.
+			if id, err := uuid.Parse(p); err == nil {
+				return &id, nil
+			}
+		}
+	}
+}

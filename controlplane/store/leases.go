@@ -122,6 +122,12 @@ func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter in
 		}); err != nil {
 			return mapErr(err)
 		}
+		if t.CountsAsHostFault {
+			// failuresInARow changed, and may have quarantined the runner.
+			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), o.RunnerID.String()); err != nil {
+				return mapErr(err)
+			}
+		}
 		if t.State == JobQueued {
 			s.notifyAfterCommit(ctx, ChannelJobs, out.PoolID.String())
 		}

@@ -145,6 +145,10 @@ func (s *Store) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 		if err := s.SetEnrolmentCapacity(ctx, row.ID, n.Capacity); err != nil {
 			return err
 		}
+		// runnerEvents subscribers see the new, pending runner.
+		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), row.ID.String()); err != nil {
+			return mapErr(err)
+		}
 		out, err = s.Runner(ctx, AllOrganisations(), row.ID)
 		return err
 	})

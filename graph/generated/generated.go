@@ -303,8 +303,9 @@ type ComplexityRoot struct {
 	}
 
 	Subscription struct {
-		JobEvents func(childComplexity int, jobID uuid.UUID) int
-		JobLogs   func(childComplexity int, jobID uuid.UUID) int
+		JobEvents    func(childComplexity int, jobID uuid.UUID) int
+		JobLogs      func(childComplexity int, jobID uuid.UUID) int
+		RunnerEvents func(childComplexity int, poolID uuid.UUID) int
 	}
 }
 
@@ -408,6 +409,7 @@ type RunnerResolver interface {
 type SubscriptionResolver interface {
 	JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error)
 	JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *store.LogChunk, error)
+	RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *store.Runner, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1668,6 +1670,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.JobLogs(childComplexity, args["jobId"].(uuid.UUID)), true
+	case "Subscription.runnerEvents":
+		if e.ComplexityRoot.Subscription.RunnerEvents == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_runnerEvents_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.RunnerEvents(childComplexity, args["poolId"].(uuid.UUID)), true
 
 	}
 	return 0, false
@@ -2136,6 +2149,13 @@ type Subscription {
   jobEvents(jobId: ID!): JobEvent! @hasRole(role: ORG_MEMBER)
   "A job's output: what is stored so far, then each chunk as it arrives, until the job has finished."
   jobLogs(jobId: ID!): LogChunk! @hasRole(role: ORG_MEMBER)
+  """
+  The pool's runners: each as it is now, then a runner again whenever it changes:
+  it enrols; an administrator approves, rejects, revokes, drains, resumes, retires
+  or clears it; drift or host faults quarantine it. Heartbeats alone do not send
+  one (online is a matter of time; poll runners for it).
+  """
+  runnerEvents(poolId: ID!): Runner! @hasRole(role: ORG_MEMBER)
 }
 
 type LogChunk {
@@ -3312,6 +3332,20 @@ func (ec *executionContext) field_Subscription_jobLogs_args(ctx context.Context,
 		return nil, err
 	}
 	args["jobId"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_runnerEvents_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg0
 	return args, nil
 }
 
@@ -8748,6 +8782,68 @@ func (ec *executionContext) fieldContext_Subscription_jobLogs(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Subscription_runnerEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_runnerEvents(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().RunnerEvents(ctx, fc.Args["poolId"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *store.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *store.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_runnerEvents(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_runnerEvents_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11988,6 +12084,8 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 		return ec._Subscription_jobEvents(ctx, fields[0])
 	case "jobLogs":
 		return ec._Subscription_jobLogs(ctx, fields[0])
+	case "runnerEvents":
+		return ec._Subscription_runnerEvents(ctx, fields[0])
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}

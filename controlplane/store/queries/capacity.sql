@@ -32,7 +32,10 @@ FROM jsonb_to_recordset(@beats::jsonb) AS v (
         id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
         cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text)
 WHERE r.id = v.id AND r.status = 'APPROVED'
-RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining;
+RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining,
+          -- Set by this statement: the drift just quarantined it.
+          (v.drift <> '' AND r.quarantine_reason = v.drift
+           AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS newly_quarantined;
 
 -- name: SetRunnerDraining :exec
 UPDATE runners SET draining = @draining WHERE id = @id;

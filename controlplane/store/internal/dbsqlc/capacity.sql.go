@@ -127,7 +127,10 @@ FROM jsonb_to_recordset($2::jsonb) AS v (
         id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
         cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text)
 WHERE r.id = v.id AND r.status = 'APPROVED'
-RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining
+RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining,
+          -- Set by this statement: the drift just quarantined it.
+          (v.drift <> '' AND r.quarantine_reason = v.drift
+           AND r.quarantined_at = coalesce($1::timestamptz, now()))::boolean AS newly_quarantined
 `
 
 type RecordHeartbeatsParams struct {
@@ -136,9 +139,10 @@ type RecordHeartbeatsParams struct {
 }
 
 type RecordHeartbeatsRow struct {
-	ID          uuid.UUID
-	Quarantined bool
-	Draining    bool
+	ID               uuid.UUID
+	Quarantined      bool
+	Draining         bool
+	NewlyQuarantined bool
 }
 
 // One statement for a batch of heartbeats, passed as one JSON array. A runner that is no longer
@@ -154,7 +158,12 @@ func (q *Queries) RecordHeartbeats(ctx context.Context, db DBTX, arg RecordHeart
 	var items []RecordHeartbeatsRow
 	for rows.Next() {
 		var i RecordHeartbeatsRow
-		if err := rows.Scan(&i.ID, &i.Quarantined, &i.Draining); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Quarantined,
+			&i.Draining,
+			&i.NewlyQuarantined,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
