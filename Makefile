@@ -15,7 +15,7 @@ GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e build demo check bench bench-pki bench-heartbeat bench-lease
+.PHONY: help generate verify lint test test-e2e build demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -70,7 +70,7 @@ build: ## build the binaries into bin/
 demo: build ## run the control plane on its embedded default (private PostgreSQL)
 	./bin/runmesh-server dev
 
-bench: bench-pki bench-heartbeat bench-lease ## every benchmark (each starts its own PostgreSQL and server)
+bench: bench-pki bench-heartbeat bench-lease bench-start ## every benchmark (each starts its own PostgreSQL and server)
 
 bench-pki: ## approval → certificate latency and mTLS handshakes per second
 	$(GO) run ./cmd/runmesh-bench pki
@@ -80,5 +80,14 @@ bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS wit
 
 bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
 	$(GO) run ./cmd/runmesh-bench lease
+
+bench-start: ## lease held → job container running, against plain podman run, in agent/sandbox (needs root)
+	@test "$$(id -u)" = 0 || { echo "bench-start runs in agent/sandbox and needs root"; exit 1; }
+	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \
+		chmod a+rx $(SANDBOX_DIR)/bin/runmesh-bench
+	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh down; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT INT TERM; \
+		agent/sandbox/sandbox.sh up || exit 1; \
+		agent/sandbox/sandbox.sh user $(SANDBOX_DIR)/bin/runmesh-bench start
 
 check: verify lint test ## generated code, lint and tests: run before you push

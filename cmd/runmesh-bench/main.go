@@ -26,6 +26,7 @@ benchmarks:
   pki        approval → certificate-on-runner latency, and mTLS handshakes per second
   heartbeat  the most runners heartbeating every 10 s with p99 < 100 ms, and the CPU they cost
   lease      queue throughput and submit-to-lease latency, against River on the same PostgreSQL
+  start      lease held → job container running, against a plain podman run (inside agent/sandbox)
 `
 
 func main() {
@@ -75,6 +76,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 			o.levels = append(o.levels, n)
 		}
 		return benchHeartbeat(ctx, o, stdout)
+	case "start":
+		rounds := fs.Int("rounds", 30, "measured rounds of each")
+		podman := fs.String("podman", "/usr/bin/podman", "podman binary")
+		image := fs.String("image", "localhost/busybox:latest", "a local image with sleep")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		return benchStart(ctx, *rounds, *podman, *image, stdout)
 	case "lease":
 		o := leaseOptions{}
 		fs.IntVar(&o.jobs, "jobs", 5000, "jobs for the throughput runs")
