@@ -22,6 +22,11 @@ type loaders struct {
 	runnerSeen          *dataloadgen.Loader[uuid.UUID, time.Time]         // by pool
 	booking             *dataloadgen.Loader[uuid.UUID, store.Booking]     // by runner
 	poolQueue           *dataloadgen.Loader[uuid.UUID, store.PoolQueue]   // by pool
+	// By job; only jobs the caller already read through its scope reach
+	// these.
+	jobEvents *dataloadgen.Loader[uuid.UUID, []store.JobEvent]
+	jobRuns   *dataloadgen.Loader[uuid.UUID, []store.JobRun]
+	jobLogs   *dataloadgen.Loader[uuid.UUID, []store.LogChunk]
 }
 
 type loadersKey struct{}
@@ -42,6 +47,9 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		runnerSeen: dataloadgen.NewMappedLoader(s.RunnerSeen, wait),
 		booking:    dataloadgen.NewMappedLoader(s.Bookings, wait),
 		poolQueue:  dataloadgen.NewMappedLoader(s.PoolQueues, wait),
+		jobEvents:  dataloadgen.NewMappedLoader(s.JobEventsForJobs, wait),
+		jobRuns:    dataloadgen.NewMappedLoader(s.JobRunsForJobs, wait),
+		jobLogs:    dataloadgen.NewMappedLoader(s.JobLogsForJobs, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.
@@ -115,6 +123,26 @@ func prefetchRunners(ctx context.Context, runners []store.Runner) {
 				}
 			}
 			l.pool.LoadAllThunk(ctx, poolIDs)
+		}
+	}
+}
+
+// prefetchJobs loads, in one statement each, the events, runs and logs a
+// job list selects.
+func prefetchJobs(ctx context.Context, jobs []store.Job) {
+	l := loadersFor(ctx)
+	ids := make([]uuid.UUID, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		switch f.Name {
+		case "events":
+			l.jobEvents.LoadAllThunk(ctx, ids)
+		case "runs":
+			l.jobRuns.LoadAllThunk(ctx, ids)
+		case "logs":
+			l.jobLogs.LoadAllThunk(ctx, ids)
 		}
 	}
 }

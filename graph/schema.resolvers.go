@@ -75,17 +75,17 @@ func (r *jobResolver) Claim(ctx context.Context, obj *store.Job) (*model.JobClai
 
 // Events is the resolver for the events field.
 func (r *jobResolver) Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error) {
-	return r.Store.JobEvents(ctx, obj.ID, 0)
+	return loadersFor(ctx).jobEvents.Load(ctx, obj.ID)
 }
 
 // Runs is the resolver for the runs field.
 func (r *jobResolver) Runs(ctx context.Context, obj *store.Job) ([]store.JobRun, error) {
-	return r.Store.JobRuns(ctx, obj.ID)
+	return loadersFor(ctx).jobRuns.Load(ctx, obj.ID)
 }
 
 // Logs is the resolver for the logs field.
 func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) {
-	chunks, err := r.Store.JobLogs(ctx, obj.ID, 0, -1)
+	chunks, err := loadersFor(ctx).jobLogs.Load(ctx, obj.ID)
 	if err != nil {
 		return "", err
 	}
@@ -522,7 +522,12 @@ func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *stor
 	if first < 1 || first > 1000 {
 		return nil, badInputf("first: between 1 and 1000")
 	}
-	return r.Store.Jobs(ctx, me.Scope(), store.JobFilter{PoolID: poolID, State: state, Limit: first})
+	jobs, err := r.Store.Jobs(ctx, me.Scope(), store.JobFilter{PoolID: poolID, State: state, Limit: first})
+	if err != nil {
+		return nil, err
+	}
+	prefetchJobs(ctx, jobs)
+	return jobs, nil
 }
 
 // Job is the resolver for the job field.

@@ -80,3 +80,49 @@ func TestRunnerListRunsAConstantNumberOfStatements(t *testing.T) {
 	require.Equal(t, few, many)
 	require.LessOrEqual(t, many, int64(8))
 }
+
+// TestJobListRunsAConstantNumberOfStatements lists jobs with their events,
+// runs and logs: one statement each, whatever the number of jobs.
+func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	count := func(jobs int) int64 {
+		counter := &statements{}
+		cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
+		require.NoError(t, err)
+		cfg.ConnConfig.Tracer = counter
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		require.NoError(t, err)
+		t.Cleanup(pool.Close)
+		s := store.New(pool)
+		org, err := s.CreateOrganisation(ctx, "org")
+		require.NoError(t, err)
+		p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+		require.NoError(t, err)
+		batch := make([]store.NewJob, jobs)
+		for i := range batch {
+			batch[i] = store.NewJob{PoolID: p.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
+		}
+		_, err = s.SubmitJobs(ctx, store.AllOrganisations(), p.ID, nil, batch)
+		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) SELECT id, 1, 0, 'hello' FROM jobs`)
+		require.NoError(t, err)
+		token, digest := tokens.Admin.New()
+		_, err = s.CreateAdminWithToken(ctx, store.NewAdmin{Name: "a", Role: store.RoleOrgMember, OrganisationID: &org.ID, TokenHash: digest})
+		require.NoError(t, err)
+
+		b := &testBundle{handler: graph.NewHandler(graph.Options{Store: s})}
+		counter.n.Store(0)
+		r := b.do(t, token, `{ jobs(first: 1000) { id events { type } runs { attempt } logs } }`, nil)
+		require.Empty(t, r.Errors, r.Raw)
+		listed := r.Data["jobs"].([]any)
+		require.Len(t, listed, jobs)
+		first := listed[0].(map[string]any)
+		require.Equal(t, []any{map[string]any{"type": "SUBMITTED"}}, first["events"])
+		require.Equal(t, "hello", first["logs"])
+		return counter.n.Load()
+	}
+	few, many := count(10), count(500)
+	t.Logf("%d statements for 10 jobs, %d for 500", few, many)
+	require.Equal(t, few, many)
+}

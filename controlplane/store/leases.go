@@ -196,9 +196,13 @@ func (s *Store) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) (
 	}
 	out := make([]JobEvent, len(rows))
 	for i, r := range rows {
-		out[i] = JobEvent{ID: r.ID, At: r.At, Type: r.Type, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID), Detail: r.Detail}
+		out[i] = jobEventFromRow(r)
 	}
 	return out, nil
+}
+
+func jobEventFromRow(r dbsqlc.JobEvent) JobEvent {
+	return JobEvent{ID: r.ID, At: r.At, Type: r.Type, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID), Detail: r.Detail}
 }
 
 // JobRun is one attempt: where it ran and how it ended.
@@ -217,17 +221,60 @@ type JobRun struct {
 	RunnerVersion *string
 }
 
-// JobRuns lists a job's attempts in order.
-func (s *Store) JobRuns(ctx context.Context, jobID uuid.UUID) ([]JobRun, error) {
-	rows, err := s.q.JobRuns(ctx, s.conn(ctx), jobID)
+func jobRunFromRow(r dbsqlc.JobRun) JobRun {
+	return JobRun{Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
+		FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
+		PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
+}
+
+// The ...ForJobs functions read several jobs' events, runs and logs in one
+// statement each, for job lists. The caller has read the jobs through its
+// scope; every id asked for gets an entry, empty when it has nothing.
+
+// JobEventsForJobs returns each job's events, oldest first.
+func (s *Store) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
+	rows, err := s.q.JobEventsForJobs(ctx, s.conn(ctx), ids)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]JobRun, len(rows))
-	for i, r := range rows {
-		out[i] = JobRun{Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
-			FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
-			PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
+	out := make(map[uuid.UUID][]JobEvent, len(ids))
+	for _, id := range ids {
+		out[id] = []JobEvent{}
+	}
+	for _, r := range rows {
+		out[r.JobID] = append(out[r.JobID], jobEventFromRow(r))
+	}
+	return out, nil
+}
+
+// JobRunsForJobs returns each job's runs by attempt.
+func (s *Store) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
+	rows, err := s.q.JobRunsForJobs(ctx, s.conn(ctx), ids)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID][]JobRun, len(ids))
+	for _, id := range ids {
+		out[id] = []JobRun{}
+	}
+	for _, r := range rows {
+		out[r.JobID] = append(out[r.JobID], jobRunFromRow(r))
+	}
+	return out, nil
+}
+
+// JobLogsForJobs returns each job's output chunks in order.
+func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]LogChunk, error) {
+	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), ids)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID][]LogChunk, len(ids))
+	for _, id := range ids {
+		out[id] = []LogChunk{}
+	}
+	for _, r := range rows {
+		out[r.JobID] = append(out[r.JobID], LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data})
 	}
 	return out, nil
 }

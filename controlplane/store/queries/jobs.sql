@@ -174,9 +174,6 @@ ORDER BY attempt, seq;
 -- name: JobEvents :many
 SELECT * FROM job_events WHERE job_id = @job_id AND id > @after_id ORDER BY id;
 
--- name: JobRuns :many
-SELECT * FROM job_runs WHERE job_id = @job_id ORDER BY attempt;
-
 -- name: ExpiredLeases :many
 -- Leases past their expiry, locked for the sweeper; SKIP LOCKED lets
 -- several replicas' sweepers share the work instead of colliding.
@@ -287,3 +284,13 @@ FROM jsonb_to_recordset(@jobs::jsonb) AS v (
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;
+
+-- name: JobEventsForJobs :many
+-- Several jobs' events in one statement (a job list showing them).
+SELECT * FROM job_events WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, id;
+
+-- name: JobRunsForJobs :many
+SELECT * FROM job_runs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt;
+
+-- name: JobLogsForJobs :many
+SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt, seq;

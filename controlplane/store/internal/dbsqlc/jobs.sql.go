@@ -841,6 +841,39 @@ func (q *Queries) JobEvents(ctx context.Context, db DBTX, arg JobEventsParams) (
 	return items, nil
 }
 
+const jobEventsForJobs = `-- name: JobEventsForJobs :many
+SELECT id, job_id, at, type, attempt, runner_id, detail FROM job_events WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, id
+`
+
+// Several jobs' events in one statement (a job list showing them).
+func (q *Queries) JobEventsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUID) ([]JobEvent, error) {
+	rows, err := db.Query(ctx, jobEventsForJobs, jobIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobEvent
+	for rows.Next() {
+		var i JobEvent
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.At,
+			&i.Type,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.Detail,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const jobLogs = `-- name: JobLogs :many
 SELECT attempt, seq, data FROM job_logs
 WHERE job_id = $1 AND (attempt, seq) > ($2::int, $3::int)
@@ -879,12 +912,48 @@ func (q *Queries) JobLogs(ctx context.Context, db DBTX, arg JobLogsParams) ([]Jo
 	return items, nil
 }
 
-const jobRuns = `-- name: JobRuns :many
-SELECT job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version FROM job_runs WHERE job_id = $1 ORDER BY attempt
+const jobLogsForJobs = `-- name: JobLogsForJobs :many
+SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, attempt, seq
 `
 
-func (q *Queries) JobRuns(ctx context.Context, db DBTX, jobID uuid.UUID) ([]JobRun, error) {
-	rows, err := db.Query(ctx, jobRuns, jobID)
+type JobLogsForJobsRow struct {
+	JobID   uuid.UUID
+	Attempt int32
+	Seq     int32
+	Data    []byte
+}
+
+func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUID) ([]JobLogsForJobsRow, error) {
+	rows, err := db.Query(ctx, jobLogsForJobs, jobIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobLogsForJobsRow
+	for rows.Next() {
+		var i JobLogsForJobsRow
+		if err := rows.Scan(
+			&i.JobID,
+			&i.Attempt,
+			&i.Seq,
+			&i.Data,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobRunsForJobs = `-- name: JobRunsForJobs :many
+SELECT job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version FROM job_runs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, attempt
+`
+
+func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUID) ([]JobRun, error) {
+	rows, err := db.Query(ctx, jobRunsForJobs, jobIds)
 	if err != nil {
 		return nil, err
 	}
