@@ -30,9 +30,11 @@ func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the user's systemd manager: %w", err)
 	}
-	if err := os.MkdirAll(host.EnvDir, 0o700); err != nil {
-		conn.Close()
-		return nil, err
+	for _, dir := range []string{host.EnvDir, host.LogDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			conn.Close()
+			return nil, err
+		}
 	}
 	return &Runtime{conn: conn, host: host}, nil
 }
@@ -41,36 +43,37 @@ func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
 func (r *Runtime) Close() { r.conn.Close() }
 
 // Start renders job and starts its unit. It returns once systemd has
-// started it: the container is created and conmon said READY.
-func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (string, error) {
+// started it: the container is created and conmon said READY. The unit
+// says where its output goes (LogPath).
+func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error) {
 	u, err := jobunit.Render(r.host, job)
 	if err != nil {
-		return "", err
+		return u, err
 	}
 	props, err := u.DBus()
 	if err != nil {
-		return "", err
+		return u, err
 	}
 	// 0600 in a 0700 directory: the values may be secrets.
 	if err := os.WriteFile(u.EnvPath, u.EnvFile, 0o600); err != nil {
-		return "", err
+		return u, err
 	}
 	done := make(chan string, 1)
 	// "fail": a unit of the same name (this lease and attempt) already
 	// there is a survivor to adopt, never something to replace.
 	if _, err := r.conn.StartTransientUnitContext(ctx, u.Name, "fail", props, done); err != nil {
 		os.Remove(u.EnvPath)
-		return "", fmt.Errorf("start %s: %w", u.Name, err)
+		return u, fmt.Errorf("start %s: %w", u.Name, err)
 	}
 	select {
 	case res := <-done:
 		if res != "done" {
-			return u.Name, fmt.Errorf("start %s: %s", u.Name, res)
+			return u, fmt.Errorf("start %s: %s", u.Name, res)
 		}
 	case <-ctx.Done():
-		return u.Name, ctx.Err()
+		return u, ctx.Err()
 	}
-	return u.Name, nil
+	return u, nil
 }
 
 // Status is what systemd knows of a job unit.

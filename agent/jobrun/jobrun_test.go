@@ -42,7 +42,7 @@ func runtime(t *testing.T) *jobrun.Runtime {
 		t.Fatal(err)
 	}
 	host := jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts),
-		EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh")}
+		EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), LogDir: filepath.Join(os.Getenv("HOME"), "logs")}
 	r, err := jobrun.Connect(ctx, host)
 	if err != nil {
 		t.Fatal(err)
@@ -90,13 +90,22 @@ func TestAJobEndsWithItsExitCode(t *testing.T) {
 	r := runtime(t)
 	ctx := context.Background()
 	j := job("sh", "-c", "echo hello; exit 3")
-	unit, err := r.Start(ctx, j)
+	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unit := u.Name
 	s := waitEnded(t, r, unit)
 	if s.ExitCode == nil || *s.ExitCode != 3 || s.Result != "exit-code" || s.WallClock {
 		t.Fatalf("status %+v, want exit code 3", s)
+	}
+	// The output outlives the container.
+	raw, err := os.ReadFile(u.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := jobunit.ReadOutput(raw); err != nil || string(out) != "hello\n" {
+		t.Fatalf("output %q (%v), want hello", out, err)
 	}
 	if c := containers(t, j.LeaseID); c != "" {
 		t.Fatalf("container %s left behind", c)
@@ -118,10 +127,11 @@ func TestStopEndsAJobAndItsContainer(t *testing.T) {
 	r := runtime(t)
 	ctx := context.Background()
 	j := job("sleep", "300")
-	unit, err := r.Start(ctx, j)
+	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unit := u.Name
 	if containers(t, j.LeaseID) == "" {
 		t.Fatal("no container while the unit runs")
 	}
@@ -148,10 +158,11 @@ func TestTheWallClockStopsAJob(t *testing.T) {
 	ctx := context.Background()
 	j := job("sleep", "300")
 	j.WallClockSeconds = 2
-	unit, err := r.Start(ctx, j)
+	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unit := u.Name
 	start := time.Now()
 	s := waitEnded(t, r, unit)
 	if took := time.Since(start); took > 8*time.Second {
@@ -170,10 +181,11 @@ func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
 	first := runtime(t)
 	ctx := context.Background()
 	j := job("sleep", "300")
-	unit, err := first.Start(ctx, j)
+	u, err := first.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
 	}
+	unit := u.Name
 	first.Close() // the agent goes away
 
 	again := runtime(t)

@@ -43,6 +43,10 @@ type Host struct {
 	// EnvDir holds the jobs' environment files (mode 0700, the runmesh
 	// user's): values can be secrets and never go on a command line.
 	EnvDir string
+	// LogDir holds the jobs' output (on disk, not a tmpfs: output can be
+	// large). It outlives the container, which --rm removes, until the
+	// agent has uploaded it.
+	LogDir string
 }
 
 // Job is one lease to run.
@@ -73,6 +77,9 @@ type Unit struct {
 	// ExecStopPost removes it.
 	EnvPath string
 	EnvFile []byte
+	// LogPath is where podman writes the job's output, in the CRI log
+	// format (see ReadOutput).
+	LogPath string
 }
 
 // Property is one unit property. Value is a string, bool, uint64,
@@ -128,6 +135,10 @@ func Render(h Host, j Job) (Unit, error) {
 	container := fmt.Sprintf("%s%s-%d", UnitPrefix, j.LeaseID, j.Attempt)
 	name := container + ".service"
 	envPath := strings.TrimSuffix(h.EnvDir, "/") + "/" + container + ".env"
+	if !strings.HasPrefix(h.LogDir, "/") {
+		return Unit{}, fmt.Errorf("log directory %q is not absolute", h.LogDir)
+	}
+	logPath := strings.TrimSuffix(h.LogDir, "/") + "/" + container + ".log"
 
 	// --init: a payload that is PID 1 gets no default signal actions, so
 	// without an init a plain `sleep` ignores podman stop's SIGTERM and a
@@ -139,6 +150,8 @@ func Render(h Host, j Job) (Unit, error) {
 		"--label", LabelLease + "=" + j.LeaseID,
 		"--label", LabelAttempt + "=" + strconv.Itoa(j.Attempt),
 		"--env-file", envPath,
+		// A file of our own, not podman's store: it survives --rm.
+		"--log-driver=k8s-file", "--log-opt", "path=" + logPath,
 	}
 	props := []Property{
 		{"Description", fmt.Sprintf("runmesh job %s attempt %d", j.JobID, j.Attempt)},
@@ -197,7 +210,7 @@ func Render(h Host, j Job) (Unit, error) {
 	if j.WallClockSeconds > 0 {
 		props = append(props, Property{"RuntimeMaxUSec", uint64(j.WallClockSeconds) * uint64(time.Second/time.Microsecond)})
 	}
-	return Unit{Name: name, Container: container, Properties: props, EnvPath: envPath, EnvFile: env}, nil
+	return Unit{Name: name, Container: container, Properties: props, EnvPath: envPath, EnvFile: env, LogPath: logPath}, nil
 }
 
 // pidsLimit bounds a job's processes: generous for real work, fatal to a

@@ -32,12 +32,12 @@ func job() jobunit.Job {
 
 func v1Host() jobunit.Host {
 	facts := jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}
-	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh"}
+	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh", LogDir: "/var/lib/runmesh-agent/logs"}
 }
 
 func v2Host(controllers ...string) jobunit.Host {
 	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers}
-	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh/",
+	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh/", LogDir: "/var/lib/runmesh-agent/logs",
 		CDIDevices: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}}
 }
 
@@ -243,5 +243,27 @@ func TestProbePodmanSaysWhyItFailed(t *testing.T) {
 	_, err := jobunit.ProbePodman(t.Context(), "/nonexistent/podman")
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/podman info") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReadOutput(t *testing.T) {
+	t.Parallel()
+	log := "2026-11-30T13:00:00.000000001+00:00 stdout F hello\n" +
+		"2026-11-30T13:00:00.000000002+00:00 stderr P par\n" +
+		"2026-11-30T13:00:00.000000003+00:00 stderr F tial line\n" +
+		"2026-11-30T13:00:00.000000004+00:00 stdout F \n" +
+		"2026-11-30T13:00:00.000000005+00:00 stdout F not yet compl"
+	out, used, err := jobunit.ReadOutput([]byte(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != "hello\npartial line\n\n" {
+		t.Fatalf("got %q", out)
+	}
+	if used != strings.LastIndex(log, "\n")+1 {
+		t.Fatalf("used %d bytes, want up to the last complete record", used)
+	}
+	if _, _, err := jobunit.ReadOutput([]byte("garbage\n")); err == nil {
+		t.Fatal("a line that is no record was accepted")
 	}
 }

@@ -31,7 +31,7 @@ func TestRenderedUnitRunsInTheUserManager(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: envDir}
+	host := jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: envDir, LogDir: filepath.Join(os.Getenv("HOME"), "logs")}
 	t.Logf("podman: %+v; enforcement: %+v", facts, host.Enforce)
 	j := job()
 	j.Image = "localhost/busybox:latest"
@@ -42,6 +42,9 @@ func TestRenderedUnitRunsInTheUserManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(u.EnvPath, u.EnvFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(host.LogDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	props, err := u.DBus()
