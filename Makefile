@@ -55,7 +55,7 @@ test-e2e: ## the agent's tests against a real systemd and rootless Podman, in ag
 		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; \
 		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done; chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
 	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh down; \
-		trap 'agent/sandbox/sandbox.sh down' EXIT INT TERM; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT; trap 'exit 130' INT TERM; \
 		agent/sandbox/sandbox.sh up || exit 1; \
 		for p in $(E2E_PACKAGES); do \
 			t=$(SANDBOX_DIR)/bin/$$(basename $$p).test; echo "e2e: $$p"; \
@@ -86,7 +86,7 @@ bench-start: ## lease held → job container running, against plain podman run, 
 	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \
 		chmod a+rx $(SANDBOX_DIR)/bin/runmesh-bench
 	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh down; \
-		trap 'agent/sandbox/sandbox.sh down' EXIT INT TERM; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT; trap 'exit 130' INT TERM; \
 		agent/sandbox/sandbox.sh up || exit 1; \
 		agent/sandbox/sandbox.sh user $(SANDBOX_DIR)/bin/runmesh-bench start
 

@@ -90,7 +90,7 @@ func followRunners(ctx context.Context, l *store.Listener, log *slog.Logger, poo
 					return
 				}
 			}
-			if id, err = nextRunner(ctx, sub); err != nil {
+			if id, err = nextRunner(ctx, sub, poolID); err != nil {
 				return
 			}
 		}
@@ -99,17 +99,18 @@ func followRunners(ctx context.Context, l *store.Listener, log *slog.Logger, poo
 }
 
 // nextRunner waits for a notification about a runner: its id, or nil when
-// notifications may have been missed and everything must be read again.
-func nextRunner(ctx context.Context, sub *store.Subscription) (*uuid.UUID, error) {
+// everything must be read again: notifications may have been missed, or
+// the pool itself changed (its lease is every runner's).
+func nextRunner(ctx context.Context, sub *store.Subscription, poolID uuid.UUID) (*uuid.UUID, error) {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case p := <-sub.C:
-			if p == "" {
+			if p == "" || p == "pool:"+poolID.String() {
 				return nil, nil
 			}
-			// Other payloads (a pool's) are not about one runner.
+			// Other pools' payloads are not about this pool's runners.
 			if id, err := uuid.Parse(p); err == nil {
 				return &id, nil
 			}

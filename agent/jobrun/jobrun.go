@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/godbus/dbus/v5"
 
 	"github.com/runmesh/runmesh/agent/jobunit"
 )
@@ -59,10 +60,13 @@ func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, err
 		return u, err
 	}
 	done := make(chan string, 1)
-	// "fail": a unit of the same name (this lease and attempt) already
-	// there is a survivor to adopt, never something to replace.
+	// systemd refuses a transient unit whose name is taken: a unit of this
+	// lease and attempt already there is a survivor to adopt, and its env
+	// file is its own.
 	if _, err := r.conn.StartTransientUnitContext(ctx, u.Name, "fail", props, done); err != nil {
-		os.Remove(u.EnvPath)
+		if !isDBusError(err, "org.freedesktop.systemd1.UnitExists") {
+			os.Remove(u.EnvPath)
+		}
 		return u, fmt.Errorf("start %s: %w", u.Name, err)
 	}
 	select {
@@ -101,10 +105,12 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 		return Status{}, err
 	}
 	state, _ := u["ActiveState"].(string)
+	sub, _ := u["SubState"].(string)
 	if u["LoadState"] == "not-found" {
 		return Status{}, ErrNoUnit
 	}
-	s := Status{Ended: state == "inactive" || state == "failed"}
+	// RemainAfterExit keeps an ended job's unit active in SubState exited.
+	s := Status{Ended: state == "inactive" || state == "failed" || sub == "exited"}
 	s.Result, _ = p["Result"].(string)
 	// CLD_EXITED is 1: the main process (conmon) exited with the
 	// container's code.
@@ -113,11 +119,13 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 		s.ExitCode = &st
 	}
 	// RuntimeMaxSec ends a running unit with Result=timeout; a start that
-	// timed out never became active.
+	// timed out never became active. A job that had already exited when an
+	// unforgotten unit ran out of time was not stopped by the clock.
 	if s.Result == "timeout" {
-		if t, _ := u["ActiveEnterTimestamp"].(uint64); t != 0 {
-			s.WallClock = true
-		}
+		entered, _ := u["ActiveEnterTimestamp"].(uint64)
+		exited, _ := p["ExecMainExitTimestamp"].(uint64)
+		limit, _ := p["RuntimeMaxUSec"].(uint64)
+		s.WallClock = entered != 0 && (exited == 0 || exited >= entered+limit)
 	}
 	return s, nil
 }
@@ -140,13 +148,27 @@ func (r *Runtime) Stop(ctx context.Context, unit string) error {
 	}
 }
 
-// Forget lets systemd drop a unit that ended, once its result is reported.
+// Forget lets systemd drop a unit that ended, once its result is
+// reported: it stops the (active, exited) unit, which runs its cleanup,
+// and clears a failed one. A unit already gone is not an error.
 func (r *Runtime) Forget(ctx context.Context, unit string) error {
-	err := r.conn.ResetFailedUnitContext(ctx, unit)
-	if err != nil && strings.Contains(err.Error(), "not failed") {
-		return nil
+	if err := r.Stop(ctx, unit); err != nil && !isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit") {
+		return err
 	}
-	return err
+	err := r.conn.ResetFailedUnitContext(ctx, unit)
+	if err != nil && !isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit") {
+		return err
+	}
+	return nil
+}
+
+func isDBusError(err error, name string) bool {
+	var e dbus.Error
+	if errors.As(err, &e) {
+		return e.Name == name
+	}
+	var p *dbus.Error
+	return errors.As(err, &p) && p.Name == name
 }
 
 // Survivor is a job unit found by name.

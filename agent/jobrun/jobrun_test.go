@@ -212,3 +212,41 @@ func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
 	waitEnded(t, again, unit)
 	_ = again.Forget(ctx, unit)
 }
+
+func TestASucceededJobKeepsItsResultUntilForgotten(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("true")
+	u, err := r.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := waitEnded(t, r, u.Name)
+	// Read again a while later: systemd would have dropped a unit that
+	// exited 0 at once, and with it the result.
+	time.Sleep(time.Second)
+	if s, err = r.Status(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Ended || s.ExitCode == nil || *s.ExitCode != 0 || s.WallClock {
+		t.Fatalf("status %+v, want ended with exit code 0", s)
+	}
+	if err := r.Forget(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(u.EnvPath); !os.IsNotExist(err) {
+		t.Fatalf("the env file outlived Forget: %v", err)
+	}
+	if err := r.Forget(ctx, u.Name); err != nil {
+		t.Fatalf("forgetting a unit that is gone: %v", err)
+	}
+	survivors, err := r.Survivors(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range survivors {
+		if s.Unit == u.Name {
+			t.Fatalf("%s is still listed after Forget: %+v", u.Name, s)
+		}
+	}
+}

@@ -161,6 +161,10 @@ func Render(h Host, j Job) (Unit, error) {
 		// SIGTERM to podman, then ExecStop stops the container cleanly;
 		// control-group would SIGKILL conmon and strand the container.
 		{"KillMode", "mixed"},
+		// An ended unit stays (active, exited) until the agent has read
+		// its result: without this systemd unloads a unit that exited 0
+		// at once, and a restarted agent could not tell it had run.
+		{"RemainAfterExit", true},
 		{"Environment", []string{"PODMAN_SYSTEMD_UNIT=" + name}},
 		{"TimeoutStartUSec", uint64(startTimeout.Microseconds())},
 		{"TimeoutStopUSec", uint64(stopTimeout.Microseconds())},
@@ -200,7 +204,9 @@ func Render(h Host, j Job) (Unit, error) {
 	run = append(run, j.Command...)
 
 	props = append(props,
-		Property{"ExecStart", []Exec{{Argv: run}}},
+		// systemd expands $NAME and ${NAME} in Exec lines from its own
+		// environment: the job's command must reach podman as written.
+		Property{"ExecStart", []Exec{{Argv: escapeDollars(run)}}},
 		Property{"ExecStop", []Exec{{Argv: []string{h.Podman, "stop", "--ignore", "-t", strconv.Itoa(stopGrace), container}}}},
 		Property{"ExecStopPost", []Exec{
 			{Argv: []string{h.Podman, "rm", "-f", "--ignore", container}},
@@ -211,6 +217,15 @@ func Render(h Host, j Job) (Unit, error) {
 		props = append(props, Property{"RuntimeMaxUSec", uint64(j.WallClockSeconds) * uint64(time.Second/time.Microsecond)})
 	}
 	return Unit{Name: name, Container: container, Properties: props, EnvPath: envPath, EnvFile: env, LogPath: logPath}, nil
+}
+
+// escapeDollars doubles every $, which systemd reads back as one.
+func escapeDollars(argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = strings.ReplaceAll(a, "$", "$$")
+	}
+	return out
 }
 
 // pidsLimit bounds a job's processes: generous for real work, fatal to a

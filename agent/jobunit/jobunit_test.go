@@ -24,7 +24,7 @@ const (
 func job() jobunit.Job {
 	return jobunit.Job{
 		JobID: leaseID, LeaseID: leaseID, Attempt: 2, Image: "localhost/busybox:latest",
-		Command: []string{"sh", "-c", "echo hello; exit 3"},
+		Command: []string{"sh", "-c", "echo hello ${MODE} $$; exit 3"},
 		Env:     map[string]string{"API_KEY": "s3cret-value", "MODE": "train"},
 		Cores:   2.5, MemoryMiB: 4096, WallClockSeconds: 3600,
 	}
@@ -197,7 +197,7 @@ func TestDBusSignatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{
-		"Description": "s", "Type": "s", "NotifyAccess": "s", "KillMode": "s", "Environment": "as",
+		"Description": "s", "Type": "s", "NotifyAccess": "s", "KillMode": "s", "RemainAfterExit": "b", "Environment": "as",
 		"TimeoutStartUSec": "t", "TimeoutStopUSec": "t", "RuntimeMaxUSec": "t", "Delegate": "b",
 		"ExecStart": "a(sasb)", "ExecStop": "a(sasb)", "ExecStopPost": "a(sasb)",
 	}

@@ -35,7 +35,9 @@ func TestRenderedUnitRunsInTheUserManager(t *testing.T) {
 	t.Logf("podman: %+v; enforcement: %+v", facts, host.Enforce)
 	j := job()
 	j.Image = "localhost/busybox:latest"
-	j.Command = []string{"sh", "-c", `test "$API_KEY" = s3cret-value && exit 3; exit 1`}
+	// ${API_KEY} as one word is what systemd would expand from its own
+	// environment if the unit did not escape it.
+	j.Command = []string{"sh", "-c", `test ${API_KEY} = s3cret-value && exit 3; exit 1`}
 	j.MemoryMiB = 0
 	u, err := jobunit.Render(host, j)
 	if err != nil {

@@ -58,8 +58,24 @@ install_packages() {
   die "could not install: $need (apt-get install $need)"
 }
 
+# Root writes here and later acts on what it finds (a pid to signal), so the directory must be root's own: a
+# directory another user made first under /tmp could point root's writes or signals elsewhere.
+own_dir() {
+  if [ -L "$D" ] || { [ -e "$D" ] && [ "$(stat -c %u "$D")" != 0 ]; }; then
+    die "$D is a symlink or not root's: remove it, or set RUNMESH_SANDBOX_DIR"
+  fi
+  mkdir -p "$D" && chmod 0755 "$D"
+}
+
 pid1() { cat $D/pid1 2>/dev/null; }
-running() { local p; p=$(pid1) && [ -n "$p" ] && [ -d /proc/$p ]; }
+# The pid is systemd's only while it is the init of a pid namespace other than ours: a stale file could
+# otherwise name an unrelated process.
+running() {
+  local p
+  p=$(pid1) && [ -n "$p" ] && [ -d /proc/$p ] &&
+    [ "$(readlink /proc/$p/ns/pid)" != "$(readlink /proc/self/ns/pid)" ] &&
+    [ "$(readlink /proc/$p/exe 2>/dev/null)" = /usr/lib/systemd/systemd ]
+}
 
 gexec() { nsenter -t "$(pid1)" -m -u -i -p -C -r -w -- "$@"; }
 
@@ -161,7 +177,7 @@ UNIT
 
 boot() {
   running && die "already up (PID 1 is host pid $(pid1)); sandbox.sh down first"
-  mkdir -p $D
+  own_dir
   : >$D/cgroups
   rm -f $D/pid1
   (
@@ -193,7 +209,8 @@ boot() {
   while [ $SECONDS -lt $end ]; do
     state=$(gexec systemctl is-system-running 2>/dev/null || true)
     case "$state" in running | degraded) break ;; esac
-    running || { cat $D/stage2.log >&2; die "systemd exited while booting"; }
+    # Until stage2 execs systemd, PID 1 is still bash: only check that it lives.
+    [ -d /proc/$(pid1) ] || { cat $D/stage2.log >&2; die "systemd exited while booting"; }
     sleep 0.1
   done
   case "$state" in running | degraded) ;; *) die "systemd did not finish booting: is-system-running says '$state'" ;; esac
@@ -258,14 +275,16 @@ prepare_podman() {
 
 down() {
   local p u
+  [ -d "$D" ] || return 0
+  own_dir
   p=$(pid1 || true)
   u=$(cat $D/unshare.pid 2>/dev/null || true)
-  if [ -n "$p" ] && [ -d /proc/$p ]; then
+  if running; then
     gexec journalctl -b --no-pager -o short-precise >$D/journal.txt 2>/dev/null || true
     kill -s SIGRTMIN+4 "$p" 2>/dev/null || true # systemd's poweroff
     wait_for 20 test ! -d /proc/$p || { log "PID 1 did not power off in 20 s: SIGKILL"; kill -9 "$p" 2>/dev/null || true; }
   fi
-  [ -n "$u" ] && wait_for 5 test ! -d /proc/$u || true
+  [ -n "$u" ] && [ "$(readlink /proc/$u/exe 2>/dev/null)" = /usr/bin/unshare ] && wait_for 5 test ! -d /proc/$u || true
   if [ -f $D/cgroups ]; then
     while read -r cg; do
       [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
@@ -287,11 +306,12 @@ up)
   m=$(missing)
   [ -z "$m" ] || { printf 'sandbox: this host lacks:\n%s\n' "$m" >&2; exit 1; }
   install_packages
-  trap 'down' ERR
+  # die exits, which an ERR trap does not see: tear down on any exit until up has succeeded.
+  trap 'down' EXIT
   boot
   prepare_user
   prepare_podman
-  trap - ERR
+  trap - EXIT
   ;;
 exec) shift; gexec "$@" ;;
 user) shift; uexec "$@" ;;

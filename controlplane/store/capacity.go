@@ -68,19 +68,8 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *ti
 		return nil, mapErr(err)
 	}
 	out := make(map[uuid.UUID]HeartbeatOutcome, len(rows))
-	var quarantined []string
 	for _, r := range rows {
 		out[r.ID] = HeartbeatOutcome{Quarantined: r.Quarantined, Draining: r.Draining}
-		if r.NewlyQuarantined {
-			quarantined = append(quarantined, r.ID.String())
-		}
-	}
-	// Rare, and worth telling: caches and runnerEvents subscribers re-read
-	// a runner that drift just quarantined.
-	for _, id := range quarantined {
-		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), id); err != nil {
-			return out, mapErr(err)
-		}
 	}
 	return out, nil
 }

@@ -139,7 +139,18 @@ func (l *Listener) broadcast(channel, payload string) {
 	for s := range l.subs[channel] {
 		select {
 		case s.c <- payload:
-		default: // a slow subscriber re-reads state on its next wake-up
+		default:
+			// A slow subscriber: whatever it has not read yet gives way to
+			// "", so that it re-reads everything rather than miss this.
+			// broadcast holds mu, so no other sender races for the slot.
+			select {
+			case <-s.c:
+			default:
+			}
+			select {
+			case s.c <- "":
+			default:
+			}
 		}
 	}
 }

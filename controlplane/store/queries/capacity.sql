@@ -14,7 +14,9 @@ UPDATE runners SET inventory = @inventory WHERE id = @id;
 -- One statement for a batch of heartbeats, passed as one JSON array. A runner that is no longer
 -- approved matches nothing, and so is not recorded. A drift reason
 -- quarantines a runner that is not quarantined already (the first reason
--- is kept).
+-- is kept), and the same statement tells every replica (caches,
+-- runnerEvents): a notify sent after it could be lost between the two.
+WITH updated AS (
 UPDATE runners r
 SET agent_version     = v.agent_version,
     last_heartbeat_at = coalesce(sqlc.narg('now')::timestamptz, now()),
@@ -35,7 +37,11 @@ WHERE r.id = v.id AND r.status = 'APPROVED'
 RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining,
           -- Set by this statement: the drift just quarantined it.
           (v.drift <> '' AND r.quarantine_reason = v.drift
-           AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS newly_quarantined;
+           AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS newly_quarantined
+)
+SELECT u.id, u.quarantined, u.draining
+FROM updated u
+LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.newly_quarantined) n ON true;
 
 -- name: SetRunnerDraining :exec
 UPDATE runners SET draining = @draining WHERE id = @id;

@@ -110,6 +110,7 @@ func (q *Queries) PoolsRunnerSeen(ctx context.Context, db DBTX, poolIds []uuid.U
 }
 
 const recordHeartbeats = `-- name: RecordHeartbeats :many
+WITH updated AS (
 UPDATE runners r
 SET agent_version     = v.agent_version,
     last_heartbeat_at = coalesce($1::timestamptz, now()),
@@ -131,6 +132,10 @@ RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draini
           -- Set by this statement: the drift just quarantined it.
           (v.drift <> '' AND r.quarantine_reason = v.drift
            AND r.quarantined_at = coalesce($1::timestamptz, now()))::boolean AS newly_quarantined
+)
+SELECT u.id, u.quarantined, u.draining
+FROM updated u
+LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.newly_quarantined) n ON true
 `
 
 type RecordHeartbeatsParams struct {
@@ -139,16 +144,16 @@ type RecordHeartbeatsParams struct {
 }
 
 type RecordHeartbeatsRow struct {
-	ID               uuid.UUID
-	Quarantined      bool
-	Draining         bool
-	NewlyQuarantined bool
+	ID          uuid.UUID
+	Quarantined bool
+	Draining    bool
 }
 
 // One statement for a batch of heartbeats, passed as one JSON array. A runner that is no longer
 // approved matches nothing, and so is not recorded. A drift reason
 // quarantines a runner that is not quarantined already (the first reason
-// is kept).
+// is kept), and the same statement tells every replica (caches,
+// runnerEvents): a notify sent after it could be lost between the two.
 func (q *Queries) RecordHeartbeats(ctx context.Context, db DBTX, arg RecordHeartbeatsParams) ([]RecordHeartbeatsRow, error) {
 	rows, err := db.Query(ctx, recordHeartbeats, arg.Now, arg.Beats)
 	if err != nil {
@@ -158,12 +163,7 @@ func (q *Queries) RecordHeartbeats(ctx context.Context, db DBTX, arg RecordHeart
 	var items []RecordHeartbeatsRow
 	for rows.Next() {
 		var i RecordHeartbeatsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Quarantined,
-			&i.Draining,
-			&i.NewlyQuarantined,
-		); err != nil {
+		if err := rows.Scan(&i.ID, &i.Quarantined, &i.Draining); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -1,0 +1,53 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/store/storetest"
+)
+
+// A subscriber that falls behind must not miss a change for good: what
+// overflows its buffer turns into "", the signal to re-read everything.
+func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pool, err := pgxpool.New(ctx, storetest.NewDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	l := store.NewListener(pool, slog.New(slog.DiscardHandler))
+	go l.Run(ctx)
+	<-l.Ready()
+	sub := l.Subscribe(store.ChannelRunnerStatus)
+	defer sub.Close()
+
+	const sent = 40
+	for i := range sent {
+		_, err := pool.Exec(ctx, "SELECT pg_notify($1, $2)", store.ChannelRunnerStatus, fmt.Sprint(i))
+		require.NoError(t, err)
+	}
+	// The last notification is delivered (or has given way to "") once
+	// the listener has seen them all.
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for len(got) == 0 || (got[len(got)-1] != "" && got[len(got)-1] != fmt.Sprint(sent-1)) {
+		select {
+		case p := <-sub.C:
+			got = append(got, p)
+		case <-deadline:
+			t.Fatalf("got %q", got)
+		}
+		if len(got) < 16 {
+			time.Sleep(20 * time.Millisecond) // stay slow while the buffer fills
+		}
+	}
+	require.Contains(t, got, "", "an overflow must say so: %q", got)
+}
