@@ -92,6 +92,11 @@ type Status struct {
 	Result string
 	// WallClock is true when RuntimeMaxSec stopped it.
 	WallClock bool
+	// StartFailed: the container never ran. podman exited before conmon
+	// said READY (an image that is not there, a runtime that refuses), or
+	// the start timed out. ExitCode is nil then: podman's own code is not
+	// the job's.
+	StartFailed bool
 }
 
 // Status reads a unit's state.
@@ -112,9 +117,11 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 	// RemainAfterExit keeps an ended job's unit active in SubState exited.
 	s := Status{Ended: state == "inactive" || state == "failed" || sub == "exited"}
 	s.Result, _ = p["Result"].(string)
+	entered, _ := u["ActiveEnterTimestamp"].(uint64)
+	s.StartFailed = s.Ended && entered == 0
 	// CLD_EXITED is 1: the main process (conmon) exited with the
 	// container's code.
-	if code, _ := p["ExecMainCode"].(int32); code == 1 {
+	if code, _ := p["ExecMainCode"].(int32); code == 1 && !s.StartFailed {
 		st := int(p["ExecMainStatus"].(int32))
 		s.ExitCode = &st
 	}
@@ -122,7 +129,6 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 	// timed out never became active. A job that had already exited when an
 	// unforgotten unit ran out of time was not stopped by the clock.
 	if s.Result == "timeout" {
-		entered, _ := u["ActiveEnterTimestamp"].(uint64)
 		exited, _ := p["ExecMainExitTimestamp"].(uint64)
 		limit, _ := p["RuntimeMaxUSec"].(uint64)
 		s.WallClock = entered != 0 && (exited == 0 || exited >= entered+limit)

@@ -250,3 +250,22 @@ func TestASucceededJobKeepsItsResultUntilForgotten(t *testing.T) {
 		}
 	}
 }
+
+func TestAMissingImageIsAFailedStartNotAnExitCode(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("true")
+	j.Image = "localhost/not-there:latest"
+	u, err := r.Start(ctx, j)
+	if err == nil {
+		t.Fatal("a job whose image is not there started")
+	}
+	t.Logf("start: %v", err)
+	s := waitEnded(t, r, u.Name)
+	if !s.StartFailed || s.ExitCode != nil || s.WallClock {
+		t.Fatalf("status %+v, want a failed start without an exit code", s)
+	}
+	if err := r.Forget(ctx, u.Name); err != nil {
+		t.Fatal(err)
+	}
+}
