@@ -102,6 +102,9 @@ func TestCapacityEndToEnd(t *testing.T) {
 	require.Contains(t, got["labels"], map[string]any{"key": "rack", "value": "r12", "source": "DECLARED"})
 	require.Contains(t, got["labels"], map[string]any{"key": "runmesh.io/gpu.count", "value": "8", "source": "DETECTED"})
 	require.Contains(t, got["health"], map[string]any{"name": "nvml", "ok": true})
+	// The agent runs here as root with no user systemd manager: it says it
+	// cannot run jobs rather than pretend.
+	require.Contains(t, got["health"], map[string]any{"name": "runtime", "ok": false})
 
 	// The agent's /metrics, under dcgm-exporter's names.
 	// Logs reach us through a pipe: they may trail READY=1.

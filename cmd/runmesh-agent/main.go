@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +34,7 @@ import (
 	"github.com/runmesh/runmesh/agent/enrol"
 	"github.com/runmesh/runmesh/agent/heartbeat"
 	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/agent/jobrun"
 	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/agent/metrics"
 	"github.com/runmesh/runmesh/agent/renewal"
@@ -272,6 +274,40 @@ func newCollector(ctx context.Context, cfg config.Config) (*capacity.Collector, 
 	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels, Limits: limits(ctx, cfg.Podman)}, gpus.Close
 }
 
+// checkRuntime says whether this agent could run jobs: podman answers, and
+// the user's systemd manager is reachable over D-Bus. Without both it still
+// heartbeats, and the condition says why it cannot take work.
+func checkRuntime(ctx context.Context, cfg config.Config) runnerapi.Condition {
+	bad := func(why string) runnerapi.Condition {
+		return runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: clip("cannot run jobs: "+why, 200)}
+	}
+	podman := cfg.Podman
+	if podman == "" {
+		p, err := exec.LookPath("podman")
+		if err != nil {
+			return bad("podman not found on PATH")
+		}
+		podman = p
+	}
+	facts, err := jobunit.ProbePodman(ctx, podman)
+	if err != nil {
+		return bad(err.Error())
+	}
+	if !facts.Rootless {
+		return bad("podman is not rootless for this user (run the agent as its own unprivileged user)")
+	}
+	host := jobunit.Host{Podman: podman, Cgroup: facts.Cgroup(), EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), LogDir: filepath.Join(cfg.WorkDir, "logs")}
+	if os.Getenv("XDG_RUNTIME_DIR") == "" {
+		return bad("XDG_RUNTIME_DIR is not set, so the user's systemd manager cannot be found")
+	}
+	rt, err := jobrun.Connect(ctx, host)
+	if err != nil {
+		return bad(err.Error())
+	}
+	rt.Close()
+	return runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", facts.CgroupVersion)}
+}
+
 // limits decides from podman's own report which limits hold for job
 // containers; whatever cannot be shown is reported as not enforced, with
 // the reason.
@@ -319,6 +355,8 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	collector, closeGPUs := newCollector(ctx, cfg)
 	defer closeGPUs()
 	go collector.GPUs.WatchHealth(ctx, log.With("component", "gpu-health"))
+	runtimeHealth := checkRuntime(ctx, cfg)
+	log.Info("job runtime", "ok", runtimeHealth.OK, "detail", runtimeHealth.Title)
 
 	m := metrics.New()
 	m.CertificateExpiry(id.Leaf().NotAfter)
@@ -341,7 +379,9 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
 		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
-		Health: heartbeat.Conditions,
+		Health: func(c runnerapi.Capacity) []runnerapi.Condition {
+			return append(heartbeat.Conditions(c), runtimeHealth)
+		},
 		Observe: func(b heartbeat.Beat) {
 			if b.Err != nil {
 				m.Heartbeat("error")
