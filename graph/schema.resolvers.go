@@ -355,22 +355,19 @@ func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobI
 // SubmitJobs is the resolver for the submitJobs field.
 func (r *mutationResolver) SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]store.Job, error) {
 	me, _ := principal(ctx)
-	if len(inputs) == 0 || len(inputs) > store.MaxBatch {
-		return nil, badInputf("inputs: 1 to %d jobs", store.MaxBatch)
-	}
+	by := me.ID
 	ns := make([]store.NewJob, len(inputs))
 	for i, in := range inputs {
 		n, err := newJob(in)
 		if err != nil {
 			return nil, badInputf("inputs[%d]: %s", i, err.Error())
 		}
-		if in.PoolID != inputs[0].PoolID {
-			return nil, badInputf("inputs[%d]: every job of a batch goes to the same pool", i)
-		}
+		n.SubmittedBy = &by
 		ns[i] = n
 	}
-	by := me.ID
-	return r.Store.SubmitJobs(ctx, me.Scope(), inputs[0].PoolID, &by, ns)
+	// The store checks the batch's size and that it names one pool.
+	jobs, _, err := r.Store.SubmitJobs(ctx, me.Scope(), ns)
+	return jobs, err
 }
 
 // CancelJob is the resolver for the cancelJob field.

@@ -103,7 +103,7 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 		for i := range batch {
 			batch[i] = store.NewJob{PoolID: p.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
 		}
-		_, err = s.SubmitJobs(ctx, store.AllOrganisations(), p.ID, nil, batch)
+		_, _, err = s.SubmitJobs(ctx, store.AllOrganisations(), batch)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) SELECT id, 1, 0, 'hello' FROM jobs`)
 		require.NoError(t, err)

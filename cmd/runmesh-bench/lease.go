@@ -70,7 +70,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 		for i := range batch {
 			batch[i] = noop
 		}
-		_, err := e.store.SubmitJobs(ctx, store.AllOrganisations(), p.ID, nil, batch)
+		_, _, err := e.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
 		return err
 	}
 	lease := func(c *http.Client, wait, max int) ([]runnerapi.Lease, error) {

@@ -99,52 +99,28 @@ type NewJob struct {
 // with the same idempotency key in the same pool is returned instead, and
 // created is false.
 func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
-	err = s.WithTx(ctx, func(ctx context.Context) error {
-		if _, err := s.Pool(ctx, scope, n.PoolID); err != nil {
-			return err
-		}
-		env, err := json.Marshal(n.Env)
-		if err != nil {
-			return err
-		}
-		if n.Command == nil {
-			n.Command = []string{}
-		}
-		row, err := s.q.InsertJob(ctx, s.conn(ctx), dbsqlc.InsertJobParams{
-			PoolID: n.PoolID, SubmittedBy: nullUUID(n.SubmittedBy), Image: n.Image, Command: n.Command, Env: env,
-			Cores: n.Claim.Cores, MemoryMib: n.Claim.MemoryMiB, Gpus: int32(n.Claim.GPUs), WallClockSeconds: int32(n.Claim.WallClockSeconds),
-			Priority: int32(n.Priority), MaxAttempts: int32(n.MaxAttempts), IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
-		})
-		if errors.Is(mapErr(err), ErrNotFound) && n.IdempotencyKey != nil {
-			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: n.PoolID, IdempotencyKey: n.IdempotencyKey})
-			if err != nil {
-				return mapErr(err)
-			}
-			job = jobFromRow(existing)
-			return nil
-		}
-		if err != nil {
-			return mapErr(err)
-		}
-		job, created = jobFromRow(row), true
-		if err := s.jobEvent(ctx, job.ID, "SUBMITTED", 0, nil, ""); err != nil {
-			return err
-		}
-		s.notifyAfterCommit(ctx, ChannelJobs, job.PoolID.String())
-		return nil
-	})
-	return job, created, err
+	jobs, made, err := s.SubmitJobs(ctx, scope, []NewJob{n})
+	if err != nil {
+		return Job{}, false, err
+	}
+	return jobs[0], made[0], nil
 }
 
 // MaxBatch bounds one batch submission.
 const MaxBatch = 1000
 
-// SubmitJobs queues several jobs of one pool in one transaction, in the
-// order given; a job whose idempotency key the pool has seen is the job
-// that key made. All of ns must name poolID.
-func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, by *uuid.UUID, ns []NewJob) ([]Job, error) {
+// SubmitJobs queues jobs of one pool in one statement and one transaction,
+// all or none, and returns them in the order given. A job whose idempotency
+// key the pool has seen (before, or earlier in the batch) is the job that
+// key made, and its created is false.
+func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs []Job, created []bool, err error) {
+	if len(ns) == 0 || len(ns) > MaxBatch {
+		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
+	}
+	poolID := ns[0].PoolID
 	type row struct {
 		ID               uuid.UUID         `json:"id"`
+		SubmittedBy      *uuid.UUID        `json:"submitted_by"`
 		Image            string            `json:"image"`
 		Command          []string          `json:"command"`
 		Env              map[string]string `json:"env"`
@@ -160,7 +136,7 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, b
 	rows := make([]row, len(ns))
 	for i, n := range ns {
 		if n.PoolID != poolID {
-			return nil, fmt.Errorf("%w: a batch goes to one pool", ErrInvalid)
+			return nil, nil, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
 		}
 		if n.Command == nil {
 			n.Command = []string{}
@@ -172,22 +148,22 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, b
 		// lease order the order given.
 		id, err := uuid.NewV7()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		rows[i] = row{ID: id, Image: n.Image, Command: n.Command, Env: n.Env, Cores: n.Claim.Cores, MemoryMiB: n.Claim.MemoryMiB,
-			GPUs: n.Claim.GPUs, WallClockSeconds: n.Claim.WallClockSeconds, Priority: n.Priority, MaxAttempts: n.MaxAttempts,
-			IdempotencyKey: n.IdempotencyKey, Kind: n.Kind}
+		rows[i] = row{ID: id, SubmittedBy: n.SubmittedBy, Image: n.Image, Command: n.Command, Env: n.Env, Cores: n.Claim.Cores,
+			MemoryMiB: n.Claim.MemoryMiB, GPUs: n.Claim.GPUs, WallClockSeconds: n.Claim.WallClockSeconds, Priority: n.Priority,
+			MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind}
 	}
 	doc, err := json.Marshal(rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	out := make([]Job, len(ns))
+	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
 	err = s.WithTx(ctx, func(ctx context.Context) error {
 		if _, err := s.Pool(ctx, scope, poolID); err != nil {
 			return err
 		}
-		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), dbsqlc.InsertJobsParams{PoolID: poolID, SubmittedBy: nullUUID(by), Jobs: doc})
+		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), dbsqlc.InsertJobsParams{PoolID: poolID, Jobs: doc})
 		if err != nil {
 			return mapErr(err)
 		}
@@ -200,7 +176,7 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, b
 		}
 		for i, r := range rows {
 			if j, ok := byID[r.ID]; ok {
-				out[i] = j
+				jobs[i], created[i] = j, true
 				continue
 			}
 			// Not inserted: its key was used before.
@@ -208,7 +184,7 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, b
 			if err != nil {
 				return mapErr(err)
 			}
-			out[i] = jobFromRow(existing)
+			jobs[i] = jobFromRow(existing)
 		}
 		if len(ids) == 0 {
 			return nil
@@ -219,7 +195,10 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, poolID uuid.UUID, b
 		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs, created, nil
 }
 
 // jobEvent records a change of a job and wakes its subscribers.

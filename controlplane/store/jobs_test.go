@@ -310,11 +310,12 @@ func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
 	batch[2].IdempotencyKey = &seen
 	batch[3].IdempotencyKey, batch[4].IdempotencyKey = &dup, &dup
 
-	got, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), b.pool.ID, nil, batch)
+	got, created, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
 	require.NoError(t, err)
 	require.Len(t, got, 6)
 	require.Equal(t, before.ID, got[2].ID, "a key the pool has seen returns its job")
 	require.Equal(t, got[3].ID, got[4].ID, "one key twice in a batch makes one job")
+	require.Equal(t, []bool{true, true, false, true, false, true}, created)
 	for _, i := range []int{0, 1, 3, 5} {
 		require.Equal(t, fmt.Sprintf("img-%d", i), got[i].Image)
 		events, err := b.store.JobEvents(ctx, got[i].ID, 0)
@@ -346,12 +347,12 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	ok := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
 	stray := ok
 	stray.PoolID = otherPool.ID
-	_, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), b.pool.ID, nil, []store.NewJob{ok, stray})
+	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, stray})
 	require.ErrorIs(t, err, store.ErrInvalid)
 
 	outsider, err := b.store.CreateOrganisation(ctx, "outsider")
 	require.NoError(t, err)
-	_, err = b.store.SubmitJobs(ctx, store.OneOrganisation(outsider.ID), b.pool.ID, nil, []store.NewJob{ok, ok})
+	_, _, err = b.store.SubmitJobs(ctx, store.OneOrganisation(outsider.ID), []store.NewJob{ok, ok})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
 	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})

@@ -1,13 +1,3 @@
--- name: InsertJob :one
--- The same idempotency key in the same pool returns nothing here; the
--- caller then reads the job that key already made.
-INSERT INTO jobs (pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                  priority, max_attempts, idempotency_key, kind)
-VALUES (@pool_id, sqlc.narg('submitted_by'), @image, @command, @env, @cores, @memory_mib, @gpus, @wall_clock_seconds,
-        @priority, @max_attempts, sqlc.narg('idempotency_key'), @kind)
-ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *;
-
 -- name: JobByIdempotencyKey :one
 SELECT * FROM jobs WHERE pool_id = @pool_id AND idempotency_key = @idempotency_key;
 
@@ -277,10 +267,10 @@ SELECT pg_notify(@channel::text, p) FROM unnest(@payloads::text[]) AS p;
 -- nothing; the caller reads those jobs back.
 INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                   priority, max_attempts, idempotency_key, kind)
-SELECT v.id, @pool_id, sqlc.narg('submitted_by'), v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
+SELECT v.id, @pool_id, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
        v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
 FROM jsonb_to_recordset(@jobs::jsonb) AS v (
-        id uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
+        id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING *;

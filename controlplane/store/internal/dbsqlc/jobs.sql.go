@@ -513,78 +513,6 @@ func (q *Queries) HeldAttempt(ctx context.Context, db DBTX, arg HeldAttemptParam
 	return held, err
 }
 
-const insertJob = `-- name: InsertJob :one
-INSERT INTO jobs (pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                  priority, max_attempts, idempotency_key, kind)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-        $10, $11, $12, $13)
-ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
-`
-
-type InsertJobParams struct {
-	PoolID           uuid.UUID
-	SubmittedBy      uuid.NullUUID
-	Image            string
-	Command          []string
-	Env              []byte
-	Cores            float64
-	MemoryMib        int64
-	Gpus             int32
-	WallClockSeconds int32
-	Priority         int32
-	MaxAttempts      int32
-	IdempotencyKey   *string
-	Kind             string
-}
-
-// The same idempotency key in the same pool returns nothing here; the
-// caller then reads the job that key already made.
-func (q *Queries) InsertJob(ctx context.Context, db DBTX, arg InsertJobParams) (Job, error) {
-	row := db.QueryRow(ctx, insertJob,
-		arg.PoolID,
-		arg.SubmittedBy,
-		arg.Image,
-		arg.Command,
-		arg.Env,
-		arg.Cores,
-		arg.MemoryMib,
-		arg.Gpus,
-		arg.WallClockSeconds,
-		arg.Priority,
-		arg.MaxAttempts,
-		arg.IdempotencyKey,
-		arg.Kind,
-	)
-	var i Job
-	err := row.Scan(
-		&i.ID,
-		&i.PoolID,
-		&i.SubmittedBy,
-		&i.Image,
-		&i.Command,
-		&i.Env,
-		&i.Cores,
-		&i.MemoryMib,
-		&i.Gpus,
-		&i.WallClockSeconds,
-		&i.Priority,
-		&i.MaxAttempts,
-		&i.IdempotencyKey,
-		&i.Kind,
-		&i.State,
-		&i.StateReason,
-		&i.Attempt,
-		&i.RunnerID,
-		&i.LeaseExpiresAt,
-		&i.AvailableAt,
-		&i.CancelRequested,
-		&i.SubmittedAt,
-		&i.FinishedAt,
-	)
-	return i, err
-}
-
 const insertJobEvent = `-- name: InsertJobEvent :exec
 INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
 VALUES ($1, $2, $3, $4, $5)
@@ -677,26 +605,25 @@ func (q *Queries) InsertJobRuns(ctx context.Context, db DBTX, arg InsertJobRunsP
 const insertJobs = `-- name: InsertJobs :many
 INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                   priority, max_attempts, idempotency_key, kind)
-SELECT v.id, $1, $2, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
+SELECT v.id, $1, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
        v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
-FROM jsonb_to_recordset($3::jsonb) AS v (
-        id uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
+FROM jsonb_to_recordset($2::jsonb) AS v (
+        id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
 `
 
 type InsertJobsParams struct {
-	PoolID      uuid.UUID
-	SubmittedBy uuid.NullUUID
-	Jobs        []byte
+	PoolID uuid.UUID
+	Jobs   []byte
 }
 
 // A batch submission in one statement. Ids are chosen by the caller, so it
 // knows which row is which input. Keys already used in the pool insert
 // nothing; the caller reads those jobs back.
 func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]Job, error) {
-	rows, err := db.Query(ctx, insertJobs, arg.PoolID, arg.SubmittedBy, arg.Jobs)
+	rows, err := db.Query(ctx, insertJobs, arg.PoolID, arg.Jobs)
 	if err != nil {
 		return nil, err
 	}
