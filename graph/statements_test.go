@@ -27,6 +27,26 @@ func (s *statements) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 }
 func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+// countedPool gives a fresh database whose statements counter counts, with
+// an organisation and one of its pools.
+func countedPool(t *testing.T) (*statements, *pgxpool.Pool, *store.Store, store.Organisation, store.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	counter := &statements{}
+	cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.Tracer = counter
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s := store.New(pool)
+	org, err := s.CreateOrganisation(ctx, "org")
+	require.NoError(t, err)
+	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	require.NoError(t, err)
+	return counter, pool, s, org, p
+}
+
 // TestRunnerListRunsAConstantNumberOfStatements lists runners with their
 // GPUs, pools, organisations and certificates: the statements it costs must
 // not grow with the number of runners.
@@ -34,24 +54,13 @@ func TestRunnerListRunsAConstantNumberOfStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	count := func(runners int) (int64, int) {
-		counter := &statements{}
-		cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.Tracer = counter
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		s := store.New(pool)
-		org, err := s.CreateOrganisation(ctx, "org")
-		require.NoError(t, err)
-		p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
-		require.NoError(t, err)
+		counter, pool, s, org, p := countedPool(t)
 		gpus := make([]runnerapi.GPU, 8)
 		for i := range gpus {
 			gpus[i] = runnerapi.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Name: "NVIDIA H200", MemoryTotalMiB: 143771, Healthy: true}
 		}
 		gpuJSON, _ := json.Marshal(gpus)
-		_, err = pool.Exec(ctx, `
+		_, err := pool.Exec(ctx, `
 			WITH t AS (
 				INSERT INTO enrolment_tokens (pool_id, token_hash, expires_at, used_at)
 				SELECT $1, sha256(('token-' || g)::bytea), now() + interval '1 hour', now() FROM generate_series(1, $2) g
@@ -87,23 +96,12 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	count := func(jobs int) int64 {
-		counter := &statements{}
-		cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
-		require.NoError(t, err)
-		cfg.ConnConfig.Tracer = counter
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		require.NoError(t, err)
-		t.Cleanup(pool.Close)
-		s := store.New(pool)
-		org, err := s.CreateOrganisation(ctx, "org")
-		require.NoError(t, err)
-		p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
-		require.NoError(t, err)
+		counter, pool, s, org, p := countedPool(t)
 		batch := make([]store.NewJob, jobs)
 		for i := range batch {
 			batch[i] = store.NewJob{PoolID: p.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
 		}
-		_, _, err = s.SubmitJobs(ctx, store.AllOrganisations(), batch)
+		_, _, err := s.SubmitJobs(ctx, store.AllOrganisations(), batch)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) SELECT id, 1, 0, 'hello' FROM jobs`)
 		require.NoError(t, err)

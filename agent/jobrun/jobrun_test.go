@@ -41,8 +41,7 @@ func runtime(t *testing.T) *jobrun.Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts),
-		EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), LogDir: filepath.Join(os.Getenv("HOME"), "logs")}
+	host := jobunit.NewHost("/usr/bin/podman", facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "logs"))
 	r, err := jobrun.Connect(ctx, host)
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +88,11 @@ func containers(t *testing.T, lease string) string {
 func TestAJobEndsWithItsExitCode(t *testing.T) {
 	r := runtime(t)
 	ctx := context.Background()
-	j := job("sh", "-c", "echo hello; exit 3")
+	// The environment reaches the container through its file, and
+	// ${API_KEY} as one word is what systemd would expand from its own
+	// environment if the unit did not escape it.
+	j := job("sh", "-c", "echo hello; test ${API_KEY} = s3cret-value && exit 3; exit 1")
+	j.Env = map[string]string{"API_KEY": "s3cret-value"}
 	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)

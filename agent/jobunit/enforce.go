@@ -16,9 +16,6 @@ type Enforcement struct {
 	Reason string
 }
 
-// All reports whether every limit is enforced.
-func (e Enforcement) All() bool { return e.Memory && e.CPU && e.Pids }
-
 // PodmanFacts are what `podman info` says about the cgroups the runmesh
 // user's containers get.
 type PodmanFacts struct {

@@ -49,6 +49,12 @@ type Host struct {
 	LogDir string
 }
 
+// NewHost derives a Host from what podman said: the cgroup version and
+// which limits hold come from facts alone.
+func NewHost(podman string, facts PodmanFacts, envDir, logDir string) Host {
+	return Host{Podman: podman, Cgroup: facts.Cgroup(), Enforce: DetectEnforcement(facts), EnvDir: envDir, LogDir: logDir}
+}
+
 // Job is one lease to run.
 type Job struct {
 	JobID   string
@@ -71,7 +77,6 @@ type Job struct {
 // Unit is a rendered job: start a transient unit Name with Properties.
 type Unit struct {
 	Name       string
-	Container  string
 	Properties []Property
 	// EnvFile is written to EnvPath (mode 0600) before the unit starts;
 	// ExecStopPost removes it.
@@ -81,6 +86,10 @@ type Unit struct {
 	// format (see ReadOutput).
 	LogPath string
 }
+
+// Container is the name of the unit's container: the unit's, without
+// ".service".
+func (u Unit) Container() string { return strings.TrimSuffix(u.Name, ".service") }
 
 // Property is one unit property. Value is a string, bool, uint64,
 // []string or []Exec, the D-Bus types systemd expects for the name.
@@ -216,7 +225,7 @@ func Render(h Host, j Job) (Unit, error) {
 	if j.WallClockSeconds > 0 {
 		props = append(props, Property{"RuntimeMaxUSec", uint64(j.WallClockSeconds) * uint64(time.Second/time.Microsecond)})
 	}
-	return Unit{Name: name, Container: container, Properties: props, EnvPath: envPath, EnvFile: env, LogPath: logPath}, nil
+	return Unit{Name: name, Properties: props, EnvPath: envPath, EnvFile: env, LogPath: logPath}, nil
 }
 
 // escapeDollars doubles every $, which systemd reads back as one.

@@ -32,13 +32,14 @@ func job() jobunit.Job {
 
 func v1Host() jobunit.Host {
 	facts := jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}
-	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh", LogDir: "/var/lib/runmesh-agent/logs"}
+	return jobunit.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh", "/var/lib/runmesh-agent/logs")
 }
 
 func v2Host(controllers ...string) jobunit.Host {
 	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers}
-	return jobunit.Host{Podman: "/usr/bin/podman", Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts), EnvDir: "/run/user/990/runmesh/", LogDir: "/var/lib/runmesh-agent/logs",
-		CDIDevices: []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}}
+	h := jobunit.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh/", "/var/lib/runmesh-agent/logs")
+	h.CDIDevices = []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}
+	return h
 }
 
 func TestRenderGolden(t *testing.T) {
@@ -90,7 +91,7 @@ func describe(h jobunit.Host, u jobunit.Unit) string {
 	if h.Enforce.Reason != "" {
 		fmt.Fprintf(&b, " (%s)", h.Enforce.Reason)
 	}
-	fmt.Fprintf(&b, "\nunit %s\ncontainer %s\n", u.Name, u.Container)
+	fmt.Fprintf(&b, "\nunit %s\ncontainer %s\n", u.Name, u.Container())
 	for _, p := range u.Properties {
 		switch v := p.Value.(type) {
 		case []jobunit.Exec:
@@ -228,7 +229,7 @@ func TestParsePodmanInfo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jobunit.DetectEnforcement(f).All() {
+	if e := jobunit.DetectEnforcement(f); !e.Memory || !e.CPU || !e.Pids {
 		t.Fatalf("v2 with cpu, memory and pids delegated read as %+v", f)
 	}
 	for _, bad := range []string{`{}`, `not json`, `{"host":{"cgroupVersion":""}}`} {

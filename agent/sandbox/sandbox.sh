@@ -5,6 +5,7 @@
 #
 #   sandbox.sh up            boot, create the runmesh user with lingering, prepare rootless Podman and the
 #                            local image localhost/busybox:latest (no registry is needed)
+#   sandbox.sh run CMD...    up, CMD as runmesh (as `user` does), then down whatever happened; CMD's status
 #   sandbox.sh exec CMD...   run CMD in the sandbox as root
 #   sandbox.sh user CMD...   run CMD in the sandbox as runmesh, with its user manager's bus
 #   sandbox.sh down          power the sandbox off and remove what it made (also after a failed up)
@@ -294,6 +295,16 @@ down() {
   rm -f $D/pid1 $D/unshare.pid $D/cgroups
 }
 
+up() {
+  local m
+  m=$(missing)
+  [ -z "$m" ] || { printf 'sandbox: this host lacks:\n%s\n' "$m" >&2; exit 1; }
+  install_packages
+  boot
+  prepare_user
+  prepare_podman
+}
+
 case "${1:-}" in
 __stage2) stage2 ;;
 check)
@@ -303,15 +314,18 @@ check)
   [ -z "$p" ] || log "up will install: $p"
   ;;
 up)
-  m=$(missing)
-  [ -z "$m" ] || { printf 'sandbox: this host lacks:\n%s\n' "$m" >&2; exit 1; }
-  install_packages
   # die exits, which an ERR trap does not see: tear down on any exit until up has succeeded.
   trap 'down' EXIT
-  boot
-  prepare_user
-  prepare_podman
+  up
   trap - EXIT
+  ;;
+run)
+  shift
+  down
+  trap 'down' EXIT
+  trap 'exit 130' INT TERM
+  up
+  uexec "$@"
   ;;
 exec) shift; gexec "$@" ;;
 user) shift; uexec "$@" ;;

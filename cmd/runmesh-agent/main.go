@@ -105,7 +105,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		collector, closeGPUs := newCollector(ctx, cfg)
+		collector, closeGPUs := newCollector(cfg, probePodman(ctx, cfg).limits())
 		defer closeGPUs()
 		_, err = enrol.Run(ctx, enrol.Options{
 			Server: *server, CAFingerprint: *fingerprint, Name: *name, Dir: identity.Dir(*stateDir),
@@ -136,7 +136,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		collector, closeGPUs := newCollector(ctx, cfg)
+		collector, closeGPUs := newCollector(cfg, probePodman(ctx, cfg).limits())
 		defer closeGPUs()
 		c, err := collector.Measure()
 		if err != nil {
@@ -265,66 +265,68 @@ func whoami(ctx context.Context, dir identity.Dir) (any, error) {
 }
 
 // newCollector measures this host: GPUs through NVML, the rest from
-// /proc and cgroups, and once, from podman, the limits jobs are held to.
-func newCollector(ctx context.Context, cfg config.Config) (*capacity.Collector, func()) {
+// /proc and cgroups; limits, from podman, go with every report.
+func newCollector(cfg config.Config, limits *runnerapi.LimitEnforcement) (*capacity.Collector, func()) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
 		cfg.WorkDir = os.TempDir()
 	}
 	gpus := capacity.NewGPUs(nvmlLibrary())
-	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels, Limits: limits(ctx, cfg.Podman)}, gpus.Close
+	return &capacity.Collector{Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: gpus, Declared: cfg.Labels, Limits: limits}, gpus.Close
 }
 
-// checkRuntime says whether this agent could run jobs: podman answers, and
-// the user's systemd manager is reachable over D-Bus. Without both it still
-// heartbeats, and the condition says why it cannot take work.
-func checkRuntime(ctx context.Context, cfg config.Config) runnerapi.Condition {
+// podmanProbe is what podman said at start-up, asked once: it decides both
+// the limits the agent reports and whether it could run jobs.
+type podmanProbe struct {
+	path  string
+	facts jobunit.PodmanFacts
+	err   error
+}
+
+func probePodman(ctx context.Context, cfg config.Config) podmanProbe {
+	p := podmanProbe{path: cfg.Podman}
+	if p.path == "" {
+		if p.path, p.err = exec.LookPath("podman"); p.err != nil {
+			p.err = errors.New("podman not found on PATH")
+			return p
+		}
+	}
+	p.facts, p.err = jobunit.ProbePodman(ctx, p.path)
+	return p
+}
+
+// limits says which limits hold for job containers; whatever podman could
+// not show is reported as not enforced, with the reason.
+func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
+	if p.err != nil {
+		return &runnerapi.LimitEnforcement{Reason: clip(p.err.Error(), 512)}
+	}
+	e := jobunit.DetectEnforcement(p.facts)
+	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: clip(e.Reason, 512)}
+}
+
+// checkRuntime says whether this agent could run jobs: podman answers
+// rootless, and the user's systemd manager is reachable over D-Bus.
+// Without both it still heartbeats, and the condition says why it cannot
+// take work.
+func checkRuntime(ctx context.Context, cfg config.Config, p podmanProbe) runnerapi.Condition {
 	bad := func(why string) runnerapi.Condition {
 		return runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: clip("cannot run jobs: "+why, 200)}
 	}
-	podman := cfg.Podman
-	if podman == "" {
-		p, err := exec.LookPath("podman")
-		if err != nil {
-			return bad("podman not found on PATH")
-		}
-		podman = p
-	}
-	facts, err := jobunit.ProbePodman(ctx, podman)
-	if err != nil {
-		return bad(err.Error())
-	}
-	if !facts.Rootless {
+	switch {
+	case p.err != nil:
+		return bad(p.err.Error())
+	case !p.facts.Rootless:
 		return bad("podman is not rootless for this user (run the agent as its own unprivileged user)")
-	}
-	host := jobunit.Host{Podman: podman, Cgroup: facts.Cgroup(), EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), LogDir: filepath.Join(cfg.WorkDir, "logs")}
-	if os.Getenv("XDG_RUNTIME_DIR") == "" {
+	case os.Getenv("XDG_RUNTIME_DIR") == "":
 		return bad("XDG_RUNTIME_DIR is not set, so the user's systemd manager cannot be found")
 	}
+	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
 	rt, err := jobrun.Connect(ctx, host)
 	if err != nil {
 		return bad(err.Error())
 	}
 	rt.Close()
-	return runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", facts.CgroupVersion)}
-}
-
-// limits decides from podman's own report which limits hold for job
-// containers; whatever cannot be shown is reported as not enforced, with
-// the reason.
-func limits(ctx context.Context, podman string) *runnerapi.LimitEnforcement {
-	if podman == "" {
-		p, err := exec.LookPath("podman")
-		if err != nil {
-			return &runnerapi.LimitEnforcement{Reason: "podman not found on PATH"}
-		}
-		podman = p
-	}
-	facts, err := jobunit.ProbePodman(ctx, podman)
-	if err != nil {
-		return &runnerapi.LimitEnforcement{Reason: clip(err.Error(), 512)}
-	}
-	e := jobunit.DetectEnforcement(facts)
-	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: clip(e.Reason, 512)}
+	return runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)}
 }
 
 // clip shortens s to at most n bytes without splitting a character.
@@ -352,10 +354,11 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
 		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
 
-	collector, closeGPUs := newCollector(ctx, cfg)
+	podman := probePodman(ctx, cfg)
+	collector, closeGPUs := newCollector(cfg, podman.limits())
 	defer closeGPUs()
 	go collector.GPUs.WatchHealth(ctx, log.With("component", "gpu-health"))
-	runtimeHealth := checkRuntime(ctx, cfg)
+	runtimeHealth := checkRuntime(ctx, cfg, podman)
 	log.Info("job runtime", "ok", runtimeHealth.OK, "detail", runtimeHealth.Title)
 
 	m := metrics.New()

@@ -25,8 +25,7 @@ func benchStart(ctx context.Context, rounds int, podman, image string, out io.Wr
 	if err != nil {
 		return err
 	}
-	host := jobunit.Host{Podman: podman, Cgroup: facts.Cgroup(), Enforce: jobunit.DetectEnforcement(facts),
-		EnvDir: filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), LogDir: filepath.Join(os.Getenv("HOME"), "bench-logs")}
+	host := jobunit.NewHost(podman, facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "bench-logs"))
 	rt, err := jobrun.Connect(ctx, host)
 	if err != nil {
 		return err

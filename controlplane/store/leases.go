@@ -234,47 +234,36 @@ func jobRunFromRow(r dbsqlc.JobRun) JobRun {
 // JobEventsForJobs returns each job's events, oldest first.
 func (s *Store) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
 	rows, err := s.q.JobEventsForJobs(ctx, s.conn(ctx), ids)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	out := make(map[uuid.UUID][]JobEvent, len(ids))
-	for _, id := range ids {
-		out[id] = []JobEvent{}
-	}
-	for _, r := range rows {
-		out[r.JobID] = append(out[r.JobID], jobEventFromRow(r))
-	}
-	return out, nil
+	return byJob(ids, rows, err, func(r dbsqlc.JobEvent) (uuid.UUID, JobEvent) { return r.JobID, jobEventFromRow(r) })
 }
 
 // JobRunsForJobs returns each job's runs by attempt.
 func (s *Store) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
 	rows, err := s.q.JobRunsForJobs(ctx, s.conn(ctx), ids)
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	out := make(map[uuid.UUID][]JobRun, len(ids))
-	for _, id := range ids {
-		out[id] = []JobRun{}
-	}
-	for _, r := range rows {
-		out[r.JobID] = append(out[r.JobID], jobRunFromRow(r))
-	}
-	return out, nil
+	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, JobRun) { return r.JobID, jobRunFromRow(r) })
 }
 
 // JobLogsForJobs returns each job's output chunks in order.
 func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]LogChunk, error) {
 	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), ids)
+	return byJob(ids, rows, err, func(r dbsqlc.JobLogsForJobsRow) (uuid.UUID, LogChunk) {
+		return r.JobID, LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}
+	})
+}
+
+// byJob groups rows by job, in their order, with an empty list for every id
+// that has none.
+func byJob[R, T any](ids []uuid.UUID, rows []R, err error, conv func(R) (uuid.UUID, T)) (map[uuid.UUID][]T, error) {
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID][]LogChunk, len(ids))
+	out := make(map[uuid.UUID][]T, len(ids))
 	for _, id := range ids {
-		out[id] = []LogChunk{}
+		out[id] = []T{}
 	}
 	for _, r := range rows {
-		out[r.JobID] = append(out[r.JobID], LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data})
+		id, v := conv(r)
+		out[id] = append(out[id], v)
 	}
 	return out, nil
 }
