@@ -28,12 +28,8 @@ func TestCapacityEndToEnd(t *testing.T) {
 	agentBin := e2e.BinaryWithTags(t, "github.com/runmesh/runmesh/cmd/runmesh-agent", "nvmlmock")
 	cliBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh")
 
-	state := e2e.StateDir(t)
-	notify := e2e.NewNotify(t)
-	srv := e2e.Start(t, []string{notify.Env()}, serverBin, "dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0")
-	notify.WaitFor(t, "READY=1", 90*time.Second)
-	envFile := filepath.Join(state, "dev.env")
-	dev := e2e.ReadEnvFile(t, envFile)
+	srv := e2e.StartDev(t, serverBin)
+	envFile, dev := srv.EnvFile, srv.Env
 	gql := func(query string, vars map[string]any) map[string]any {
 		t.Helper()
 		body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})

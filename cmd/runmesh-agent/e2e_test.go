@@ -28,13 +28,8 @@ func TestIdentityEndToEnd(t *testing.T) {
 	step := e2e.Step(t)
 
 	// A one-minute certificate: renewal comes due half a minute in.
-	state := e2e.StateDir(t)
-	notify := e2e.NewNotify(t)
-	srv := e2e.Start(t, []string{notify.Env()}, serverBin, "dev", "--state-dir", state,
-		"--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0", "--runner-cert-lifetime", "1m")
-	notify.WaitFor(t, "READY=1", 90*time.Second)
-	envFile := filepath.Join(state, "dev.env")
-	dev := e2e.ReadEnvFile(t, envFile)
+	srv := e2e.StartDev(t, serverBin, "--runner-cert-lifetime", "1m")
+	envFile, dev := srv.EnvFile, srv.Env
 	cli := func(args ...string) (string, error) {
 		return e2e.Run(t, nil, cliBin, append([]string{"--env-file", envFile}, args...)...)
 	}

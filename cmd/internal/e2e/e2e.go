@@ -272,3 +272,25 @@ func Step(t testing.TB) string {
 func (s *Buffer) HasLog(msg string) bool {
 	return strings.Contains(s.String(), fmt.Sprintf(`"msg":%q`, msg))
 }
+
+// Dev is a running `runmesh-server dev`.
+type Dev struct {
+	*Proc
+	State   string            // its state directory
+	EnvFile string            // <state>/dev.env
+	Env     map[string]string // what dev.env says
+}
+
+// StartDev runs `runmesh-server dev` in a fresh state directory with both
+// listeners on free loopback ports, plus args, and returns once it has
+// sent READY=1.
+func StartDev(t testing.TB, serverBin string, args ...string) Dev {
+	t.Helper()
+	state := StateDir(t)
+	notify := NewNotify(t)
+	p := Start(t, []string{notify.Env()}, serverBin, append([]string{"dev", "--state-dir", state,
+		"--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}, args...)...)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	envFile := filepath.Join(state, "dev.env")
+	return Dev{Proc: p, State: state, EnvFile: envFile, Env: ReadEnvFile(t, envFile)}
+}
