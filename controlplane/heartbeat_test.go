@@ -49,7 +49,18 @@ func (b *testBundle) approvedRunner(t *testing.T, c runnerapi.Capacity) (string,
 	require.NoError(t, json.Unmarshal([]byte(r.Body), &resp))
 	b.approve(t, resp.RunnerID, k)
 	cert := b.certificate(t, k, resp.RunnerID)
+	// As an agent's survivor check would, in its first heartbeat: the
+	// tests of leasing start from a runner that may take work.
+	proof, _ := json.Marshal(isolated(testInstance))
+	require.NoError(t, b.store.RecordRecovery(context.Background(), uuid.MustParse(resp.RunnerID), proof))
 	return resp.RunnerID, b.client(cert), cert
+}
+
+// testInstance is the agent instance the tests' runners lease as.
+const testInstance = "00000000-0000-4000-8000-000000000001"
+
+func isolated(instance string) runnerapi.RecoveryProof {
+	return runnerapi.RecoveryProof{AgentInstance: instance, BootID: "test-boot", SurvivorsChecked: true, Isolated: true}
 }
 
 func (b *testBundle) beat(t *testing.T, c *http.Client, req runnerapi.HeartbeatRequest) reply {

@@ -50,7 +50,7 @@ func (b *testBundle) lease(t *testing.T, c *http.Client, req runnerapi.LeaseRequ
 
 func anyWork(wait int) runnerapi.LeaseRequest {
 	big := runnerapi.Resources{Cores: 1000, MemoryMiB: 1 << 30, GPUs: 64}
-	return runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 1, WaitSeconds: wait}
+	return runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 1, WaitSeconds: wait, AgentInstance: testInstance}
 }
 
 func (b *testBundle) result(t *testing.T, c *http.Client, l runnerapi.Lease, req runnerapi.ResultRequest) reply {

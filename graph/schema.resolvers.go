@@ -7,6 +7,7 @@ package graph
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 	"strconv"
@@ -637,6 +638,21 @@ func (r *runnerResolver) Booked(ctx context.Context, obj *store.Runner) (*store.
 // FailuresInARow is the resolver for the failuresInARow field.
 func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) (int, error) {
 	return obj.FailuresInARow, nil
+}
+
+// Recovery is the resolver for the recovery field.
+func (r *runnerResolver) Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error) {
+	if obj.Recovery == nil || obj.RecoveryAt == nil {
+		return nil, nil
+	}
+	var p runnerapi.RecoveryProof
+	if err := json.Unmarshal(obj.Recovery, &p); err != nil {
+		return nil, err
+	}
+	return &model.RecoveryProof{
+		AgentInstance: p.AgentInstance, BootID: p.BootID, SurvivorsChecked: p.SurvivorsChecked,
+		SurvivorsFound: p.SurvivorsFound, Adopted: p.Adopted, Isolated: p.Isolated, At: *obj.RecoveryAt,
+	}, nil
 }
 
 // JobEvents is the resolver for the jobEvents field.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -33,6 +34,9 @@ type leaseOptions struct {
 // PostgreSQL: submit → lease → result throughput with simulated runners
 // over mutual TLS; submit-to-lease latency with a runner already waiting;
 // and, on the same PostgreSQL, River inserting and working no-op jobs.
+// simInstance is the agent instance every simulated runner leases as.
+const simInstance = "00000000-0000-4000-8000-00000000beef"
+
 func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	e, err := startEnv(ctx)
 	if err != nil {
@@ -46,6 +50,12 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	gpuJSON, inventory, capJSON := fixtureCapacity(0)
 	sims, err := createRunners(ctx, e.pool, e.srv.Authority(), p.ID, o.runners, gpuJSON, inventory, capJSON)
 	if err != nil {
+		return err
+	}
+	// Simulated agents have no jobs from before: their survivor check is
+	// the one a fresh host's agent sends.
+	proof, _ := json.Marshal(runnerapi.RecoveryProof{AgentInstance: simInstance, BootID: "bench", SurvivorsChecked: true, Isolated: true})
+	if _, err := e.pool.Exec(ctx, `UPDATE runners SET recovery = $1, recovery_at = now() WHERE pool_id = $2`, proof, p.ID); err != nil {
 		return err
 	}
 	roots := x509.NewCertPool()
@@ -76,7 +86,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	lease := func(c *http.Client, wait, max int) ([]runnerapi.Lease, error) {
 		big := runnerapi.Resources{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 		var resp runnerapi.LeaseResponse
-		err := postJSON(ctx, c, base+runnerapi.PathLeases, runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: max, WaitSeconds: wait}, &resp)
+		err := postJSON(ctx, c, base+runnerapi.PathLeases, runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: max, WaitSeconds: wait, AgentInstance: simInstance}, &resp)
 		return resp.Leases, err
 	}
 	zero := 0

@@ -89,7 +89,7 @@ func TestTwoServerProcessesCompleteEveryJobOnce(t *testing.T) {
 			big := runnerapi.Resources{Cores: 1000, MemoryMiB: 1 << 30, GPUs: 64}
 			for {
 				var lr runnerapi.LeaseResponse
-				post(t, c, base+runnerapi.PathLeases, runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 8}, &lr)
+				post(t, c, base+runnerapi.PathLeases, runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 8, AgentInstance: agentInstance}, &lr)
 				if len(lr.Leases) == 0 {
 					return
 				}
@@ -115,6 +115,9 @@ func TestTwoServerProcessesCompleteEveryJobOnce(t *testing.T) {
 	require.Equal(t, jobs, runs)
 }
 
+// agentInstance is the agent instance every runner here leases as.
+const agentInstance = "00000000-0000-4000-8000-000000000001"
+
 // approvedClient enrols an approved runner straight into the store, issues
 // its certificate through the shared CA, and returns an mTLS client for it.
 func approvedClient(t *testing.T, st *store.Store, auth *ca.Authority, poolID uuid.UUID, roots *x509.CertPool, name string) *http.Client {
@@ -134,6 +137,8 @@ func approvedClient(t *testing.T, st *store.Store, auth *ca.Authority, poolID uu
 		return store.RunnerDecision{Status: store.RunnerApproved}, nil
 	})
 	require.NoError(t, err)
+	proof, _ := json.Marshal(runnerapi.RecoveryProof{AgentInstance: agentInstance, SurvivorsChecked: true, Isolated: true})
+	require.NoError(t, st.RecordRecovery(ctx, r.ID, proof))
 	chain, err := auth.IssueRunner(ctx, csr, r.ID.String(), time.Hour)
 	require.NoError(t, err)
 	cert := &tls.Certificate{PrivateKey: priv, Leaf: chain[0], Certificate: [][]byte{chain[0].Raw, chain[1].Raw}}

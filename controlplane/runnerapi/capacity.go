@@ -98,6 +98,9 @@ type HeartbeatRequest struct {
 	Health       []Condition `json:"health,omitempty"`
 	// Leases are the leases the runner holds.
 	Leases []HeldLease `json:"leases,omitempty"`
+	// Recovery is sent after every start of the agent, until an answer
+	// says it was recorded.
+	Recovery *RecoveryProof `json:"recovery,omitempty"`
 }
 
 // HeartbeatResponse tells the runner when to come back.
@@ -108,6 +111,8 @@ type HeartbeatResponse struct {
 	Draining             bool `json:"draining,omitempty"`
 	// Leases answers each held lease: CONTINUE, CANCEL or GONE.
 	Leases []LeaseAnswer `json:"leases,omitempty"`
+	// RecoveryRecorded: the request's recovery proof is stored.
+	RecoveryRecorded bool `json:"recovery_recorded,omitempty"`
 }
 
 // Bounds on what a runner may claim: beyond them the report is impossible,

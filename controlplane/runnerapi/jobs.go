@@ -1,5 +1,7 @@
 package runnerapi
 
+import "errors"
+
 // PathLeases is where a runner asks for work.
 const PathLeases = "/v1/leases"
 
@@ -27,7 +29,34 @@ type LeaseRequest struct {
 	Max int `json:"max"`
 	// WaitSeconds long-polls for work when there is none.
 	WaitSeconds int `json:"wait_seconds"`
+	// AgentInstance is the asking agent's (RecoveryProof.AgentInstance):
+	// work goes only to the instance whose survivor check the server has.
+	AgentInstance string `json:"agent_instance"`
 }
+
+// RecoveryProof is what an agent's survivor check found, sent in a
+// heartbeat after every start and before it asks for work. Its claims are
+// positive only: a missing or false claim never reads as a good one.
+type RecoveryProof struct {
+	// AgentInstance is random for every start of the agent.
+	AgentInstance string `json:"agent_instance"`
+	// BootID is the host's (/proc/sys/kernel/random/boot_id): a new one
+	// says the host rebooted, and no job can have survived.
+	BootID string `json:"boot_id"`
+	// SurvivorsChecked: the agent listed its job units and containers.
+	SurvivorsChecked bool `json:"survivors_checked"`
+	// SurvivorsFound is how many jobs it found from before this start.
+	SurvivorsFound int `json:"survivors_found"`
+	// Adopted is how many of them the server still wanted, and the agent
+	// now follows again; the rest were stopped.
+	Adopted int `json:"adopted"`
+	// Isolated: a second look found nothing running but the adopted jobs.
+	Isolated bool `json:"isolated"`
+}
+
+// CodeRecoveryRequired: the agent asked for work before the server had its
+// survivor check (or the check did not prove the runner isolated).
+const CodeRecoveryRequired = "recovery_required"
 
 // MaxLeasesPerRequest bounds LeaseRequest.Max.
 const MaxLeasesPerRequest = 16
@@ -107,3 +136,45 @@ type ResultResponse struct {
 
 // CodeStaleAttempt: a report for an attempt that is no longer the runner's.
 const CodeStaleAttempt = "stale_attempt"
+
+// CheckRecovery refuses a proof that could not be true: a malformed
+// instance, more adopted than found, impossible counts.
+func CheckRecovery(p RecoveryProof) error {
+	if !isUUID(p.AgentInstance) {
+		return errors.New("agent_instance: a UUID")
+	}
+	if err := CheckText("boot_id", p.BootID, 64); err != nil {
+		return err
+	}
+	if p.SurvivorsFound < 0 || p.SurvivorsFound > 10000 || p.Adopted < 0 || p.Adopted > p.SurvivorsFound {
+		return errors.New("survivors_found: 0 to 10000; adopted: 0 to survivors_found")
+	}
+	if !p.SurvivorsChecked && (p.SurvivorsFound != 0 || p.Adopted != 0 || p.Isolated) {
+		return errors.New("survivors unchecked: nothing can have been found, adopted or isolated")
+	}
+	return nil
+}
+
+// Proves reports whether p lets the agent instance take work: it checked
+// for survivors and found itself isolated.
+func (p RecoveryProof) Proves(instance string) bool {
+	return p.SurvivorsChecked && p.Isolated && p.AgentInstance != "" && p.AgentInstance == instance
+}
+
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, c := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if c != '-' {
+				return false
+			}
+		case '0' <= c && c <= '9', 'a' <= c && c <= 'f':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -44,6 +44,14 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
+	var proof []byte
+	if req.Recovery != nil {
+		if err := runnerapi.CheckRecovery(*req.Recovery); err != nil {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "recovery: "+err.Error())
+			return
+		}
+		proof, _ = json.Marshal(req.Recovery) // a struct of strings, ints and bools
+	}
 	rep, err := fleet.Report(req.Capacity)
 	if err != nil {
 		s.internal(w, r, "heartbeat", err)
@@ -77,6 +85,17 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the leases were not extended; send the heartbeat again")
 		return
 	}
+	// After the leases: the proof counts the jobs the agent adopted, and
+	// the server must have said CONTINUE to them first.
+	if proof != nil {
+		if err := s.o.Store.RecordRecovery(r.Context(), c.runner.ID, proof); err != nil {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the recovery proof was not stored; send the heartbeat again")
+			return
+		}
+		s.o.Log.Info("runner recovery proof", "runner_id", c.runner.ID, "agent_instance", req.Recovery.AgentInstance,
+			"boot_id", req.Recovery.BootID, "survivors_found", req.Recovery.SurvivorsFound, "adopted", req.Recovery.Adopted, "isolated", req.Recovery.Isolated)
+	}
 	if drift != "" && c.runner.QuarantinedAt == nil {
 		s.o.Log.Warn("runner quarantined", "runner_id", c.runner.ID, "reason", drift)
 	}
@@ -86,6 +105,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
 	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
 		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
+		RecoveryRecorded: proof != nil,
 	})
 }
 

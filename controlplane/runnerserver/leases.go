@@ -1,6 +1,7 @@
 package runnerserver
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"regexp"
@@ -48,8 +49,23 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	sub := s.o.Listener.Subscribe(store.ChannelJobs)
 	defer sub.Close()
-	if err := s.o.Store.TouchWorkRequest(ctx, c.runner.ID); err != nil {
+	proof, err := s.o.Store.TouchWorkRequest(ctx, c.runner.ID)
+	if err != nil {
 		s.internal(w, r, "leases", err)
+		return
+	}
+	// Work only after this agent instance proved, in a heartbeat, that no
+	// job from before its start runs unknown to the server.
+	var recovery runnerapi.RecoveryProof
+	if proof != nil {
+		if err := json.Unmarshal(proof, &recovery); err != nil {
+			s.internal(w, r, "leases", err)
+			return
+		}
+	}
+	if !recovery.Proves(req.AgentInstance) {
+		writeError(w, http.StatusConflict, runnerapi.CodeRecoveryRequired,
+			"no work before this agent's survivor check: send its recovery proof (survivors checked, runner isolated) in a heartbeat first")
 		return
 	}
 	leaseSeconds := fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds)

@@ -360,9 +360,24 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 	return jobs[0], true, nil
 }
 
-// TouchWorkRequest records that the runner asked for work.
-func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) error {
-	return mapErr(s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID))
+// TouchWorkRequest records that the runner asked for work and returns its
+// latest recovery proof (JSON; nil before its agent sent one).
+func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) ([]byte, error) {
+	proof, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+	return proof, mapErr(err)
+}
+
+// RecordRecovery stores the recovery proof (JSON) a runner's agent sent
+// after its survivor check, replacing the one before.
+func (s *Store) RecordRecovery(ctx context.Context, runnerID uuid.UUID, proof []byte) error {
+	n, err := s.q.RecordRecovery(ctx, s.conn(ctx), dbsqlc.RecordRecoveryParams{ID: runnerID, Recovery: proof})
+	if err != nil {
+		return mapErr(err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
 }
 
 // Hold keeps some of a runner's GPUs free of new work until it is released

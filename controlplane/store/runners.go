@@ -59,6 +59,10 @@ type RunnerCapacity struct {
 	RetiredAt         *time.Time
 	FailuresInARow    int
 	EnforcesLimits    bool
+	// Recovery is the agent's latest recovery proof
+	// (runnerapi.RecoveryProof as JSON; nil before one came).
+	Recovery   []byte
+	RecoveryAt *time.Time
 }
 
 func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runner {
@@ -70,6 +74,7 @@ func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runn
 			GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy), Inventory: r.Inventory,
 			QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
 			FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits,
+			Recovery: r.Recovery, RecoveryAt: r.RecoveryAt,
 		},
 		ID:             r.ID,
 		PoolID:         r.PoolID,

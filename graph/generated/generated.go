@@ -261,6 +261,16 @@ type ComplexityRoot struct {
 		Viewer               func(childComplexity int) int
 	}
 
+	RecoveryProof struct {
+		Adopted          func(childComplexity int) int
+		AgentInstance    func(childComplexity int) int
+		At               func(childComplexity int) int
+		BootID           func(childComplexity int) int
+		Isolated         func(childComplexity int) int
+		SurvivorsChecked func(childComplexity int) int
+		SurvivorsFound   func(childComplexity int) int
+	}
+
 	Runner struct {
 		AgentVersion     func(childComplexity int) int
 		Booked           func(childComplexity int) int
@@ -284,6 +294,7 @@ type ComplexityRoot struct {
 		QuarantineReason func(childComplexity int) int
 		Quarantined      func(childComplexity int) int
 		QuarantinedAt    func(childComplexity int) int
+		Recovery         func(childComplexity int) int
 		Retired          func(childComplexity int) int
 		Status           func(childComplexity int) int
 		StatusReason     func(childComplexity int) int
@@ -405,6 +416,8 @@ type RunnerResolver interface {
 	Retired(ctx context.Context, obj *store.Runner) (bool, error)
 	Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error)
 	FailuresInARow(ctx context.Context, obj *store.Runner) (int, error)
+
+	Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error)
 }
 type SubscriptionResolver interface {
 	JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error)
@@ -1436,6 +1449,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
 
+	case "RecoveryProof.adopted":
+		if e.ComplexityRoot.RecoveryProof.Adopted == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.Adopted(childComplexity), true
+	case "RecoveryProof.agentInstance":
+		if e.ComplexityRoot.RecoveryProof.AgentInstance == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.AgentInstance(childComplexity), true
+	case "RecoveryProof.at":
+		if e.ComplexityRoot.RecoveryProof.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.At(childComplexity), true
+	case "RecoveryProof.bootId":
+		if e.ComplexityRoot.RecoveryProof.BootID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.BootID(childComplexity), true
+	case "RecoveryProof.isolated":
+		if e.ComplexityRoot.RecoveryProof.Isolated == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.Isolated(childComplexity), true
+	case "RecoveryProof.survivorsChecked":
+		if e.ComplexityRoot.RecoveryProof.SurvivorsChecked == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.SurvivorsChecked(childComplexity), true
+	case "RecoveryProof.survivorsFound":
+		if e.ComplexityRoot.RecoveryProof.SurvivorsFound == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RecoveryProof.SurvivorsFound(childComplexity), true
+
 	case "Runner.agentVersion":
 		if e.ComplexityRoot.Runner.AgentVersion == nil {
 			break
@@ -1568,6 +1624,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.QuarantinedAt(childComplexity), true
+	case "Runner.recovery":
+		if e.ComplexityRoot.Runner.Recovery == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Recovery(childComplexity), true
 	case "Runner.retired":
 		if e.ComplexityRoot.Runner.Retired == nil {
 			break
@@ -2060,6 +2122,28 @@ type Runner {
   only to runners that do, unless the pool allows otherwise.
   """
   enforcesLimits: Boolean!
+  """
+  The survivor check the agent sent after its latest start. The runner takes
+  work only once it proves the runner isolated; null before any check.
+  """
+  recovery: RecoveryProof
+}
+
+"What an agent found of the jobs from before its start. Its claims are positive only."
+type RecoveryProof {
+  "Random for every start of the agent: work goes only to the instance that sent the proof."
+  agentInstance: String!
+  "The host's boot id: a new one means the host restarted and no job survived."
+  bootId: String!
+  "The agent listed its job units and containers."
+  survivorsChecked: Boolean!
+  "Jobs found from before the start."
+  survivorsFound: Int!
+  "Found jobs the server still wanted, followed again; the rest were stopped."
+  adopted: Int!
+  "A second look found nothing running but the adopted jobs."
+  isolated: Boolean!
+  at: Time!
 }
 
 type RunnerCapacity {
@@ -2627,6 +2711,26 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }
 
+func (ec *executionContext) childFields_RecoveryProof(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "agentInstance":
+		return ec.fieldContext_RecoveryProof_agentInstance(ctx, field)
+	case "bootId":
+		return ec.fieldContext_RecoveryProof_bootId(ctx, field)
+	case "survivorsChecked":
+		return ec.fieldContext_RecoveryProof_survivorsChecked(ctx, field)
+	case "survivorsFound":
+		return ec.fieldContext_RecoveryProof_survivorsFound(ctx, field)
+	case "adopted":
+		return ec.fieldContext_RecoveryProof_adopted(ctx, field)
+	case "isolated":
+		return ec.fieldContext_RecoveryProof_isolated(ctx, field)
+	case "at":
+		return ec.fieldContext_RecoveryProof_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RecoveryProof", field.Name)
+}
+
 func (ec *executionContext) childFields_Runner(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2681,6 +2785,8 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_failuresInARow(ctx, field)
 	case "enforcesLimits":
 		return ec.fieldContext_Runner_enforcesLimits(ctx, field)
+	case "recovery":
+		return ec.fieldContext_Runner_recovery(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Runner", field.Name)
 }
@@ -7772,6 +7878,167 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _RecoveryProof_agentInstance(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_agentInstance(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AgentInstance, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_agentInstance(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "String")
+}
+
+func (ec *executionContext) _RecoveryProof_bootId(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_bootId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BootID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_bootId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "String")
+}
+
+func (ec *executionContext) _RecoveryProof_survivorsChecked(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_survivorsChecked(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SurvivorsChecked, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_survivorsChecked(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _RecoveryProof_survivorsFound(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_survivorsFound(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SurvivorsFound, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_survivorsFound(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RecoveryProof_adopted(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_adopted(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Adopted, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_adopted(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RecoveryProof_isolated(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_isolated(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Isolated, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_isolated(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _RecoveryProof_at(ctx context.Context, field graphql.CollectedField, obj *model.RecoveryProof) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RecoveryProof_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RecoveryProof_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Time")
+}
+
 func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8440,6 +8707,38 @@ func (ec *executionContext) _Runner_enforcesLimits(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_Runner_enforcesLimits(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Runner_recovery(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_recovery(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Recovery(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RecoveryProof) graphql.Marshaler {
+			return ec.marshalORecoveryProof2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRecoveryProof(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_recovery(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RecoveryProof(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _RunnerCapacity_hostname(ctx context.Context, field graphql.CollectedField, obj *model.RunnerCapacity) (ret graphql.Marshaler) {
@@ -11822,6 +12121,69 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 	return out
 }
 
+var recoveryProofImplementors = []string{"RecoveryProof"}
+
+func (ec *executionContext) _RecoveryProof(ctx context.Context, sel ast.SelectionSet, obj *model.RecoveryProof) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, recoveryProofImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RecoveryProof")
+		case "agentInstance":
+			out.Values[i] = ec._RecoveryProof_agentInstance(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "bootId":
+			out.Values[i] = ec._RecoveryProof_bootId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "survivorsChecked":
+			out.Values[i] = ec._RecoveryProof_survivorsChecked(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "survivorsFound":
+			out.Values[i] = ec._RecoveryProof_survivorsFound(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "adopted":
+			out.Values[i] = ec._RecoveryProof_adopted(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "isolated":
+			out.Values[i] = ec._RecoveryProof_isolated(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._RecoveryProof_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var runnerImplementors = []string{"Runner"}
 
 func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, obj *store.Runner) graphql.Marshaler {
@@ -11977,6 +12339,12 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "recovery":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_recovery(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -13388,6 +13756,13 @@ func (ec *executionContext) marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋc
 		return graphql.Null
 	}
 	return ec._Pool(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalORecoveryProof2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRecoveryProof(ctx context.Context, sel ast.SelectionSet, v *model.RecoveryProof) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._RecoveryProof(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v *store.Runner) graphql.Marshaler {

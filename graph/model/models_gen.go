@@ -107,6 +107,23 @@ type Mutation struct {
 type Query struct {
 }
 
+// What an agent found of the jobs from before its start. Its claims are positive only.
+type RecoveryProof struct {
+	// Random for every start of the agent: work goes only to the instance that sent the proof.
+	AgentInstance string `json:"agentInstance"`
+	// The host's boot id: a new one means the host restarted and no job survived.
+	BootID string `json:"bootId"`
+	// The agent listed its job units and containers.
+	SurvivorsChecked bool `json:"survivorsChecked"`
+	// Jobs found from before the start.
+	SurvivorsFound int `json:"survivorsFound"`
+	// Found jobs the server still wanted, followed again; the rest were stopped.
+	Adopted int `json:"adopted"`
+	// A second look found nothing running but the adopted jobs.
+	Isolated bool      `json:"isolated"`
+	At       time.Time `json:"at"`
+}
+
 type RunnerCapacity struct {
 	Hostname string `json:"hostname"`
 	// CPU cores this runner may use (its cgroup's quota, if lower than the host's).

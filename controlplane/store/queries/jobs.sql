@@ -110,8 +110,12 @@ SELECT unnest(@job_ids::uuid[]), @type, unnest(@attempts::int[]), sqlc.narg('run
 -- name: InsertJobRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
 
--- name: TouchWorkRequest :exec
-UPDATE runners SET last_work_request_at = now() WHERE id = @id;
+-- name: TouchWorkRequest :one
+-- Records that the runner asked for work and returns its recovery proof.
+UPDATE runners SET last_work_request_at = now() WHERE id = @id RETURNING recovery;
+
+-- name: RecordRecovery :execrows
+UPDATE runners SET recovery = @recovery, recovery_at = now() WHERE id = @id;
 
 -- name: RunnerLeases :many
 -- Every job a runner holds now.

@@ -1031,6 +1031,23 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 	return items, nil
 }
 
+const recordRecovery = `-- name: RecordRecovery :execrows
+UPDATE runners SET recovery = $1, recovery_at = now() WHERE id = $2
+`
+
+type RecordRecoveryParams struct {
+	Recovery []byte
+	ID       uuid.UUID
+}
+
+func (q *Queries) RecordRecovery(ctx context.Context, db DBTX, arg RecordRecoveryParams) (int64, error) {
+	result, err := db.Exec(ctx, recordRecovery, arg.Recovery, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const recordRunResult = `-- name: RecordRunResult :exec
 UPDATE job_runs
 SET finished_at = now(), exit_code = $1, return_reason = $2,
@@ -1300,13 +1317,16 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 	return items, nil
 }
 
-const touchWorkRequest = `-- name: TouchWorkRequest :exec
-UPDATE runners SET last_work_request_at = now() WHERE id = $1
+const touchWorkRequest = `-- name: TouchWorkRequest :one
+UPDATE runners SET last_work_request_at = now() WHERE id = $1 RETURNING recovery
 `
 
-func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) error {
-	_, err := db.Exec(ctx, touchWorkRequest, id)
-	return err
+// Records that the runner asked for work and returns its recovery proof.
+func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) ([]byte, error) {
+	row := db.QueryRow(ctx, touchWorkRequest, id)
+	var recovery []byte
+	err := row.Scan(&recovery)
+	return recovery, err
 }
 
 const unblockable = `-- name: Unblockable :many

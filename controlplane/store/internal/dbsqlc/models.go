@@ -186,4 +186,6 @@ type Runner struct {
 	RetiredAt         *time.Time
 	FailuresInARow    int32
 	EnforcesLimits    bool
+	Recovery          []byte
+	RecoveryAt        *time.Time
 }
