@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X github.com/runmesh/runmesh/controlplane.Version=$(VERSION)
+LDFLAGS := -X github.com/runmesh/runmesh/controlplane.Version=$(VERSION) -X main.version=$(VERSION)
 # PKG and RUN narrow a test run: make test PKG=./graph/... RUN=TestAudit
 PKG ?= ./...
 RUN ?=
@@ -44,18 +44,28 @@ test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
 		else echo "test-e2e left out of a narrowed run"; fi
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
+# Tests that run inside the sandbox, as the runmesh user.
 E2E_PACKAGES = ./agent/jobrun
+# Tests that run here and drive an agent inside the sandbox.
+E2E_HOST_PACKAGES = ./cmd/runmesh-agent
+E2E_HOST_TESTS = TestJobsInTheSandbox
 
-test-e2e: ## the agent's tests against a real systemd and rootless Podman, in agent/sandbox (needs root)
+test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sandbox (needs root)
 	@# Each package's directory is copied next to its test binary: the tests read testdata from there, and
 	@# the runmesh user inside may not be able to reach this checkout (/tmp is private in the sandbox).
 	@rm -rf $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src && mkdir -p $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src && \
 		for p in $(E2E_PACKAGES); do \
 		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; \
-		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done; chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
-	RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR) agent/sandbox/sandbox.sh run sh -c 'for p; do echo "e2e: $$p"; \
-		(cd $(SANDBOX_DIR)/src/$$p && RUNMESH_SANDBOX=1 exec $(SANDBOX_DIR)/bin/$$p.test -test.count=1 -test.v) || exit 1; \
-		done' sh $(notdir $(E2E_PACKAGES))
+		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done && \
+		$(GO) build -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent ./cmd/runmesh-agent && \
+		chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
+	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); trap 'agent/sandbox/sandbox.sh down' EXIT; \
+		agent/sandbox/sandbox.sh up && \
+		agent/sandbox/sandbox.sh user sh -c 'for p; do echo "e2e: $$p"; \
+			(cd $(SANDBOX_DIR)/src/$$p && RUNMESH_SANDBOX=1 exec $(SANDBOX_DIR)/bin/$$p.test -test.count=1 -test.v) || exit 1; \
+			done' sh $(notdir $(E2E_PACKAGES)) && \
+		echo "e2e: $(E2E_HOST_PACKAGES) (agent in the sandbox, server here)" && \
+		RUNMESH_SANDBOX_UP=1 $(GO) test -count=1 -timeout 20m -v -run '$(E2E_HOST_TESTS)' $(E2E_HOST_PACKAGES)
 
 build: ## build the binaries into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -32,6 +33,8 @@ type Config struct {
 	Metrics Metrics           `yaml:"metrics"`
 	// Podman is the podman binary jobs run with; empty finds it on PATH.
 	Podman string `yaml:"podman"`
+	// Kinds are the job kinds this runner takes (default: default).
+	Kinds []string `yaml:"kinds"`
 }
 
 // Metrics is the agent's Prometheus endpoint.
@@ -41,9 +44,11 @@ type Metrics struct {
 	Listen string `yaml:"listen"`
 }
 
+var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
 // Defaults is the configuration without a file.
 func Defaults(stateDir string) Config {
-	return Config{Version: Version, WorkDir: stateDir + "/work", Metrics: Metrics{Listen: "127.0.0.1:9400"}}
+	return Config{Version: Version, WorkDir: stateDir + "/work", Metrics: Metrics{Listen: "127.0.0.1:9400"}, Kinds: []string{"default"}}
 }
 
 // Load reads path, or returns Defaults when path is "".
@@ -79,6 +84,14 @@ func Load(path, stateDir string) (Config, error) {
 	}
 	if c.Podman != "" && !filepath.IsAbs(c.Podman) {
 		return Config{}, fmt.Errorf("config %s: invalid setting podman: %q is not an absolute path", path, c.Podman)
+	}
+	if len(c.Kinds) == 0 || len(c.Kinds) > 16 {
+		return Config{}, fmt.Errorf("config %s: invalid setting kinds: 1 to 16 job kinds", path)
+	}
+	for _, k := range c.Kinds {
+		if !kindName.MatchString(k) {
+			return Config{}, fmt.Errorf("config %s: invalid setting kinds: %q is not a lower-case name", path, k)
+		}
 	}
 	if c.Metrics.Listen != "off" {
 		if _, _, err := net.SplitHostPort(c.Metrics.Listen); err != nil {

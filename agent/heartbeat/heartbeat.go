@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/capacity"
@@ -19,6 +20,8 @@ import (
 // Beat is one heartbeat's outcome, for whoever watches the loop.
 type Beat struct {
 	Capacity runnerapi.Capacity
+	// Proof is the recovery proof the beat carried, if any.
+	Proof    *runnerapi.RecoveryProof
 	Response runnerapi.HeartbeatResponse
 	Err      error
 }
@@ -36,10 +39,41 @@ type Loop struct {
 	Observe func(Beat)
 	// First is the interval before the server has said (10 s: a 30 s lease).
 	First time.Duration
+	// Leases, if set, lists the leases held, reported with each beat.
+	Leases func() []runnerapi.HeldLease
+	// Recovery, if set, is the recovery proof to send (nil: none).
+	Recovery func() *runnerapi.RecoveryProof
+
+	once    sync.Once
+	kick    chan struct{}
+	beating sync.Mutex // one beat at a time
+}
+
+// Kick asks for a beat now rather than at the next interval.
+func (l *Loop) Kick() {
+	l.init()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (l *Loop) init() {
+	l.once.Do(func() { l.kick = make(chan struct{}, 1) })
+}
+
+// Once sends one beat now (Observe sees it too) and returns its error.
+func (l *Loop) Once(ctx context.Context) error {
+	b := l.beat(ctx)
+	if l.Observe != nil {
+		l.Observe(b)
+	}
+	return b.Err
 }
 
 // Run beats until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
+	l.init()
 	interval := l.First
 	if interval == 0 {
 		interval = 10 * time.Second
@@ -68,11 +102,14 @@ func (l *Loop) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-time.After(jittered):
+		case <-l.kick:
 		}
 	}
 }
 
 func (l *Loop) beat(ctx context.Context) Beat {
+	l.beating.Lock()
+	defer l.beating.Unlock()
 	c, err := l.Collector.Measure()
 	if err != nil {
 		return Beat{Err: fmt.Errorf("measure capacity: %w", err)}
@@ -81,11 +118,17 @@ func (l *Loop) beat(ctx context.Context) Beat {
 	if l.Health != nil {
 		req.Health = l.Health(c)
 	}
+	if l.Leases != nil {
+		req.Leases = l.Leases()
+	}
+	if l.Recovery != nil {
+		req.Recovery = l.Recovery()
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var resp runnerapi.HeartbeatResponse
 	err = l.Client.Do(ctx, http.MethodPost, runnerapi.PathHeartbeat, req, &resp)
-	return Beat{Capacity: c, Response: resp, Err: err}
+	return Beat{Capacity: c, Proof: req.Recovery, Response: resp, Err: err}
 }
 
 // Conditions is the agent's health derived from a measurement: NVML usable,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -39,6 +40,9 @@ func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
 	}
 	return &Runtime{conn: conn, host: host}, nil
 }
+
+// Host is what the runtime renders units for.
+func (r *Runtime) Host() jobunit.Host { return r.host }
 
 // Close drops the D-Bus connection; the units go on.
 func (r *Runtime) Close() { r.conn.Close() }
@@ -97,6 +101,15 @@ type Status struct {
 	// the start timed out. ExitCode is nil then: podman's own code is not
 	// the job's.
 	StartFailed bool
+	// StartStatus is podman's own exit status when the start failed: 125
+	// for podman's errors, 126 and 127 when the job's command could not be
+	// run (see podman-run(1)).
+	StartStatus int
+	// MemoryBytes is the unit's memory use now (its cgroup's, containers
+	// included); 0 when systemd does not account it.
+	MemoryBytes uint64
+	// OOM: the kernel's OOM killer ended a process of the unit.
+	OOM bool
 }
 
 // Status reads a unit's state.
@@ -117,13 +130,21 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 	// RemainAfterExit keeps an ended job's unit active in SubState exited.
 	s := Status{Ended: state == "inactive" || state == "failed" || sub == "exited"}
 	s.Result, _ = p["Result"].(string)
+	s.OOM = s.Result == "oom-kill"
+	if m, ok := p["MemoryCurrent"].(uint64); ok && m != math.MaxUint64 {
+		s.MemoryBytes = m
+	}
 	entered, _ := u["ActiveEnterTimestamp"].(uint64)
 	s.StartFailed = s.Ended && entered == 0
 	// CLD_EXITED is 1: the main process (conmon) exited with the
 	// container's code.
-	if code, _ := p["ExecMainCode"].(int32); code == 1 && !s.StartFailed {
+	if code, _ := p["ExecMainCode"].(int32); code == 1 {
 		st := int(p["ExecMainStatus"].(int32))
-		s.ExitCode = &st
+		if s.StartFailed {
+			s.StartStatus = st
+		} else {
+			s.ExitCode = &st
+		}
 	}
 	// RuntimeMaxSec ends a running unit with Result=timeout; a start that
 	// timed out never became active. A job that had already exited when an

@@ -55,6 +55,23 @@ func NewHost(podman string, facts PodmanFacts, envDir, logDir string) Host {
 	return Host{Podman: podman, Cgroup: facts.Cgroup(), Enforce: DetectEnforcement(facts), EnvDir: envDir, LogDir: logDir}
 }
 
+// Paths are the names a lease's attempt has on a host: a restarted agent
+// finds an adopted job's output by them.
+type Paths struct {
+	Container, Unit, Env, Log string
+}
+
+// Paths names the unit, container, environment file and log of a lease's
+// attempt.
+func (h Host) Paths(leaseID string, attempt int) Paths {
+	c := fmt.Sprintf("%s%s-%d", UnitPrefix, leaseID, attempt)
+	return Paths{
+		Container: c, Unit: c + ".service",
+		Env: strings.TrimSuffix(h.EnvDir, "/") + "/" + c + ".env",
+		Log: strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".log",
+	}
+}
+
 // Job is one lease to run.
 type Job struct {
 	JobID   string
@@ -141,13 +158,11 @@ func Render(h Host, j Job) (Unit, error) {
 	// attempt is part of the name: a unit left from an earlier attempt
 	// stopping (its ExecStopPost removes the container by name) can never
 	// touch a later one's container.
-	container := fmt.Sprintf("%s%s-%d", UnitPrefix, j.LeaseID, j.Attempt)
-	name := container + ".service"
-	envPath := strings.TrimSuffix(h.EnvDir, "/") + "/" + container + ".env"
 	if !strings.HasPrefix(h.LogDir, "/") {
 		return Unit{}, fmt.Errorf("log directory %q is not absolute", h.LogDir)
 	}
-	logPath := strings.TrimSuffix(h.LogDir, "/") + "/" + container + ".log"
+	paths := h.Paths(j.LeaseID, j.Attempt)
+	container, name, envPath, logPath := paths.Container, paths.Unit, paths.Env, paths.Log
 
 	// --init: a payload that is PID 1 gets no default signal actions, so
 	// without an init a plain `sleep` ignores podman stop's SIGTERM and a

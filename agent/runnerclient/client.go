@@ -148,3 +148,31 @@ func (c *Client) Renew(ctx context.Context) ([]*x509.Certificate, error) {
 // CloseIdle drops kept-alive connections, so the next request handshakes
 // with the current certificate.
 func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
+
+// Lease asks for work; it long-polls up to req.WaitSeconds.
+func (c *Client) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error) {
+	var out runnerapi.LeaseResponse
+	err := c.Do(ctx, http.MethodPost, runnerapi.PathLeases, req, &out)
+	return out.Leases, err
+}
+
+// UploadLog sends one chunk of a lease's output.
+func (c *Client) UploadLog(ctx context.Context, leaseID string, chunk runnerapi.LogUpload) error {
+	return c.Do(ctx, http.MethodPost, runnerapi.PathLeaseLogs(leaseID), chunk, nil)
+}
+
+// Result reports how an attempt ended.
+func (c *Client) Result(ctx context.Context, leaseID string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error) {
+	var out runnerapi.ResultResponse
+	err := c.Do(ctx, http.MethodPost, runnerapi.PathLeaseResult(leaseID), req, &out)
+	return out, err
+}
+
+// Code is the stable code of a refusal, or "" for any other error.
+func Code(err error) string {
+	var e *APIError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ import (
 	"github.com/runmesh/runmesh/agent/metrics"
 	"github.com/runmesh/runmesh/agent/renewal"
 	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/agent/worker"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/pki"
@@ -153,7 +155,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		return daemon(ctx, identity.Dir(*stateDir), cfg, log())
+		stop() // the daemon handles its own signals: the first one drains
+		return daemon(identity.Dir(*stateDir), cfg, log())
 	case "version":
 		fmt.Fprintln(stdout, version)
 		return nil
@@ -304,13 +307,12 @@ func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
 	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: clip(e.Reason, 512)}
 }
 
-// checkRuntime says whether this agent could run jobs: podman answers
-// rootless, and the user's systemd manager is reachable over D-Bus.
-// Without both it still heartbeats, and the condition says why it cannot
-// take work.
-func checkRuntime(ctx context.Context, cfg config.Config, p podmanProbe) runnerapi.Condition {
-	bad := func(why string) runnerapi.Condition {
-		return runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: clip("cannot run jobs: "+why, 200)}
+// openRuntime connects to the user's systemd manager when podman answers
+// rootless. Without both the agent still heartbeats, and its runtime
+// condition says why it takes no work.
+func openRuntime(ctx context.Context, cfg config.Config, p podmanProbe) (*jobrun.Runtime, runnerapi.Condition) {
+	bad := func(why string) (*jobrun.Runtime, runnerapi.Condition) {
+		return nil, runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: clip("cannot run jobs: "+why, 200)}
 	}
 	switch {
 	case p.err != nil:
@@ -318,15 +320,27 @@ func checkRuntime(ctx context.Context, cfg config.Config, p podmanProbe) runnera
 	case !p.facts.Rootless:
 		return bad("podman is not rootless for this user (run the agent as its own unprivileged user)")
 	case os.Getenv("XDG_RUNTIME_DIR") == "":
-		return bad("XDG_RUNTIME_DIR is not set, so the user's systemd manager cannot be found")
+		return bad("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
 	}
 	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
 	rt, err := jobrun.Connect(ctx, host)
 	if err != nil {
 		return bad(err.Error())
 	}
-	rt.Close()
-	return runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)}
+	return rt, runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)}
+}
+
+// userRuntimeDir points XDG_RUNTIME_DIR at the lingering user's directory
+// when the service manager did not set it: podman and the user's systemd
+// manager are both found through it.
+func userRuntimeDir() {
+	if os.Getenv("XDG_RUNTIME_DIR") != "" {
+		return
+	}
+	dir := fmt.Sprintf("/run/user/%d", os.Getuid())
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		os.Setenv("XDG_RUNTIME_DIR", dir)
+	}
 }
 
 // clip shortens s to at most n bytes without splitting a character.
@@ -337,8 +351,26 @@ func clip(s string, n int) string {
 	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
-// daemon runs the agent until SIGINT or SIGTERM.
-func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.Logger) error {
+// daemon runs the agent. The first SIGINT or SIGTERM drains it: no more
+// work is asked for, running jobs go on being heartbeated and reported,
+// and it exits once none is left. A second signal exits at once; the jobs
+// go on in their units, and the next start adopts them.
+func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(signals)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Until the agent is up, a signal just stops it.
+	up := make(chan struct{})
+	go func() {
+		select {
+		case <-signals:
+			cancel()
+		case <-up:
+		}
+	}()
+
 	id, err := identity.Load(dir)
 	if err != nil {
 		return err
@@ -354,11 +386,15 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
 		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
 
+	userRuntimeDir()
 	podman := probePodman(ctx, cfg)
 	collector, closeGPUs := newCollector(cfg, podman.limits())
 	defer closeGPUs()
 	go collector.GPUs.WatchHealth(ctx, log.With("component", "gpu-health"))
-	runtimeHealth := checkRuntime(ctx, cfg, podman)
+	rt, runtimeHealth := openRuntime(ctx, cfg, podman)
+	if rt != nil {
+		defer rt.Close()
+	}
 	log.Info("job runtime", "ok", runtimeHealth.OK, "detail", runtimeHealth.Title)
 
 	m := metrics.New()
@@ -379,18 +415,37 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 	}}
 	go r.Run(ctx)
 
+	var measured atomic.Pointer[runnerapi.Capacity]
+	w := &worker.Worker{
+		API: c, Runtime: rt, Kinds: cfg.Kinds, Dir: filepath.Join(string(dir), "leases"), Version: version,
+		Log: log.With("component", "worker"),
+		Capacity: func() (runnerapi.Capacity, bool) {
+			if p := measured.Load(); p != nil {
+				return *p, true
+			}
+			return runnerapi.Capacity{}, false
+		},
+	}
+	if err := os.MkdirAll(filepath.Join(string(dir), "leases"), 0o700); err != nil {
+		return err
+	}
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
 		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
 		Health: func(c runnerapi.Capacity) []runnerapi.Condition {
 			return append(heartbeat.Conditions(c), runtimeHealth)
 		},
+		Leases:   w.Held,
+		Recovery: w.Recovery,
 		Observe: func(b heartbeat.Beat) {
 			if b.Err != nil {
 				m.Heartbeat("error")
 			} else {
 				m.Heartbeat("ok")
 				m.SetGPUs(b.Capacity, nil)
+				c := b.Capacity
+				measured.Store(&c)
+				w.Answer(b.Response, b.Proof)
 			}
 			select {
 			case beats <- b:
@@ -398,26 +453,78 @@ func daemon(ctx context.Context, dir identity.Dir, cfg config.Config, log *slog.
 			}
 		},
 	}
-	go loop.Run(ctx)
-
-	// READY=1 once the first heartbeat is in: the control plane knows us.
-	ready := false
+	w.Kick = loop.Kick
 	go sdnotify.Watchdog(ctx, func(context.Context) error { return nil })
-	for {
+
+	// The survivor check comes before any work, and READY=1 after it: the
+	// server has this start's recovery proof.
+	if rt != nil {
+		sdnotify.Status("checking for jobs from before this start")
+		for {
+			proof, err := w.Recover(ctx, loop.Once)
+			if err == nil && proof.Isolated {
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.Error("survivor check failed; no work until it passes", "err", err, "isolated", proof.Isolated)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(15 * time.Second):
+			}
+		}
+	}
+	for rt == nil || !w.Ready() {
+		err := loop.Once(ctx)
+		if err == nil && (rt == nil || w.Ready()) {
+			break
+		}
 		select {
 		case <-ctx.Done():
-			sdnotify.Stopping()
-			log.Info("agent stopping")
 			return nil
-		case b := <-beats:
-			line := statusLine(id.Leaf(), b)
-			if b.Err == nil && !ready {
-				ready = true
-				sdnotify.Ready(line)
-				log.Info("first heartbeat accepted", "gpus", len(b.Capacity.GPUs), "next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
-				continue
+		case <-time.After(time.Second):
+		}
+	}
+	close(up)
+	if ctx.Err() != nil {
+		return nil
+	}
+	go loop.Run(ctx)
+	b := <-beats
+	sdnotify.Ready(statusLine(id.Leaf(), b, 0, false))
+	log.Info("agent ready", "gpus", len(b.Capacity.GPUs), "taking_work", rt != nil, "next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
+	if rt != nil {
+		go w.Run(ctx)
+	}
+
+	draining := false
+	for {
+		select {
+		case <-signals:
+			if draining {
+				log.Info("second signal: exiting now; running jobs go on in their units")
+				sdnotify.Stopping()
+				return nil
 			}
-			sdnotify.Status(line)
+			draining = true
+			w.Drain()
+			log.Info("draining: no more work; exiting once running jobs end (a second signal exits now)", "jobs", len(w.Held()))
+			sdnotify.Status(fmt.Sprintf("draining: %d jobs running", len(w.Held())))
+			if w.Idle() {
+				sdnotify.Stopping()
+				log.Info("agent stopping")
+				return nil
+			}
+		case <-w.Changed():
+			if draining && w.Idle() {
+				sdnotify.Stopping()
+				log.Info("drained: agent stopping")
+				return nil
+			}
+		case b := <-beats:
+			sdnotify.Status(statusLine(id.Leaf(), b, len(w.Held()), draining))
 		}
 	}
 }

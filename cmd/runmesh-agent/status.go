@@ -9,7 +9,7 @@ import (
 )
 
 // statusLine is the one-line health summary for sd_notify STATUS=.
-func statusLine(leaf *x509.Certificate, b heartbeat.Beat) string {
+func statusLine(leaf *x509.Certificate, b heartbeat.Beat, jobs int, draining bool) string {
 	state := "online"
 	switch {
 	case b.Err != nil:
@@ -29,5 +29,9 @@ func statusLine(leaf *x509.Certificate, b heartbeat.Beat) string {
 	if b.Capacity.GPUsUnavailable != "" {
 		gpus = "no GPUs: " + b.Capacity.GPUsUnavailable
 	}
-	return fmt.Sprintf("%s; %s; certificate until %s", state, gpus, leaf.NotAfter.UTC().Format(time.RFC3339))
+	work := fmt.Sprintf("%d jobs", jobs)
+	if draining {
+		work += ", draining (a second signal exits; jobs go on)"
+	}
+	return fmt.Sprintf("%s; %s; %s; certificate until %s", state, work, gpus, leaf.NotAfter.UTC().Format(time.RFC3339))
 }

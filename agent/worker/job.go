@@ -1,0 +1,376 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/runmesh/runmesh/agent/jobrun"
+	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+// job is one held lease at one attempt.
+type job struct {
+	lease runnerapi.Lease // without Env once started
+	gpus  []string
+	paths jobunit.Paths
+	// Set under Worker.mu.
+	phase    string
+	answered bool // the server answered for it since the agent started
+	cancel   bool
+	gone     bool
+
+	digest  string
+	peak    uint64
+	log     chunk  // the last chunk sent, or being sent
+	pending bool   // log was written down but not yet accepted
+	adopted bool   // found by the survivor check
+	unit    string // set once started
+}
+
+// chunk is a piece of the output file: bytes [From, To) of the log are
+// sequence number Seq. It is written down before it is sent, so an agent
+// that dies mid-upload sends exactly the same chunk again (the server keeps
+// the first of a sequence number).
+type chunk struct {
+	Seq  int   `json:"seq"`
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
+}
+
+// record is what survives the agent for a held lease.
+type record struct {
+	Lease  runnerapi.Lease `json:"lease"`
+	GPUs   []string        `json:"gpus,omitempty"`
+	Digest string          `json:"digest,omitempty"`
+	Log    chunk           `json:"log"`
+}
+
+func (w *Worker) save(j *job) error {
+	w.mu.Lock()
+	digest := j.digest
+	w.mu.Unlock()
+	b, err := json.Marshal(record{Lease: j.lease, GPUs: j.gpus, Digest: digest, Log: j.log})
+	if err != nil {
+		return err
+	}
+	tmp := w.recordPath(j.paths) + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, w.recordPath(j.paths))
+}
+
+func (w *Worker) load(j *job) bool {
+	b, err := os.ReadFile(w.recordPath(j.paths))
+	if err != nil {
+		return false
+	}
+	var r record
+	if json.Unmarshal(b, &r) != nil || r.Lease.LeaseID != j.lease.LeaseID || r.Lease.Attempt != j.lease.Attempt {
+		return false
+	}
+	j.lease, j.gpus, j.digest, j.log = r.Lease, r.GPUs, r.Digest, r.Log
+	j.pending = r.Log.Seq >= 0 && r.Log.To > r.Log.From
+	return true
+}
+
+// start takes a new lease: it is held (and heartbeated) from here on.
+func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
+	host := w.Runtime.Host()
+	j := &job{lease: l, paths: host.Paths(l.LeaseID, l.Attempt), phase: runnerapi.PhaseStarting, log: chunk{Seq: -1}}
+	j.gpus = w.freeGPUs(l.Claim.GPUs)
+	w.mu.Lock()
+	w.held[l.LeaseID] = j
+	w.mu.Unlock()
+	log := w.Log.With("lease_id", l.LeaseID, "attempt", l.Attempt)
+	if l.Claim.GPUs > 0 && j.gpus == nil {
+		go w.finish(ctx, j, giveBack(errNoRoom.Error(), true))
+		return
+	}
+	env := l.Env
+	j.lease.Env = nil
+	if err := w.save(j); err != nil {
+		go w.finish(ctx, j, giveBack("the agent could not write its lease record: "+err.Error(), true))
+		return
+	}
+	log.Info("lease taken", "image", l.Image, "cores", l.Claim.Cores, "memory_mib", l.Claim.MemoryMiB, "gpus", j.gpus)
+	go func() {
+		res, ok := w.launch(ctx, j, env)
+		if !ok {
+			w.finish(ctx, j, res)
+			return
+		}
+		w.follow(ctx, j)
+	}()
+}
+
+// localFor is how long an image seen on this host is taken to be there
+// without asking podman again (which costs a process start per job).
+const localFor = 10 * time.Minute
+
+// launch makes the image local and starts the unit. When it cannot, the
+// result says whose fault that was.
+func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (runnerapi.ResultRequest, bool) {
+	l := j.lease
+	w.mu.Lock()
+	seen, known := w.local[l.Image]
+	w.mu.Unlock()
+	if !known || time.Since(seen) > localFor {
+		digest, err := w.Runtime.EnsureImage(ctx, l.Image)
+		if err != nil {
+			var ie *jobrun.ImageError
+			if errors.As(err, &ie) {
+				return giveBack(ie.Error(), !ie.JobFault), false
+			}
+			return giveBack(err.Error(), true), false
+		}
+		j.digest = digest
+		w.mu.Lock()
+		w.local[l.Image] = time.Now()
+		w.mu.Unlock()
+	}
+	u, err := w.Runtime.Start(ctx, jobunit.Job{
+		JobID: l.LeaseID, LeaseID: l.LeaseID, Attempt: l.Attempt, Image: l.Image, Command: l.Command, Env: env,
+		Cores: l.Claim.Cores, MemoryMiB: l.Claim.MemoryMiB, GPUs: j.gpus, WallClockSeconds: l.WallClockSeconds,
+	})
+	j.unit = u.Name
+	switch {
+	case errors.Is(err, jobunit.ErrUnrunnable):
+		return giveBack(err.Error(), false), false
+	case err != nil && u.Name == "":
+		return giveBack("the job unit could not be made: "+err.Error(), true), false
+	case err != nil:
+		// The unit exists and failed to start, or the start was not
+		// confirmed: its status tells which, below.
+		w.Log.Warn("job unit start", "unit", u.Name, "err", err)
+	}
+	w.mu.Lock()
+	j.phase = runnerapi.PhaseRunning
+	w.mu.Unlock()
+	w.Kick()
+	if j.digest == "" {
+		// A known image: its digest is read while the job runs.
+		go func() {
+			if d, err := w.Runtime.EnsureImage(ctx, l.Image); err == nil {
+				w.mu.Lock()
+				j.digest = d
+				w.mu.Unlock()
+			}
+		}()
+	}
+	return runnerapi.ResultRequest{}, true
+}
+
+func giveBack(reason string, hostFault bool) runnerapi.ResultRequest {
+	return runnerapi.ResultRequest{ReturnReason: &reason, HostFault: hostFault}
+}
+
+// follow watches a started (or adopted) unit until it ends, sending its
+// output as it grows and obeying the server's answers.
+func (w *Worker) follow(ctx context.Context, j *job) {
+	log := w.Log.With("lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)
+	stopping := false
+	t := time.NewTicker(w.Poll)
+	defer t.Stop()
+	for {
+		st, err := w.Runtime.Status(ctx, j.unit)
+		switch {
+		case errors.Is(err, jobrun.ErrNoUnit):
+			w.finish(ctx, j, giveBack("the job's unit disappeared from the user's systemd manager", true))
+			return
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Warn("job unit status", "err", err)
+		}
+		if st.MemoryBytes > j.peak {
+			j.peak = st.MemoryBytes
+		}
+		w.sendOutput(ctx, j)
+		w.mu.Lock()
+		cancel, gone := j.cancel, j.gone
+		w.mu.Unlock()
+		if gone {
+			// The server gave the lease to no one or to someone else: stop
+			// the job and report nothing.
+			log.Warn("the server no longer holds this lease for us: stopping the job")
+			w.forget(ctx, j)
+			w.drop(j)
+			return
+		}
+		if err == nil && st.Ended {
+			w.sendOutput(ctx, j)
+			w.finish(ctx, j, w.outcome(j, st, cancel))
+			return
+		}
+		if cancel && !stopping {
+			stopping = true
+			log.Info("cancelled: stopping the job")
+			go func() {
+				if err := w.Runtime.Stop(ctx, j.unit); err != nil {
+					log.Warn("stop", "err", err)
+				}
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// outcome turns how the unit ended into a result.
+func (w *Worker) outcome(j *job, st jobrun.Status, cancelled bool) runnerapi.ResultRequest {
+	var r runnerapi.ResultRequest
+	switch {
+	case cancelled:
+		r = giveBack("cancelled", false)
+	case st.WallClock:
+		r = giveBack(fmt.Sprintf("stopped at its wall clock of %d seconds", j.lease.WallClockSeconds), false)
+	case st.StartFailed && (st.StartStatus == 126 || st.StartStatus == 127):
+		r = giveBack(fmt.Sprintf("the job's command could not be run (podman exit status %d)", st.StartStatus), false)
+	case st.StartFailed:
+		r = giveBack(fmt.Sprintf("the container did not start (unit result %s, podman exit status %d)", st.Result, st.StartStatus), true)
+	case st.ExitCode != nil:
+		r.ExitCode = st.ExitCode
+		r.OOM = st.OOM
+	default:
+		r = giveBack("the job's unit ended without an exit code (result "+st.Result+")", true)
+	}
+	if j.peak > 0 {
+		mib := int64((j.peak + 1<<20 - 1) >> 20)
+		r.PeakMemoryMiB = &mib
+	}
+	return r
+}
+
+// maxRaw bounds the log bytes read for one chunk: the output in them is
+// smaller (each record's time, stream and tag are dropped).
+const maxRaw = runnerapi.MaxLogChunk
+
+// sendOutput sends what the job wrote since the last chunk.
+func (w *Worker) sendOutput(ctx context.Context, j *job) {
+	for ctx.Err() == nil {
+		if !j.pending {
+			next, ok := nextChunk(j.paths.Log, j.log)
+			if !ok {
+				return
+			}
+			j.log, j.pending = next, true
+			if err := w.save(j); err != nil {
+				w.Log.Warn("lease record", "err", err)
+			}
+		}
+		data, err := readChunk(j.paths.Log, j.log)
+		if err != nil {
+			w.Log.Warn("job output", "lease_id", j.lease.LeaseID, "err", err)
+			return
+		}
+		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
+		if runnerclient.Code(err) == runnerapi.CodeStaleAttempt {
+			w.mu.Lock()
+			j.gone = true
+			w.mu.Unlock()
+			return
+		}
+		if err != nil {
+			w.Log.Warn("sending output", "lease_id", j.lease.LeaseID, "err", err)
+			return // the same chunk again at the next poll
+		}
+		j.pending = false
+	}
+}
+
+// nextChunk finds the complete records after prev, at most maxRaw bytes.
+func nextChunk(path string, prev chunk) (chunk, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return prev, false
+	}
+	defer f.Close()
+	buf := make([]byte, maxRaw)
+	n, err := f.ReadAt(buf, prev.To)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return prev, false
+	}
+	_, used, _ := jobunit.ReadOutput(buf[:n])
+	if used == 0 && n == maxRaw {
+		used = n // a record longer than a chunk: send it raw rather than stall
+	}
+	if used == 0 {
+		return prev, false
+	}
+	return chunk{Seq: prev.Seq + 1, From: prev.To, To: prev.To + int64(used)}, true
+}
+
+func readChunk(path string, c chunk) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	buf := make([]byte, c.To-c.From)
+	if _, err := f.ReadAt(buf, c.From); err != nil {
+		return nil, err
+	}
+	out, used, err := jobunit.ReadOutput(buf)
+	if err != nil || used != len(buf) {
+		return buf, nil
+	}
+	return out, nil
+}
+
+// finish reports the attempt's result until the server has it (or says
+// the attempt is no longer ours), then lets the unit go.
+func (w *Worker) finish(ctx context.Context, j *job, r runnerapi.ResultRequest) {
+	r.Attempt = j.lease.Attempt
+	w.mu.Lock()
+	if j.digest != "" {
+		d := j.digest
+		r.ImageDigest = &d
+	}
+	w.mu.Unlock()
+	if w.Version != "" {
+		v := w.Version
+		r.RunnerVersion = &v
+	}
+	log := w.Log.With("lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt)
+	for backoff := time.Second; ; backoff = min(backoff*2, 30*time.Second) {
+		resp, err := w.API.Result(ctx, j.lease.LeaseID, r)
+		if err == nil {
+			log.Info("result accepted", "state", resp.State, "exit_code", r.ExitCode, "return_reason", r.ReturnReason)
+			break
+		}
+		if runnerclient.IsRefusal(err) && runnerclient.Code(err) != runnerapi.CodeRetry && runnerclient.Code(err) != "Service Unavailable" {
+			log.Warn("result refused", "err", err)
+			break
+		}
+		log.Warn("reporting the result failed", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			// The unit stays, ended: the next agent reports it.
+			return
+		case <-time.After(backoff):
+		}
+	}
+	w.forget(ctx, j)
+	w.drop(j)
+}
+
+// forget stops the unit (if it still runs) and lets systemd drop it.
+func (w *Worker) forget(ctx context.Context, j *job) {
+	if j.unit == "" {
+		return
+	}
+	if err := w.Runtime.Forget(ctx, j.unit); err != nil {
+		w.Log.Warn("letting the job unit go", "unit", j.unit, "err", err)
+	}
+}

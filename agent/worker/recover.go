@@ -1,0 +1,208 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+// BootIDFile is where Linux keeps this boot's id.
+const BootIDFile = "/proc/sys/kernel/random/boot_id"
+
+type leaseKey struct {
+	lease   string
+	attempt int
+}
+
+// Recover is the survivor check, run once after every start and before
+// any work is asked for. It lists the job units and the lease-labelled
+// containers an earlier agent left, asks the server about each unit's lease
+// (beat sends a heartbeat reporting them), adopts those answered CONTINUE
+// or CANCEL, stops the rest, and looks again. The proof it returns (and
+// the heartbeats carry until the server records it) claims the runner
+// isolated only when the last look found nothing but adopted jobs.
+func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) (runnerapi.RecoveryProof, error) {
+	w.init()
+	proof := runnerapi.RecoveryProof{AgentInstance: w.instance, BootID: bootID()}
+	units, err := w.Runtime.Survivors(ctx)
+	if err != nil {
+		return proof, fmt.Errorf("list job units: %w", err)
+	}
+	containers, err := w.Runtime.Containers(ctx)
+	if err != nil {
+		return proof, fmt.Errorf("list job containers: %w", err)
+	}
+	found := map[leaseKey]bool{}
+	host := w.Runtime.Host()
+	w.mu.Lock()
+	for _, u := range units {
+		found[leaseKey{u.LeaseID, u.Attempt}] = true
+		j := &job{lease: runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, paths: host.Paths(u.LeaseID, u.Attempt),
+			phase: runnerapi.PhaseRunning, unit: u.Unit, adopted: true, log: chunk{Seq: -1}}
+		w.load(j)
+		if old := w.held[u.LeaseID]; old == nil || old.lease.Attempt < u.Attempt {
+			w.held[u.LeaseID] = j
+		}
+	}
+	w.mu.Unlock()
+	for _, c := range containers {
+		found[leaseKey{c.LeaseID, c.Attempt}] = true
+	}
+	proof.SurvivorsFound = len(found)
+
+	// Ask the server. Units of an older attempt than the one held above
+	// are not reported: the second look stops them.
+	if len(units) > 0 {
+		for backoff := time.Second; ; backoff = min(2*backoff, 15*time.Second) {
+			err := beat(ctx)
+			if err == nil && w.allAnswered() {
+				break
+			}
+			w.Log.Warn("survivor check: asking the server about the jobs found", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return proof, ctx.Err()
+			case <-time.After(backoff):
+			}
+		}
+	}
+	var adopted []*job
+	w.mu.Lock()
+	for id, j := range w.held {
+		if j.gone || !j.answered {
+			delete(w.held, id)
+			continue
+		}
+		adopted = append(adopted, j)
+	}
+	w.mu.Unlock()
+	proof.Adopted = len(adopted)
+
+	// Stop everything not adopted, then look once more.
+	if err := w.stopStrays(ctx); err != nil {
+		return proof, err
+	}
+	proof.SurvivorsChecked = true
+	strays, err := w.strays(ctx)
+	if err != nil {
+		return proof, err
+	}
+	proof.Isolated = len(strays) == 0
+	if !proof.Isolated {
+		w.Log.Error("survivor check: jobs still run that this agent does not follow", "strays", strays)
+	}
+	w.forgetRecords()
+	w.Log.Info("survivor check", "survivors_found", proof.SurvivorsFound, "adopted", proof.Adopted, "isolated", proof.Isolated, "boot_id", proof.BootID)
+	w.mu.Lock()
+	w.proof, w.recorded = &proof, false
+	w.mu.Unlock()
+	for _, j := range adopted {
+		w.Log.Info("adopted a job from before this start", "lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)
+		go w.follow(ctx, j)
+	}
+	return proof, nil
+}
+
+func (w *Worker) allAnswered() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, j := range w.held {
+		if !j.answered {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *Worker) holds(lease string, attempt int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	j := w.held[lease]
+	return j != nil && j.lease.Attempt == attempt
+}
+
+// stopStrays stops every job unit and removes every lease container that
+// no held job owns.
+func (w *Worker) stopStrays(ctx context.Context) error {
+	units, err := w.Runtime.Survivors(ctx)
+	if err != nil {
+		return fmt.Errorf("list job units: %w", err)
+	}
+	for _, u := range units {
+		if !w.holds(u.LeaseID, u.Attempt) {
+			w.Log.Info("survivor check: stopping a job the server no longer gives this runner", "unit", u.Unit)
+			if err := w.Runtime.Forget(ctx, u.Unit); err != nil {
+				w.Log.Warn("stop", "unit", u.Unit, "err", err)
+			}
+			host := w.Runtime.Host()
+			os.Remove(host.Paths(u.LeaseID, u.Attempt).Log)
+		}
+	}
+	containers, err := w.Runtime.Containers(ctx)
+	if err != nil {
+		return fmt.Errorf("list job containers: %w", err)
+	}
+	for _, c := range containers {
+		if !w.holds(c.LeaseID, c.Attempt) {
+			w.Log.Info("survivor check: removing a job container without a followed unit", "container", c.Name)
+			if err := w.Runtime.RemoveContainer(ctx, c.Name); err != nil {
+				w.Log.Warn("remove", "container", c.Name, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// strays lists what still runs that no held job owns.
+func (w *Worker) strays(ctx context.Context) ([]string, error) {
+	var out []string
+	units, err := w.Runtime.Survivors(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list job units: %w", err)
+	}
+	for _, u := range units {
+		if !w.holds(u.LeaseID, u.Attempt) {
+			out = append(out, u.Unit)
+		}
+	}
+	containers, err := w.Runtime.Containers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list job containers: %w", err)
+	}
+	for _, c := range containers {
+		if !w.holds(c.LeaseID, c.Attempt) {
+			out = append(out, c.Name)
+		}
+	}
+	return out, nil
+}
+
+// forgetRecords removes the records of leases no longer held (an agent
+// that died between writing one and starting its unit).
+func (w *Worker) forgetRecords() {
+	entries, _ := os.ReadDir(w.Dir)
+	keep := map[string]bool{}
+	w.mu.Lock()
+	for _, j := range w.held {
+		keep[filepath.Base(w.recordPath(j.paths))] = true
+	}
+	w.mu.Unlock()
+	for _, e := range entries {
+		if !keep[e.Name()] {
+			os.Remove(filepath.Join(w.Dir, e.Name()))
+		}
+	}
+}
+
+func bootID() string {
+	b, err := os.ReadFile(BootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,341 @@
+// Package worker holds the runner's leases. It asks the control plane for
+// work that fits what is free, runs each lease as a job unit, reports the
+// leases' phases through the heartbeat and obeys its answers (CONTINUE,
+// CANCEL, GONE), uploads the output, and reports how each attempt ended.
+//
+// After every start of the agent, before it asks for work, it finds the
+// jobs an earlier agent left (Recover): the units outlive the agent, so a
+// restart never kills a job, and a job the server no longer wants is
+// stopped before anything new runs beside it.
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/agent/jobrun"
+	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+// API is the part of the runner API the worker uses.
+type API interface {
+	Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error)
+	UploadLog(ctx context.Context, leaseID string, chunk runnerapi.LogUpload) error
+	Result(ctx context.Context, leaseID string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error)
+}
+
+// Runtime starts and follows job units (jobrun.Runtime).
+type Runtime interface {
+	Host() jobunit.Host
+	EnsureImage(ctx context.Context, image string) (string, error)
+	Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error)
+	Status(ctx context.Context, unit string) (jobrun.Status, error)
+	Stop(ctx context.Context, unit string) error
+	Forget(ctx context.Context, unit string) error
+	Survivors(ctx context.Context) ([]jobrun.Survivor, error)
+	Containers(ctx context.Context) ([]jobrun.Container, error)
+	RemoveContainer(ctx context.Context, name string) error
+}
+
+// Worker runs leases. Set the fields, then Recover, then Run.
+type Worker struct {
+	API     API
+	Runtime Runtime
+	// Kinds are the job kinds this runner takes.
+	Kinds []string
+	// Capacity is the latest measurement (false before the first).
+	Capacity func() (runnerapi.Capacity, bool)
+	// Dir keeps a record of each held lease (its claim, GPUs and how far
+	// its output was uploaded) for the agent after a restart. No
+	// environment values: they can be secrets.
+	Dir     string
+	Version string
+	Log     *slog.Logger
+	// Poll is how often a running job's unit is read and its output sent
+	// (default 1 s).
+	Poll time.Duration
+	// Kick, if set, asks for a heartbeat now (a job started running).
+	Kick func()
+
+	instance string
+	draining atomic.Bool
+	mu       sync.Mutex
+	held     map[string]*job // by lease id: one attempt at a time
+	proof    *runnerapi.RecoveryProof
+	recorded bool
+	changed  chan struct{} // a job ended, or the proof was recorded
+	// stopAsking cancels the request for work in flight.
+	stopAsking context.CancelFunc
+	local    map[string]time.Time
+}
+
+// MaxJobs bounds the jobs one runner holds at once.
+const MaxJobs = 64
+
+func (w *Worker) init() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.held != nil {
+		return
+	}
+	w.held = map[string]*job{}
+	w.changed = make(chan struct{}, 1)
+	w.local = map[string]time.Time{}
+	w.instance = uuid.NewString()
+	if w.Poll == 0 {
+		w.Poll = time.Second
+	}
+	if w.Kick == nil {
+		w.Kick = func() {}
+	}
+}
+
+// Instance is this agent start's id, named by its recovery proof and its
+// requests for work.
+func (w *Worker) Instance() string {
+	w.init()
+	return w.instance
+}
+
+func (w *Worker) signal() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Held is what the next heartbeat reports: every lease and its phase.
+func (w *Worker) Held() []runnerapi.HeldLease {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]runnerapi.HeldLease, 0, len(w.held))
+	for _, j := range w.held {
+		out = append(out, runnerapi.HeldLease{LeaseID: j.lease.LeaseID, Attempt: j.lease.Attempt, Phase: j.phase})
+	}
+	slices.SortFunc(out, func(a, b runnerapi.HeldLease) int { return compare(a.LeaseID, b.LeaseID) })
+	return out
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Recovery is the proof the next heartbeat carries: the survivor check's,
+// until the server says it recorded it.
+func (w *Worker) Recovery() *runnerapi.RecoveryProof {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.recorded {
+		return nil
+	}
+	return w.proof
+}
+
+// Ready reports whether the server has this start's proof, and it proved
+// the runner isolated: the agent may take work.
+func (w *Worker) Ready() bool {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.recorded && w.proof != nil && w.proof.Isolated
+}
+
+// Answer applies a heartbeat's answer to the leases it reported.
+func (w *Worker) Answer(resp runnerapi.HeartbeatResponse, sent *runnerapi.RecoveryProof) {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sent != nil && sent == w.proof && resp.RecoveryRecorded {
+		w.recorded = true
+		w.signal()
+	}
+	for _, a := range resp.Leases {
+		j := w.held[a.LeaseID]
+		if j == nil || j.lease.Attempt != a.Attempt {
+			continue
+		}
+		j.answered = true
+		switch a.Action {
+		case runnerapi.LeaseCancel:
+			j.cancel = true
+		case runnerapi.LeaseGone:
+			j.gone = true
+		}
+	}
+}
+
+// Drain stops asking for work; held jobs run to their end.
+func (w *Worker) Drain() {
+	w.init()
+	w.draining.Store(true)
+	w.mu.Lock()
+	if w.stopAsking != nil {
+		w.stopAsking()
+	}
+	w.mu.Unlock()
+	w.signal()
+}
+
+// Idle reports whether no lease is held.
+func (w *Worker) Idle() bool {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.held) == 0
+}
+
+// Wait returns a channel that is signalled when a job ends.
+func (w *Worker) Changed() <-chan struct{} {
+	w.init()
+	return w.changed
+}
+
+// Run asks for work while there is room, until ctx ends or Drain.
+func (w *Worker) Run(ctx context.Context) {
+	w.init()
+	backoff := time.Second
+	for ctx.Err() == nil && !w.draining.Load() {
+		req, room := w.request()
+		if !room || !w.Ready() {
+			select {
+			case <-ctx.Done():
+			case <-w.changed:
+			case <-time.After(5 * time.Second):
+			}
+			continue
+		}
+		// A drain cancels the wait for work. Leases granted before it
+		// took effect are ours and run; one the server grants just as the
+		// request is cancelled is never seen and expires back to the queue.
+		lctx, cancel := context.WithCancel(ctx)
+		w.mu.Lock()
+		w.stopAsking = cancel
+		w.mu.Unlock()
+		if w.draining.Load() {
+			cancel()
+		}
+		leases, err := w.API.Lease(lctx, req)
+		cancel()
+		for _, l := range leases {
+			w.start(ctx, l)
+		}
+		if err != nil {
+			if ctx.Err() != nil || w.draining.Load() {
+				return
+			}
+			if runnerclient.Code(err) == runnerapi.CodeRecoveryRequired {
+				// The server lost our proof (or never had it): send it again.
+				w.mu.Lock()
+				w.recorded = false
+				w.mu.Unlock()
+				w.Kick()
+			}
+			w.Log.Warn("asking for work failed", "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, 30*time.Second)
+			continue
+		}
+		backoff = time.Second
+	}
+}
+
+// request is what to ask for: the kinds, the largest job, what is free.
+func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
+	c, ok := w.Capacity()
+	if !ok {
+		return runnerapi.LeaseRequest{}, false
+	}
+	total := runnerapi.Resources{Cores: c.Host.Cores, MemoryMiB: c.Host.MemoryMiB, GPUs: len(healthyGPUs(c))}
+	free := total
+	w.mu.Lock()
+	n := len(w.held)
+	for _, j := range w.held {
+		free.Cores -= j.lease.Claim.Cores
+		free.MemoryMiB -= j.lease.Claim.MemoryMiB
+		free.GPUs -= len(j.gpus)
+	}
+	w.mu.Unlock()
+	free.Cores, free.MemoryMiB, free.GPUs = max(free.Cores, 0), max(free.MemoryMiB, 0), max(free.GPUs, 0)
+	if n >= MaxJobs || free.Cores < 0.001 {
+		return runnerapi.LeaseRequest{}, false
+	}
+	return runnerapi.LeaseRequest{
+		Kinds: w.Kinds, Largest: total, Free: free, Max: min(4, MaxJobs-n), WaitSeconds: 30, AgentInstance: w.instance,
+	}, true
+}
+
+func healthyGPUs(c runnerapi.Capacity) []string {
+	var out []string
+	for _, g := range c.GPUs {
+		if g.Healthy {
+			out = append(out, g.UUID)
+		}
+	}
+	return out
+}
+
+// freeGPUs picks n healthy GPUs no held job has.
+func (w *Worker) freeGPUs(n int) []string {
+	if n == 0 {
+		return nil
+	}
+	c, _ := w.Capacity()
+	taken := map[string]bool{}
+	w.mu.Lock()
+	for _, j := range w.held {
+		for _, g := range j.gpus {
+			taken[g] = true
+		}
+	}
+	w.mu.Unlock()
+	var out []string
+	for _, g := range healthyGPUs(c) {
+		if !taken[g] && len(out) < n {
+			out = append(out, g)
+		}
+	}
+	if len(out) < n {
+		return nil
+	}
+	return out
+}
+
+// recordPath is where a lease's record lives.
+func (w *Worker) recordPath(p jobunit.Paths) string {
+	return filepath.Join(w.Dir, p.Container+".json")
+}
+
+func (w *Worker) drop(j *job) {
+	w.mu.Lock()
+	if w.held[j.lease.LeaseID] == j {
+		delete(w.held, j.lease.LeaseID)
+	}
+	w.mu.Unlock()
+	os.Remove(w.recordPath(j.paths))
+	os.Remove(j.paths.Log)
+	w.signal()
+}
+
+var errNoRoom = errors.New("the GPUs the lease needs are no longer free")

@@ -1,0 +1,312 @@
+package main_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/cmd/internal/e2e"
+)
+
+// sandbox drives agent/sandbox: a booted systemd with the runmesh user's
+// manager and rootless podman, which `make test-e2e` has brought up.
+type sandbox struct {
+	t   *testing.T
+	dir string
+}
+
+func (s sandbox) cmd(mode string, args ...string) *exec.Cmd {
+	c := exec.Command("../../agent/sandbox/sandbox.sh", append([]string{mode}, args...)...)
+	c.Env = append(os.Environ(), "RUNMESH_SANDBOX_DIR="+s.dir)
+	return c
+}
+
+// run runs args in the sandbox, as root ("exec") or as runmesh ("user").
+func (s sandbox) run(mode string, args ...string) (string, error) {
+	out, err := s.cmd(mode, args...).CombinedOutput()
+	return string(out), err
+}
+
+func (s sandbox) must(mode string, args ...string) string {
+	s.t.Helper()
+	out, err := s.run(mode, args...)
+	require.NoError(s.t, err, "%s %v: %s", mode, args, out)
+	return out
+}
+
+// jobUnits lists the job units the runmesh user's manager has loaded.
+func (s sandbox) jobUnits() string {
+	return s.must("user", "systemctl", "--user", "list-units", "--all", "--plain", "--no-legend", "runmesh-job-*")
+}
+
+// TestJobsInTheSandbox runs the real server on the host's loopback and
+// the real agent as a systemd service inside the sandbox, and walks a
+// runner's life with jobs: a job's exit code and output, a kill -9 of the
+// agent mid-job (adopted), an agent down longer than the lease (the job
+// runs again, the survivor is stopped), cancellation, the wall clock,
+// images that cannot be had, and a drain.
+func TestJobsInTheSandbox(t *testing.T) {
+	dir := os.Getenv("RUNMESH_SANDBOX_DIR")
+	if os.Getenv("RUNMESH_SANDBOX_UP") == "" || dir == "" {
+		t.Skip("needs the systemd sandbox up (make test-e2e)")
+	}
+	sb := sandbox{t: t, dir: dir}
+	serverBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-server")
+	cliBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh")
+	agentBin := filepath.Join(dir, "bin", "runmesh-agent")
+	require.FileExists(t, agentBin, "make test-e2e builds the agent there")
+
+	srv := e2e.StartDev(t, serverBin)
+	dev := srv.Env
+	gql := func(query string, vars map[string]any) map[string]any {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
+		req, _ := http.NewRequest(http.MethodPost, dev["RUNMESH_ADMIN_URL"]+"/graphql", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+dev["RUNMESH_ADMIN_TOKEN"])
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var out struct {
+			Data   map[string]any
+			Errors []any
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+		require.Empty(t, out.Errors)
+		return out.Data
+	}
+	poolID := gql(`{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
+	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
+	// within about 7 s.
+	gql(`mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
+
+	// Enrol inside the sandbox, as the runmesh user, with a token file
+	// only that user can read.
+	work := filepath.Join(dir, "e2e")
+	require.NoError(t, os.RemoveAll(work))
+	require.NoError(t, os.MkdirAll(work, 0o755))
+	out := e2e.MustRun(t, nil, cliBin, "--env-file", srv.EnvFile, "create-enrolment-token", "--pool", "default")
+	token := filepath.Join(work, "token")
+	require.NoError(t, os.WriteFile(token, []byte(regexp.MustCompile(`rmet_\S+`).FindString(out)), 0o600))
+	cfg := filepath.Join(work, "agent.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("version: 1\npodman: /usr/bin/podman\nmetrics:\n  listen: \"off\"\n"), 0o644))
+	const state = "/var/lib/runmesh-agent"
+	sb.must("exec", "sh", "-c", "chown runmesh:runmesh "+token+" && rm -rf "+state+" && install -d -o runmesh -g runmesh -m 0700 "+state)
+	enrol := sb.cmd("user", agentBin, "enrol", "--server", dev["RUNMESH_RUNNER_URL"], "--ca-fingerprint", dev["RUNMESH_CA_FINGERPRINT"],
+		"--token-file", token, "--state-dir", state, "--config", cfg, "--name", "sandbox-01")
+	var enrolOut e2e.Buffer
+	enrol.Stdout, enrol.Stderr = &enrolOut, &enrolOut
+	require.NoError(t, enrol.Start())
+	var runnerID string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("enrol:\n%s", enrolOut.String())
+		}
+	})
+	e2e.Eventually(t, 60*time.Second, "enrolled", func() bool {
+		m := regexp.MustCompile(`enrolled as runner ([0-9a-f-]{36})`).FindStringSubmatch(enrolOut.String())
+		if m != nil {
+			runnerID = m[1]
+		}
+		return m != nil
+	})
+	fingerprint := strings.TrimSpace(sb.must("user", agentBin, "fingerprint", "--state-dir", state))
+	gql(`mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": runnerID, "fp": fingerprint})
+	require.NoError(t, enrol.Wait(), enrolOut.String())
+
+	// The packaged unit, pointed at this build.
+	unit, err := os.ReadFile("../../systemd/runmesh-agent.service")
+	require.NoError(t, err)
+	// The unit's /tmp is private: the binary and its config go where a
+	// package puts them.
+	unitText := regexp.MustCompile(`(?m)^ExecStart=.*$`).ReplaceAllString(string(unit),
+		fmt.Sprintf("ExecStart=/usr/local/bin/runmesh-agent run --state-dir %s --config /etc/runmesh/agent.yaml", state))
+	require.NoError(t, os.WriteFile(filepath.Join(work, "runmesh-agent.service"), []byte(unitText), 0o644))
+	sb.must("exec", "sh", "-c", "install -m 0755 "+agentBin+" /usr/local/bin/runmesh-agent && install -D -m 0644 "+cfg+
+		" /etc/runmesh/agent.yaml && cp "+work+"/runmesh-agent.service /etc/systemd/system/ && systemctl daemon-reload")
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := sb.run("exec", "journalctl", "-u", "runmesh-agent", "--no-pager", "-n", "150", "-o", "cat")
+			t.Logf("agent journal:\n%s", out)
+		}
+		sb.run("exec", "systemctl", "kill", "-s", "KILL", "runmesh-agent")
+		sb.run("exec", "systemctl", "stop", "runmesh-agent")
+	})
+
+	recovery := func() map[string]any {
+		r := gql(`query($id: ID!) { runner(id: $id) { recovery { agentInstance survivorsChecked survivorsFound adopted isolated bootId } } }`,
+			map[string]any{"id": runnerID})["runner"].(map[string]any)["recovery"]
+		if r == nil {
+			return nil
+		}
+		return r.(map[string]any)
+	}
+	// Type=notify: start returns at READY=1, which comes only after the
+	// survivor check is in the server's hands.
+	require.Nil(t, recovery())
+	sb.must("exec", "systemctl", "start", "runmesh-agent")
+	first := recovery()
+	require.NotNil(t, first, "READY=1 came before the server had the recovery proof")
+	require.Equal(t, true, first["survivorsChecked"])
+	require.Equal(t, true, first["isolated"])
+	require.Equal(t, float64(0), first["survivorsFound"])
+	require.NotEmpty(t, first["bootId"])
+
+	submit := func(image string, command []string, wallClock int, extra map[string]any) string {
+		t.Helper()
+		in := map[string]any{"poolId": poolID, "image": image, "command": command,
+			"claim": map[string]any{"cores": 0.5, "wallClockSeconds": wallClock}}
+		for k, v := range extra {
+			in[k] = v
+		}
+		return gql(`mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})["submitJob"].(map[string]any)["id"].(string)
+	}
+	job := func(id string) map[string]any {
+		return gql(`query($id: ID!) { job(id: $id) { state stateReason attempt logs
+			runs { attempt runnerName finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion } } }`,
+			map[string]any{"id": id})["job"].(map[string]any)
+	}
+	waitState := func(id string, within time.Duration, states ...string) map[string]any {
+		t.Helper()
+		var j map[string]any
+		e2e.Eventually(t, within, "job "+id+" in "+strings.Join(states, " or "), func() bool {
+			j = job(id)
+			for _, s := range states {
+				if j["state"] == s {
+					return true
+				}
+			}
+			return false
+		})
+		return j
+	}
+	busybox := "localhost/busybox:latest"
+
+	t.Run("a job runs and reports its exit code and output", func(t *testing.T) {
+		id := submit(busybox, []string{"sh", "-c", `echo "hello $GREETING"; echo to stderr >&2; exit 3`}, 60,
+			map[string]any{"env": []map[string]any{{"name": "GREETING", "value": "from the sandbox"}}})
+		j := waitState(id, 60*time.Second, "FAILED")
+		require.Equal(t, "exited with code 3", j["stateReason"])
+		require.Equal(t, "hello from the sandbox\nto stderr\n", j["logs"])
+		runs := j["runs"].([]any)
+		require.Len(t, runs, 1)
+		run := runs[0].(map[string]any)
+		require.Equal(t, "sandbox-01", run["runnerName"])
+		require.Equal(t, float64(3), run["exitCode"])
+		require.Regexp(t, `^sha256:[0-9a-f]{64}$`, run["imageDigest"])
+		require.NotEmpty(t, run["runnerVersion"])
+		ok := submit(busybox, []string{"echo", "fine"}, 60, nil)
+		require.Equal(t, "fine\n", waitState(ok, 60*time.Second, "SUCCEEDED")["logs"])
+		e2e.Eventually(t, 30*time.Second, "units forgotten once reported", func() bool { return strings.TrimSpace(sb.jobUnits()) == "" })
+	})
+
+	t.Run("kill -9 of the agent mid-job: the job goes on and is adopted", func(t *testing.T) {
+		id := submit(busybox, []string{"sh", "-c", "echo before; sleep 8; echo after"}, 120, nil)
+		j := waitState(id, 60*time.Second, "RUNNING")
+		require.EqualValues(t, 1, j["attempt"])
+		sb.must("exec", "systemctl", "kill", "-s", "KILL", "runmesh-agent")
+		require.Contains(t, sb.jobUnits(), "runmesh-job-"+id+"-1.service", "the job's unit outlives the agent")
+		// Restart=on-failure brings the agent back; it adopts the job.
+		j = waitState(id, 90*time.Second, "SUCCEEDED")
+		require.EqualValues(t, 1, j["attempt"])
+		require.Equal(t, "before\nafter\n", j["logs"], "output is neither lost nor repeated across the restart")
+		r := recovery()
+		require.NotEqual(t, first["agentInstance"], r["agentInstance"])
+		require.Equal(t, float64(1), r["survivorsFound"])
+		require.Equal(t, float64(1), r["adopted"])
+		require.Equal(t, true, r["isolated"])
+	})
+
+	t.Run("an agent down longer than the lease: the job runs again and the survivor is stopped", func(t *testing.T) {
+		id := submit(busybox, []string{"sh", "-c", "sleep 12; echo finished"}, 120, nil)
+		waitState(id, 60*time.Second, "RUNNING")
+		sb.must("exec", "sh", "-c", "systemctl kill -s KILL runmesh-agent && systemctl stop runmesh-agent")
+		// The lease runs out; with no runner the job waits in the queue.
+		e2e.Eventually(t, 30*time.Second, "lease expired", func() bool {
+			j := job(id)
+			return j["state"] == "QUEUED"
+		})
+		require.Contains(t, sb.jobUnits(), "runmesh-job-"+id+"-1.service", "attempt 1 still runs, unknown to the server")
+		sb.must("exec", "systemctl", "start", "runmesh-agent")
+		r := recovery()
+		require.Equal(t, float64(1), r["survivorsFound"])
+		require.Equal(t, float64(0), r["adopted"])
+		require.Equal(t, true, r["isolated"])
+		require.NotContains(t, sb.jobUnits(), "runmesh-job-"+id+"-1.service", "the survivor was stopped before any work was taken")
+		j := waitState(id, 90*time.Second, "SUCCEEDED")
+		require.EqualValues(t, 2, j["attempt"])
+		require.Equal(t, "finished\n", j["logs"])
+		var results int
+		for _, r := range j["runs"].([]any) {
+			run := r.(map[string]any)
+			if run["exitCode"] != nil || run["returnReason"] != nil {
+				results++
+				require.EqualValues(t, 2, run["attempt"])
+			}
+		}
+		require.Equal(t, 1, results, "exactly one accepted result")
+	})
+
+	t.Run("cancelJob stops the unit", func(t *testing.T) {
+		id := submit(busybox, []string{"sleep", "300"}, 600, nil)
+		waitState(id, 60*time.Second, "RUNNING")
+		start := time.Now()
+		gql(`mutation($id: ID!) { cancelJob(id: $id) { id } }`, map[string]any{"id": id})
+		waitState(id, 30*time.Second, "CANCELLED")
+		t.Logf("cancelled in %s", time.Since(start).Round(time.Millisecond))
+		require.NotContains(t, sb.jobUnits(), id)
+		require.NotContains(t, sb.must("user", "podman", "ps", "-a", "--format", "{{.Names}}"), id)
+	})
+
+	t.Run("a job over its wall clock is stopped with that reason", func(t *testing.T) {
+		id := submit(busybox, []string{"sleep", "300"}, 3, nil)
+		j := waitState(id, 60*time.Second, "FAILED")
+		require.Equal(t, "stopped at its wall clock of 3 seconds", j["stateReason"])
+		require.NotContains(t, sb.jobUnits(), id)
+	})
+
+	t.Run("an image that cannot be had is a host fault only when the host is at fault", func(t *testing.T) {
+		failures := func() float64 {
+			return gql(`query($id: ID!) { runner(id: $id) { failuresInARow } }`, map[string]any{"id": runnerID})["runner"].(map[string]any)["failuresInARow"].(float64)
+		}
+		// localhost/ names an image this host was meant to have built.
+		id := submit("localhost/absent:latest", []string{"true"}, 60, map[string]any{"maxAttempts": 1})
+		j := waitState(id, 60*time.Second, "FAILED")
+		require.Contains(t, j["stateReason"], "host fault: image localhost/absent:latest could not be pulled on this host")
+		require.Equal(t, float64(1), failures())
+		// A short name that resolves to nothing is the job's own mistake.
+		id = submit("no-such-image", []string{"true"}, 60, map[string]any{"maxAttempts": 1})
+		j = waitState(id, 60*time.Second, "FAILED")
+		require.Contains(t, j["stateReason"], "image no-such-image does not exist")
+		require.NotContains(t, j["stateReason"], "host fault")
+		require.Equal(t, float64(0), failures(), "a job's fault resets the count")
+	})
+
+	t.Run("SIGTERM drains: running jobs finish, no new work, then the agent exits", func(t *testing.T) {
+		id := submit(busybox, []string{"sh", "-c", "sleep 5; echo drained"}, 60, nil)
+		waitState(id, 60*time.Second, "RUNNING")
+		sb.must("exec", "systemctl", "kill", "-s", "TERM", "runmesh-agent")
+		e2e.Eventually(t, 10*time.Second, "the agent says it drains", func() bool {
+			return strings.Contains(sb.must("exec", "systemctl", "show", "-p", "StatusText", "runmesh-agent"), "draining")
+		})
+		later := submit(busybox, []string{"echo", "too late"}, 60, nil)
+		require.Equal(t, "drained\n", waitState(id, 60*time.Second, "SUCCEEDED")["logs"])
+		e2e.Eventually(t, 30*time.Second, "agent exited", func() bool {
+			out, _ := sb.run("exec", "systemctl", "is-active", "runmesh-agent")
+			return strings.TrimSpace(out) == "inactive"
+		})
+		require.Equal(t, "QUEUED", job(later)["state"], "a draining agent takes no work")
+		out, _ := sb.run("exec", "systemctl", "show", "-p", "Result", "runmesh-agent")
+		require.Equal(t, "Result=success", strings.TrimSpace(out), "a drained agent exits cleanly (no restart)")
+	})
+}
