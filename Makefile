@@ -70,8 +70,8 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 build: ## build the binaries into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
-demo: build ## run the control plane on its embedded default (private PostgreSQL)
-	./bin/runmesh-server dev
+demo: build ## the whole path on this machine: dev server, an agent in the systemd sandbox, one job (needs root)
+	scripts/demo.sh
 
 bench: bench-pki bench-heartbeat bench-lease bench-start ## every benchmark (each starts its own PostgreSQL and server)
 
@@ -84,9 +84,12 @@ bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS wit
 bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
 	$(GO) run ./cmd/runmesh-bench lease
 
-bench-start: ## lease held → job container running, against plain podman run, in agent/sandbox (needs root)
+bench-start: build ## lease held → job container running vs plain podman run; the agent's idle RSS and CPU (needs root)
 	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \
 		chmod a+rx $(SANDBOX_DIR)/bin/runmesh-bench
 	RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR) agent/sandbox/sandbox.sh run $(SANDBOX_DIR)/bin/runmesh-bench start
+	@echo "bench-start: the demo's agent, enrolled and after one job, idling for 60 s"
+	@RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR) scripts/demo.sh --idle 60 > /tmp/runmesh-bench-idle.log 2>&1 || \
+		{ cat /tmp/runmesh-bench-idle.log; exit 1; }; grep '^agent idle' /tmp/runmesh-bench-idle.log
 
 check: verify lint test ## generated code, lint and tests: run before you push

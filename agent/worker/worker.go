@@ -77,7 +77,7 @@ type Worker struct {
 	changed  chan struct{} // a job ended, or the proof was recorded
 	// stopAsking cancels the request for work in flight.
 	stopAsking context.CancelFunc
-	local    map[string]time.Time
+	local      map[string]time.Time
 }
 
 // MaxJobs bounds the jobs one runner holds at once.

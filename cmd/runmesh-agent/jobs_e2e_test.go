@@ -308,5 +308,22 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.Equal(t, "QUEUED", job(later)["state"], "a draining agent takes no work")
 		out, _ := sb.run("exec", "systemctl", "show", "-p", "Result", "runmesh-agent")
 		require.Equal(t, "Result=success", strings.TrimSpace(out), "a drained agent exits cleanly (no restart)")
+
+		// Back up, it takes the work it left.
+		sb.must("exec", "systemctl", "start", "runmesh-agent")
+		require.Equal(t, "too late\n", waitState(later, 60*time.Second, "SUCCEEDED")["logs"])
+	})
+
+	t.Run("a job container without a unit is removed before any work", func(t *testing.T) {
+		sb.must("exec", "sh", "-c", "systemctl kill -s KILL runmesh-agent && systemctl stop runmesh-agent")
+		stray := "0b5c3c1e-6f0e-4a51-9d7a-3f1f2f0c9a10"
+		sb.must("user", "podman", "run", "-d", "--name", "runmesh-job-"+stray+"-1", "--label", "runmesh.lease="+stray,
+			"--label", "runmesh.attempt=1", busybox, "sleep", "300")
+		sb.must("exec", "systemctl", "start", "runmesh-agent")
+		r := recovery()
+		require.Equal(t, float64(1), r["survivorsFound"])
+		require.Equal(t, float64(0), r["adopted"])
+		require.Equal(t, true, r["isolated"])
+		require.NotContains(t, sb.must("user", "podman", "ps", "-a", "--format", "{{.Names}}"), stray)
 	})
 }
