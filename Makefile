@@ -59,8 +59,9 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent ./cmd/runmesh-agent && \
 		chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
-	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); trap 'agent/sandbox/sandbox.sh down' EXIT; \
-		agent/sandbox/sandbox.sh up && \
+	@# A sandbox that is already up (someone's, by hand) is refused by up and left alone.
+	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh up || exit 1; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT; \
 		agent/sandbox/sandbox.sh user sh -c 'for p; do echo "e2e: $$p"; \
 			(cd $(SANDBOX_DIR)/src/$$p && RUNMESH_SANDBOX=1 exec $(SANDBOX_DIR)/bin/$$p.test -test.count=1 -test.v) || exit 1; \
 			done' sh $(notdir $(E2E_PACKAGES)) && \

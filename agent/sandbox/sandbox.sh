@@ -314,6 +314,8 @@ check)
   [ -z "$p" ] || log "up will install: $p"
   ;;
 up)
+  # A sandbox already up is someone's: refuse before the trap below could take it down.
+  running && die "already up (PID 1 is host pid $(pid1)); sandbox.sh down first"
   # die exits, which an ERR trap does not see: tear down on any exit until up has succeeded.
   trap 'down' EXIT
   up
