@@ -429,6 +429,10 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(filepath.Join(string(dir), "leases"), 0o700); err != nil {
 		return err
 	}
+	// The watchdog is fed while heartbeats are attempted: a wedged loop
+	// gets the agent restarted by systemd (its jobs go on in their units).
+	var lastBeat atomic.Int64
+	lastBeat.Store(time.Now().UnixNano())
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
 		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
@@ -438,6 +442,7 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		Leases:   w.Held,
 		Recovery: w.Recovery,
 		Observe: func(b heartbeat.Beat) {
+			lastBeat.Store(time.Now().UnixNano())
 			if b.Err != nil {
 				m.Heartbeat("error")
 			} else {
@@ -454,7 +459,12 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		},
 	}
 	w.Kick = loop.Kick
-	go sdnotify.Watchdog(ctx, func(context.Context) error { return nil })
+	go sdnotify.Watchdog(ctx, func(context.Context) error {
+		if since := time.Since(time.Unix(0, lastBeat.Load())); since > 90*time.Second {
+			return fmt.Errorf("no heartbeat attempted for %s", since.Round(time.Second))
+		}
+		return nil
+	})
 
 	// The survivor check comes before any work, and READY=1 after it: the
 	// server has this start's recovery proof.
