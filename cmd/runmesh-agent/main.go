@@ -431,8 +431,9 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	}
 	// The watchdog is fed while heartbeats are attempted: a wedged loop
 	// gets the agent restarted by systemd (its jobs go on in their units).
-	var lastBeat atomic.Int64
+	var lastBeat, beatEvery atomic.Int64
 	lastBeat.Store(time.Now().UnixNano())
+	beatEvery.Store(int64(10 * time.Second))
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
 		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
@@ -443,6 +444,9 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		Recovery: w.Recovery,
 		Observe: func(b heartbeat.Beat) {
 			lastBeat.Store(time.Now().UnixNano())
+			if s := b.Response.NextHeartbeatSeconds; b.Err == nil && s > 0 {
+				beatEvery.Store(int64(time.Duration(s) * time.Second))
+			}
 			if b.Err != nil {
 				m.Heartbeat("error")
 			} else {
@@ -460,7 +464,8 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	}
 	w.Kick = loop.Kick
 	go sdnotify.Watchdog(ctx, func(context.Context) error {
-		if since := time.Since(time.Unix(0, lastBeat.Load())); since > 90*time.Second {
+		limit := 3*time.Duration(beatEvery.Load()) + time.Minute
+		if since := time.Since(time.Unix(0, lastBeat.Load())); since > limit {
 			return fmt.Errorf("no heartbeat attempted for %s", since.Round(time.Second))
 		}
 		return nil
