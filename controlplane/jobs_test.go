@@ -423,3 +423,85 @@ func TestBatchSubmissionIsAllOrNothing(t *testing.T) {
 	}
 	require.Equal(t, before+3, b.count(t, "SELECT count(*) FROM jobs"))
 }
+
+// Several results in one request: each is fenced on its own, a malformed
+// one refuses the whole batch, and accepted ones record runs, events and
+// the runner's failures in a row in order.
+func TestBatchResults(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	runnerID, c, _ := b.approvedRunner(t, measured(8))
+	_, other, _ := b.approvedRunner(t, measured(8))
+	var ids []string
+	for i := 0; i < 4; i++ {
+		id, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+		require.Empty(t, code)
+		ids = append(ids, id)
+	}
+	req := anyWork(0)
+	req.Max = 3
+	mine := b.lease(t, c, req)
+	require.Len(t, mine, 3)
+	theirs := b.lease(t, other, anyWork(0))
+	require.Len(t, theirs, 1)
+
+	post := func(results []runnerapi.LeaseResult) reply {
+		body, _ := json.Marshal(runnerapi.ResultsRequest{Results: results})
+		return b.call(t, c, http.MethodPost, runnerapi.PathResults, body)
+	}
+	states := func() string {
+		var s string
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT string_agg(state::text || ':' || (SELECT count(*) FROM job_events e WHERE e.job_id = j.id)::text, ',' ORDER BY id)
+			FROM jobs j WHERE id = ANY($1::uuid[])`, ids).Scan(&s))
+		return s
+	}
+	exit := func(l runnerapi.Lease, code int) runnerapi.LeaseResult {
+		return runnerapi.LeaseResult{LeaseID: l.LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: intp(code)}}
+	}
+	reason := "image would not pull"
+	hostFault := runnerapi.LeaseResult{LeaseID: mine[2].LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: 1, ReturnReason: &reason, HostFault: true}}
+
+	// Refused whole, and nothing changes.
+	before := states()
+	both := exit(mine[1], 0)
+	both.ReturnReason = &reason
+	for name, bad := range map[string][]runnerapi.LeaseResult{
+		"empty":                 {},
+		"exit code and reason":  {exit(mine[0], 0), both},
+		"not a lease":           {exit(mine[0], 0), {LeaseID: "x", ResultRequest: runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}}},
+		"more than the maximum": make([]runnerapi.LeaseResult, runnerapi.MaxResultsPerRequest+1),
+	} {
+		r := post(bad)
+		require.Equal(t, http.StatusBadRequest, r.Status, name)
+		require.Equal(t, runnerapi.CodeBadRequest, r.Code, name)
+		require.Equal(t, before, states(), name)
+	}
+
+	stale := exit(mine[1], 0)
+	stale.Attempt = 2
+	r := post([]runnerapi.LeaseResult{exit(mine[0], 0), stale, hostFault, exit(theirs[0], 0), exit(mine[0], 1), exit(mine[1], 7)})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	var resp runnerapi.ResultsResponse
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &resp))
+	var got []string
+	for _, a := range resp.Results {
+		if a.Error != nil {
+			got = append(got, a.Error.Code)
+		} else {
+			got = append(got, a.State)
+		}
+	}
+	require.Equal(t, []string{"SUCCEEDED", "stale_attempt", "QUEUED", "stale_attempt", "stale_attempt", "FAILED"}, got)
+	var exitCodes, runningElsewhere, failures int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM job_runs WHERE job_id = ANY($1::uuid[]) AND finished_at IS NOT NULL),
+		(SELECT count(*) FROM jobs WHERE id = $2 AND state = 'LEASED'),
+		(SELECT failures_in_a_row FROM runners WHERE id = $3)`, ids, theirs[0].LeaseID, runnerID).Scan(&exitCodes, &runningElsewhere, &failures))
+	require.Equal(t, 3, exitCodes, "three runs ended")
+	require.Equal(t, 1, runningElsewhere, "another runner's lease is untouched")
+	require.Equal(t, 0, failures, "a host fault then an exit code: the count is reset")
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state stateReason events { type } } }`, map[string]any{"id": mine[1].LeaseID})
+	require.Empty(t, code)
+	require.Equal(t, "exited with code 7", data["job"].(map[string]any)["stateReason"])
+}

@@ -129,6 +129,38 @@ type ResultRequest struct {
 	RunnerVersion *string `json:"runner_version,omitempty"`
 }
 
+// PathResults is where a runner reports several attempts' ends at once.
+const PathResults = "/v1/results"
+
+// MaxResultsPerRequest bounds ResultsRequest.Results (with digests, 128 stay well inside MaxBodyBytes).
+const MaxResultsPerRequest = 128
+
+// LeaseResult is one lease's result in a batch.
+type LeaseResult struct {
+	LeaseID string `json:"lease_id"`
+	ResultRequest
+}
+
+// ResultsRequest reports several results in one request and one
+// transaction. Each is fenced on its own: a stale one is refused without
+// touching the others.
+type ResultsRequest struct {
+	Results []LeaseResult `json:"results"`
+}
+
+// ResultsResponse answers each result, in the order sent: the job's state,
+// or the refusal (stale_attempt).
+type ResultsResponse struct {
+	Results []ResultAnswer `json:"results"`
+}
+
+// ResultAnswer is the answer to one result of a batch.
+type ResultAnswer struct {
+	LeaseID string     `json:"lease_id"`
+	State   string     `json:"state,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+}
+
 // ResultResponse is the job's state after the result.
 type ResultResponse struct {
 	State string `json:"state"`

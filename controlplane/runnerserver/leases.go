@@ -3,6 +3,7 @@ package runnerserver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"time"
@@ -151,6 +152,41 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// checkResult refuses a result that could not be true.
+func checkResult(req runnerapi.ResultRequest) error {
+	if (req.ExitCode == nil) == (req.ReturnReason == nil) {
+		return errors.New("exactly one of exit_code and return_reason")
+	}
+	if req.ReturnReason != nil {
+		if err := runnerapi.CheckText("return_reason", *req.ReturnReason, 512); err != nil || *req.ReturnReason == "" {
+			return errors.New("return_reason: 1 to 512 characters, no control characters")
+		}
+	}
+	for name, v := range map[string]*string{"image_digest": req.ImageDigest, "runner_version": req.RunnerVersion} {
+		if v != nil {
+			if err := runnerapi.CheckText(name, *v, 256); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) store.Outcome {
+	o := store.Outcome{
+		JobID: id, Attempt: req.Attempt, RunnerID: c.runner.ID, ExitCode: req.ExitCode, ReturnReason: req.ReturnReason,
+		HostFault: req.HostFault, OOM: req.OOM, PeakMemoryMiB: req.PeakMemoryMiB, ImageDigest: req.ImageDigest, RunnerVersion: req.RunnerVersion,
+	}
+	if o.RunnerVersion == nil {
+		o.RunnerVersion = &c.runner.AgentVersion
+	}
+	return o
+}
+
+func decideNow(o store.Outcome, held store.Job) store.Transition {
+	return jobs.Decide(o, held, time.Now())
+}
+
 // result ends an attempt, fenced: a stale attempt gets 409 and changes
 // nothing.
 func (s *Server) result(w http.ResponseWriter, r *http.Request) {
@@ -163,34 +199,11 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	if (req.ExitCode == nil) == (req.ReturnReason == nil) {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "exactly one of exit_code and return_reason")
+	if err := checkResult(req); err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
-	if req.ReturnReason != nil {
-		if err := runnerapi.CheckText("return_reason", *req.ReturnReason, 512); err != nil || *req.ReturnReason == "" {
-			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "return_reason: 1 to 512 characters, no control characters")
-			return
-		}
-	}
-	for name, v := range map[string]*string{"image_digest": req.ImageDigest, "runner_version": req.RunnerVersion} {
-		if v != nil {
-			if err := runnerapi.CheckText(name, *v, 256); err != nil {
-				writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
-				return
-			}
-		}
-	}
-	o := store.Outcome{
-		JobID: id, Attempt: req.Attempt, RunnerID: c.runner.ID, ExitCode: req.ExitCode, ReturnReason: req.ReturnReason,
-		HostFault: req.HostFault, OOM: req.OOM, PeakMemoryMiB: req.PeakMemoryMiB, ImageDigest: req.ImageDigest, RunnerVersion: req.RunnerVersion,
-	}
-	if o.RunnerVersion == nil {
-		o.RunnerVersion = &c.runner.AgentVersion
-	}
-	j, err := s.o.Store.FinishAttempt(r.Context(), o, s.o.QuarantineAfter, func(held store.Job) store.Transition {
-		return jobs.Decide(o, held, time.Now())
-	})
+	j, err := s.o.Store.FinishAttempt(r.Context(), s.outcome(c, id, req), s.o.QuarantineAfter, decideNow)
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
 		s.stale(w)
@@ -199,6 +212,49 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(j.State)})
 	}
+}
+
+// results ends several attempts in one transaction. A malformed result
+// refuses the whole request (nothing is recorded); a stale one is answered
+// stale_attempt on its own, and the others count.
+func (s *Server) results(w http.ResponseWriter, r *http.Request) {
+	c := callerFrom(r.Context())
+	var req runnerapi.ResultsRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if len(req.Results) == 0 || len(req.Results) > runnerapi.MaxResultsPerRequest {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "results: 1 to 128")
+		return
+	}
+	outcomes := make([]store.Outcome, len(req.Results))
+	for i, res := range req.Results {
+		id, err := uuid.Parse(res.LeaseID)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("results[%d]: lease_id is not a lease", i))
+			return
+		}
+		if err := checkResult(res.ResultRequest); err != nil {
+			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("results[%d]: %s", i, err))
+			return
+		}
+		outcomes[i] = s.outcome(c, id, res.ResultRequest)
+	}
+	done, err := s.o.Store.FinishAttempts(r.Context(), c.runner.ID, outcomes, s.o.QuarantineAfter, decideNow)
+	if err != nil {
+		s.internal(w, r, "results", err)
+		return
+	}
+	out := runnerapi.ResultsResponse{Results: make([]runnerapi.ResultAnswer, len(done))}
+	for i, d := range done {
+		out.Results[i].LeaseID = req.Results[i].LeaseID
+		if d.Err != nil {
+			out.Results[i].Error = &runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: "this attempt is no longer the runner's: nothing was recorded"}
+			continue
+		}
+		out.Results[i].State = string(d.Job.State)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // answerLeases extends the leases a heartbeat reports and says, of each,

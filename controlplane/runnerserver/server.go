@@ -79,6 +79,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST "+runnerapi.PathLeases, s.authenticated(s.leases))
 	mux.Handle("POST /v1/leases/{id}/logs", s.authenticated(s.logs))
 	mux.Handle("POST /v1/leases/{id}/result", s.authenticated(s.result))
+	mux.Handle("POST "+runnerapi.PathResults, s.authenticated(s.results))
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))

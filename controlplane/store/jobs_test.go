@@ -167,7 +167,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.Equal(t, 2, second.Attempt)
 
 	zero := 0
-	done := func(store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
+	done := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
 	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero}, 3, done)
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 	require.ErrorIs(t, b.store.AppendLog(ctx, j.ID, first.Attempt, r, 0, []byte("late")), store.ErrStaleAttempt)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,64 +77,171 @@ type Transition struct {
 	CountsAsHostFault bool
 }
 
-// FinishAttempt ends an attempt, fenced: only the runner holding the job at
-// exactly this attempt may. decide maps the held job to its transition. It
-// records the run, a job event, and the runner's failures in a row
-// (quarantining it at quarantineAfter).
-func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter int, decide func(Job) Transition) (Job, error) {
-	var out Job
+// FinishAttempt ends one attempt: FinishAttempts of one outcome.
+func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) (Job, error) {
+	done, err := s.FinishAttempts(ctx, o.RunnerID, []Outcome{o}, quarantineAfter, decide)
+	if err != nil {
+		return Job{}, err
+	}
+	return done[0].Job, done[0].Err
+}
+
+// Finished is how one outcome of a batch went: the job after it, or
+// ErrStaleAttempt (nothing of it was recorded).
+type Finished struct {
+	Job Job
+	Err error
+}
+
+// FinishAttempts ends attempts of one runner's jobs in one transaction,
+// fenced: an outcome counts only for the runner holding the job at exactly
+// that attempt, and any other is ErrStaleAttempt and changes nothing.
+// decide maps each held job to its transition. Each accepted outcome
+// records its run and a job event; the runner's failures in a row follow
+// the outcomes in order (quarantining it at quarantineAfter). A batch costs
+// a handful of statements whatever its size, which is what lets a runner
+// (or many finishing together) report cheaply.
+func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) ([]Finished, error) {
+	out := make([]Finished, len(outcomes))
 	err := s.WithTx(ctx, func(ctx context.Context) error {
-		current, err := s.q.GetJobForUpdate(ctx, s.conn(ctx), dbsqlc.GetJobForUpdateParams{ID: o.JobID, AllOrgs: true})
+		ids := make([]uuid.UUID, len(outcomes))
+		for i, o := range outcomes {
+			ids[i] = o.JobID
+		}
+		locked, err := s.q.LockJobs(ctx, s.conn(ctx), ids)
 		if err != nil {
 			return mapErr(err)
 		}
-		held := jobFromRow(current)
-		if held.Attempt != o.Attempt || held.RunnerID == nil || *held.RunnerID != o.RunnerID || held.State.Finished() ||
-			(held.State != JobLeased && held.State != JobRunning) {
-			return ErrStaleAttempt
+		held := make(map[uuid.UUID]Job, len(locked))
+		for _, row := range locked {
+			held[row.ID] = jobFromRow(row)
 		}
-		t := decide(held)
-		row, err := s.q.FinishAttempt(ctx, s.conn(ctx), dbsqlc.FinishAttemptParams{
-			State: string(t.State), StateReason: t.Reason, AvailableAt: t.AvailableAt,
-			ID: o.JobID, Attempt: int32(o.Attempt), RunnerID: uuid.NullUUID{UUID: o.RunnerID, Valid: true},
-		})
-		if err != nil {
-			if errors.Is(mapErr(err), ErrNotFound) {
-				return ErrStaleAttempt
+		type jobRow struct {
+			ID          uuid.UUID  `json:"id"`
+			Attempt     int        `json:"attempt"`
+			State       JobState   `json:"state"`
+			StateReason string     `json:"state_reason"`
+			AvailableAt *time.Time `json:"available_at"`
+		}
+		type runRow struct {
+			JobID         uuid.UUID `json:"job_id"`
+			Attempt       int       `json:"attempt"`
+			ExitCode      *int      `json:"exit_code"`
+			ReturnReason  *string   `json:"return_reason"`
+			HostFault     bool      `json:"host_fault"`
+			OOM           bool      `json:"oom"`
+			PeakMemoryMiB *int64    `json:"peak_memory_mib"`
+			ImageDigest   *string   `json:"image_digest"`
+			RunnerVersion *string   `json:"runner_version"`
+		}
+		type eventRow struct {
+			JobID   uuid.UUID `json:"job_id"`
+			Type    string    `json:"type"`
+			Attempt int       `json:"attempt"`
+			Detail  string    `json:"detail"`
+		}
+		var jobs []jobRow
+		var runs []runRow
+		var events []eventRow
+		transitions := make([]*Transition, len(outcomes))
+		for i, o := range outcomes {
+			h, ok := held[o.JobID]
+			if !ok || o.RunnerID != runnerID || h.Attempt != o.Attempt || h.RunnerID == nil || *h.RunnerID != runnerID ||
+				(h.State != JobLeased && h.State != JobRunning) {
+				out[i].Err = ErrStaleAttempt
+				continue
 			}
+			// The same attempt twice in a batch: the first ends it.
+			delete(held, o.JobID)
+			t := decide(o, h)
+			transitions[i] = &t
+			jobs = append(jobs, jobRow{ID: o.JobID, Attempt: o.Attempt, State: t.State, StateReason: t.Reason, AvailableAt: t.AvailableAt})
+			runs = append(runs, runRow{JobID: o.JobID, Attempt: o.Attempt, ExitCode: o.ExitCode, ReturnReason: o.ReturnReason,
+				HostFault: o.HostFault, OOM: o.OOM, PeakMemoryMiB: o.PeakMemoryMiB, ImageDigest: o.ImageDigest, RunnerVersion: o.RunnerVersion})
+			event := string(t.State)
+			if t.State == JobQueued {
+				event = "REQUEUED"
+			}
+			events = append(events, eventRow{JobID: o.JobID, Type: event, Attempt: o.Attempt, Detail: t.Reason})
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
+		jobsJSON, _ := json.Marshal(jobs) // uuids, strings, ints, times: always encodable
+		rows, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{RunnerID: runner, Rows: jobsJSON})
+		if err != nil {
 			return mapErr(err)
 		}
-		out = jobFromRow(row)
-		if err := s.q.RecordRunResult(ctx, s.conn(ctx), dbsqlc.RecordRunResultParams{
-			JobID: o.JobID, Attempt: int32(o.Attempt), ExitCode: int32Ptr(o.ExitCode), ReturnReason: o.ReturnReason,
-			HostFault: o.HostFault, Oom: o.OOM, PeakMemoryMib: o.PeakMemoryMiB, ImageDigest: o.ImageDigest, RunnerVersion: o.RunnerVersion,
-		}); err != nil {
+		if len(rows) != len(jobs) {
+			// Every row was locked and checked above.
+			return fmt.Errorf("finish attempts: %d of %d jobs updated", len(rows), len(jobs))
+		}
+		after := make(map[uuid.UUID]Job, len(rows))
+		for _, row := range rows {
+			after[row.ID] = jobFromRow(row)
+		}
+		runsJSON, _ := json.Marshal(runs)
+		if err := s.q.RecordRunResults(ctx, s.conn(ctx), runsJSON); err != nil {
 			return mapErr(err)
 		}
-		event := string(t.State)
-		if t.State == JobQueued {
-			event = "REQUEUED"
-		}
-		if err := s.jobEvent(ctx, o.JobID, event, o.Attempt, &o.RunnerID, t.Reason); err != nil {
-			return err
-		}
-		if err := s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
-			ID: o.RunnerID, HostFault: t.CountsAsHostFault, LimitFailures: int32(quarantineAfter),
-		}); err != nil {
+		eventsJSON, _ := json.Marshal(events)
+		if err := s.q.InsertJobEventRows(ctx, s.conn(ctx), dbsqlc.InsertJobEventRowsParams{RunnerID: runner, Rows: eventsJSON}); err != nil {
 			return mapErr(err)
 		}
-		if t.CountsAsHostFault {
+		// Failures in a row follow the outcomes in order. A run of results
+		// that are not counted host faults is one reset.
+		pendingReset := false
+		requeued := map[string]bool{}
+		changes := make([]string, 0, len(rows))
+		for i, t := range transitions {
+			if t == nil {
+				continue
+			}
+			out[i].Job = after[outcomes[i].JobID]
+			changes = append(changes, outcomes[i].JobID.String())
+			if t.State == JobQueued {
+				requeued[out[i].Job.PoolID.String()] = true
+			}
+			if !t.CountsAsHostFault {
+				pendingReset = true
+				continue
+			}
+			if pendingReset {
+				if err := s.setFailures(ctx, runnerID, false, quarantineAfter); err != nil {
+					return err
+				}
+				pendingReset = false
+			}
+			if err := s.setFailures(ctx, runnerID, true, quarantineAfter); err != nil {
+				return err
+			}
 			// failuresInARow changed, and may have quarantined the runner.
-			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), o.RunnerID.String()); err != nil {
+			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), runnerID.String()); err != nil {
 				return mapErr(err)
 			}
 		}
-		if t.State == JobQueued {
-			s.notifyAfterCommit(ctx, ChannelJobs, out.PoolID.String())
+		if pendingReset {
+			if err := s.setFailures(ctx, runnerID, false, quarantineAfter); err != nil {
+				return err
+			}
+		}
+		s.notifyAfterCommit(ctx, ChannelJobChanges, changes...)
+		for pool := range requeued {
+			s.notifyAfterCommit(ctx, ChannelJobs, pool)
 		}
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s *Store) setFailures(ctx context.Context, runnerID uuid.UUID, hostFault bool, quarantineAfter int) error {
+	return mapErr(s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
+		ID: runnerID, HostFault: hostFault, LimitFailures: int32(quarantineAfter),
+	}))
 }
 
 // AppendLog stores one chunk of an attempt's output, fenced like results.

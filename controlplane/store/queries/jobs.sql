@@ -132,22 +132,34 @@ FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase 
 WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id AND j.state IN ('LEASED', 'RUNNING')
 RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND j.state = 'RUNNING')::boolean AS running;
 
--- name: FinishAttempt :one
--- Fencing: only the runner holding the job at exactly this attempt may end
--- it. Anything else matches no row, and the caller answers 409.
-UPDATE jobs
-SET state = @state, state_reason = @state_reason, runner_id = NULL, lease_expires_at = NULL,
-    finished_at = CASE WHEN @state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
-    available_at = coalesce(sqlc.narg('available_at')::timestamptz, available_at)
-WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id AND state IN ('LEASED', 'RUNNING')
-RETURNING *;
+-- name: LockJobs :many
+-- The jobs a batch of results ends, locked in one order (id) so that
+-- concurrent batches cannot deadlock.
+SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 
--- name: RecordRunResult :exec
-UPDATE job_runs
-SET finished_at = now(), exit_code = sqlc.narg('exit_code'), return_reason = sqlc.narg('return_reason'),
-    host_fault = @host_fault, oom = @oom, peak_memory_mib = sqlc.narg('peak_memory_mib'),
-    image_digest = sqlc.narg('image_digest'), runner_version = sqlc.narg('runner_version')
-WHERE job_id = @job_id AND attempt = @attempt;
+-- name: FinishAttempts :many
+-- Fencing: only the runner holding a job at exactly the attempt may end it.
+-- Anything else matches no row, and the caller answers 409 for it.
+UPDATE jobs j
+SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
+    available_at = coalesce(t.available_at, j.available_at)
+FROM jsonb_to_recordset(@rows::jsonb) AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz)
+WHERE j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id AND j.state IN ('LEASED', 'RUNNING')
+RETURNING j.*;
+
+-- name: RecordRunResults :exec
+UPDATE job_runs r
+SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
+    oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
+FROM jsonb_to_recordset(@rows::jsonb) AS t(job_id uuid, attempt integer, exit_code integer, return_reason text,
+    host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
+WHERE r.job_id = t.job_id AND r.attempt = t.attempt;
+
+-- name: InsertJobEventRows :exec
+INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+SELECT t.job_id, t.type, t.attempt, @runner_id, t.detail
+FROM jsonb_to_recordset(@rows::jsonb) AS t(job_id uuid, type text, attempt integer, detail text);
 
 -- name: HeldAttempt :one
 -- Whether the runner holds the job at this attempt (log uploads).

@@ -325,64 +325,65 @@ func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesPar
 	return items, nil
 }
 
-const finishAttempt = `-- name: FinishAttempt :one
-UPDATE jobs
-SET state = $1, state_reason = $2, runner_id = NULL, lease_expires_at = NULL,
-    finished_at = CASE WHEN $1 IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN coalesce($3::timestamptz, now()) END,
-    available_at = coalesce($4::timestamptz, available_at)
-WHERE id = $5 AND attempt = $6 AND runner_id = $7 AND state IN ('LEASED', 'RUNNING')
-RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
+const finishAttempts = `-- name: FinishAttempts :many
+UPDATE jobs j
+SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
+    finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
+    available_at = coalesce(t.available_at, j.available_at)
+FROM jsonb_to_recordset($2::jsonb) AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz)
+WHERE j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $1 AND j.state IN ('LEASED', 'RUNNING')
+RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
 `
 
-type FinishAttemptParams struct {
-	State       string
-	StateReason string
-	Now         *time.Time
-	AvailableAt *time.Time
-	ID          uuid.UUID
-	Attempt     int32
-	RunnerID    uuid.NullUUID
+type FinishAttemptsParams struct {
+	RunnerID uuid.NullUUID
+	Rows     []byte
 }
 
-// Fencing: only the runner holding the job at exactly this attempt may end
-// it. Anything else matches no row, and the caller answers 409.
-func (q *Queries) FinishAttempt(ctx context.Context, db DBTX, arg FinishAttemptParams) (Job, error) {
-	row := db.QueryRow(ctx, finishAttempt,
-		arg.State,
-		arg.StateReason,
-		arg.Now,
-		arg.AvailableAt,
-		arg.ID,
-		arg.Attempt,
-		arg.RunnerID,
-	)
-	var i Job
-	err := row.Scan(
-		&i.ID,
-		&i.PoolID,
-		&i.SubmittedBy,
-		&i.Image,
-		&i.Command,
-		&i.Env,
-		&i.Cores,
-		&i.MemoryMib,
-		&i.Gpus,
-		&i.WallClockSeconds,
-		&i.Priority,
-		&i.MaxAttempts,
-		&i.IdempotencyKey,
-		&i.Kind,
-		&i.State,
-		&i.StateReason,
-		&i.Attempt,
-		&i.RunnerID,
-		&i.LeaseExpiresAt,
-		&i.AvailableAt,
-		&i.CancelRequested,
-		&i.SubmittedAt,
-		&i.FinishedAt,
-	)
-	return i, err
+// Fencing: only the runner holding a job at exactly the attempt may end it.
+// Anything else matches no row, and the caller answers 409 for it.
+func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttemptsParams) ([]Job, error) {
+	rows, err := db.Query(ctx, finishAttempts, arg.RunnerID, arg.Rows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getHold = `-- name: GetHold :one
@@ -534,6 +535,22 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 		arg.RunnerID,
 		arg.Detail,
 	)
+	return err
+}
+
+const insertJobEventRows = `-- name: InsertJobEventRows :exec
+INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+SELECT t.job_id, t.type, t.attempt, $1, t.detail
+FROM jsonb_to_recordset($2::jsonb) AS t(job_id uuid, type text, attempt integer, detail text)
+`
+
+type InsertJobEventRowsParams struct {
+	RunnerID uuid.NullUUID
+	Rows     []byte
+}
+
+func (q *Queries) InsertJobEventRows(ctx context.Context, db DBTX, arg InsertJobEventRowsParams) error {
+	_, err := db.Exec(ctx, insertJobEventRows, arg.RunnerID, arg.Rows)
 	return err
 }
 
@@ -980,6 +997,56 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 	return items, nil
 }
 
+const lockJobs = `-- name: LockJobs :many
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+`
+
+// The jobs a batch of results ends, locked in one order (id) so that
+// concurrent batches cannot deadlock.
+func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job, error) {
+	rows, err := db.Query(ctx, lockJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const notify = `-- name: Notify :exec
 SELECT pg_notify($1::text, p) FROM unnest($2::text[]) AS p
 `
@@ -1048,38 +1115,17 @@ func (q *Queries) RecordRecovery(ctx context.Context, db DBTX, arg RecordRecover
 	return result.RowsAffected(), nil
 }
 
-const recordRunResult = `-- name: RecordRunResult :exec
-UPDATE job_runs
-SET finished_at = now(), exit_code = $1, return_reason = $2,
-    host_fault = $3, oom = $4, peak_memory_mib = $5,
-    image_digest = $6, runner_version = $7
-WHERE job_id = $8 AND attempt = $9
+const recordRunResults = `-- name: RecordRunResults :exec
+UPDATE job_runs r
+SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
+    oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
+FROM jsonb_to_recordset($1::jsonb) AS t(job_id uuid, attempt integer, exit_code integer, return_reason text,
+    host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
+WHERE r.job_id = t.job_id AND r.attempt = t.attempt
 `
 
-type RecordRunResultParams struct {
-	ExitCode      *int32
-	ReturnReason  *string
-	HostFault     bool
-	Oom           bool
-	PeakMemoryMib *int64
-	ImageDigest   *string
-	RunnerVersion *string
-	JobID         uuid.UUID
-	Attempt       int32
-}
-
-func (q *Queries) RecordRunResult(ctx context.Context, db DBTX, arg RecordRunResultParams) error {
-	_, err := db.Exec(ctx, recordRunResult,
-		arg.ExitCode,
-		arg.ReturnReason,
-		arg.HostFault,
-		arg.Oom,
-		arg.PeakMemoryMib,
-		arg.ImageDigest,
-		arg.RunnerVersion,
-		arg.JobID,
-		arg.Attempt,
-	)
+func (q *Queries) RecordRunResults(ctx context.Context, db DBTX, rows []byte) error {
+	_, err := db.Exec(ctx, recordRunResults, rows)
 	return err
 }
 
