@@ -46,7 +46,7 @@ func follow[T any](ctx context.Context, l *store.Listener, log *slog.Logger, job
 				case <-ctx.Done():
 					return
 				case p := <-sub.C:
-					waiting = p != "" && p != jobID.String()
+					waiting = p != "" && !store.JobChanged(p, jobID.String())
 				}
 			}
 		}

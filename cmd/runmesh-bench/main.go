@@ -92,6 +92,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&o.batch, "batch", 100, "jobs per submitJobs call in the throughput run (1 submits them one by one)")
 		fs.IntVar(&o.samples, "samples", 200, "submit-to-lease latency samples")
 		fs.IntVar(&o.riverWorkers, "river-workers", 1000, "River's MaxWorkers for the run the ratio is judged by")
+		fs.BoolVar(&o.eachResult, "each-result", false, "runners report each result in a request of its own (default: one POST /v1/results per lease answer)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}

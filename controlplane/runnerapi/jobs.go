@@ -59,7 +59,7 @@ type RecoveryProof struct {
 const CodeRecoveryRequired = "recovery_required"
 
 // MaxLeasesPerRequest bounds LeaseRequest.Max.
-const MaxLeasesPerRequest = 16
+const MaxLeasesPerRequest = 64
 
 // Lease is a job the runner now holds, at an attempt.
 type Lease struct {

@@ -208,7 +208,7 @@ func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt
 	}); err != nil {
 		return mapErr(err)
 	}
-	s.notifyAfterCommit(ctx, ChannelJobChanges, job.String())
+	s.notifyJobChanges(ctx, job.String())
 	return nil
 }
 
@@ -345,7 +345,7 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 		for i, id := range ids {
 			payloads[i] = id.String()
 		}
-		s.notifyAfterCommit(ctx, ChannelJobChanges, payloads...)
+		s.notifyJobChanges(ctx, payloads...)
 		return nil
 	})
 	return out, err
@@ -362,9 +362,21 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 
 // TouchWorkRequest records that the runner asked for work and returns its
 // latest recovery proof (JSON; nil before its agent sent one).
+//
+// The time is a hint for views (takingWork), not a record: its commit does
+// not wait for the WAL to reach the disk, which would otherwise cost every
+// request for work an fsync of its own.
 func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) ([]byte, error) {
-	proof, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
-	return proof, mapErr(err)
+	var proof []byte
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		if _, err := s.conn(ctx).Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
+			return mapErr(err)
+		}
+		var err error
+		proof, err = s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+		return mapErr(err)
+	})
+	return proof, err
 }
 
 // RecordRecovery stores the recovery proof (JSON) a runner's agent sent

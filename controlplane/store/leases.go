@@ -169,7 +169,11 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		}
 		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
 		jobsJSON, _ := json.Marshal(jobs) // uuids, strings, ints, times: always encodable
-		rows, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{RunnerID: runner, Rows: jobsJSON})
+		accepted := make([]uuid.UUID, len(jobs))
+		for i, j := range jobs {
+			accepted[i] = j.ID
+		}
+		rows, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{RunnerID: runner, Rows: jobsJSON, Ids: accepted})
 		if err != nil {
 			return mapErr(err)
 		}
@@ -182,7 +186,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			after[row.ID] = jobFromRow(row)
 		}
 		runsJSON, _ := json.Marshal(runs)
-		if err := s.q.RecordRunResults(ctx, s.conn(ctx), runsJSON); err != nil {
+		if err := s.q.RecordRunResults(ctx, s.conn(ctx), dbsqlc.RecordRunResultsParams{JobIds: accepted, Rows: runsJSON}); err != nil {
 			return mapErr(err)
 		}
 		eventsJSON, _ := json.Marshal(events)
@@ -226,7 +230,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return err
 			}
 		}
-		s.notifyAfterCommit(ctx, ChannelJobChanges, changes...)
+		s.notifyJobChanges(ctx, changes...)
 		for pool := range requeued {
 			s.notifyAfterCommit(ctx, ChannelJobs, pool)
 		}
@@ -260,7 +264,7 @@ func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, run
 		if _, err := s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
 			return mapErr(err)
 		}
-		s.notifyAfterCommit(ctx, ChannelJobChanges, jobID.String())
+		s.notifyJobChanges(ctx, jobID.String())
 		return nil
 	})
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,8 +20,8 @@ const (
 	ChannelRevocations = "runmesh_revocations"
 	// ChannelJobs carries a pool id whenever the pool may have new work.
 	ChannelJobs = "runmesh_jobs"
-	// ChannelJobChanges carries a job id whenever the job has a new event
-	// or new output.
+	// ChannelJobChanges carries job ids, comma-separated, whenever those
+	// jobs have a new event or new output (see JobChanged).
 	ChannelJobChanges = "runmesh_job_changes"
 )
 
@@ -165,4 +166,16 @@ func (l *Listener) broadcastAll(payload string) {
 	for _, ch := range channels {
 		l.broadcast(ch, payload)
 	}
+}
+
+// JobChanged reports whether a ChannelJobChanges payload names the job.
+func JobChanged(payload, jobID string) bool {
+	for payload != "" {
+		var id string
+		id, payload, _ = strings.Cut(payload, ",")
+		if id == jobID {
+			return true
+		}
+	}
+	return false
 }

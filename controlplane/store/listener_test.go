@@ -49,3 +49,16 @@ func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {
 	}
 	require.Contains(t, got, "", "an overflow must say so: %q", got)
 }
+
+func TestJobChangedReadsPackedIDs(t *testing.T) {
+	t.Parallel()
+	a, b := "01a22cc5-1bf3-7bfb-8db5-7b155b01253f", "01a22cc5-1bf3-7bfb-8db5-7b155b01253e"
+	for _, c := range []struct {
+		payload string
+		want    bool
+	}{{a, true}, {b + "," + a, true}, {a + "," + b, true}, {b, false}, {"", false}, {a[:35], false}, {a + "x," + b, false}} {
+		if got := store.JobChanged(c.payload, a); got != c.want {
+			t.Errorf("JobChanged(%q) = %v", c.payload, got)
+		}
+	}
+}

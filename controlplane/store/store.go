@@ -223,6 +223,23 @@ func firstNonEmpty(s ...string) string {
 // commits take turns. Wake-ups need not be atomic with the change: whoever
 // wakes re-reads the state, and a waiter that missed one wakes at its own
 // timeout.
+// notifyJobChanges announces that jobs changed: their ids go comma-joined,
+// as few notifications as fit (PostgreSQL takes payloads under 8000
+// bytes), because a notification per job cost as much as the job's own
+// writes when jobs are leased and finished by the hundred.
+func (s *Store) notifyJobChanges(ctx context.Context, ids ...string) {
+	var packed []string
+	for len(ids) > 0 {
+		n := min(len(ids), jobChangesPerNotification)
+		packed = append(packed, strings.Join(ids[:n], ","))
+		ids = ids[n:]
+	}
+	s.notifyAfterCommit(ctx, ChannelJobChanges, packed...)
+}
+
+// jobChangesPerNotification: 36-byte ids and commas, inside 8000 bytes.
+const jobChangesPerNotification = 200
+
 func (s *Store) notifyAfterCommit(ctx context.Context, channel string, payloads ...string) {
 	s.AfterCommit(ctx, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
