@@ -270,7 +270,9 @@ func benchRiver(ctx context.Context, e *benchEnv, n, maxWorkers int) (float64, e
 	if err != nil {
 		return 0, err
 	}
-	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	// A channel that holds every completion: River drops events that do
+	// not fit (its default holds 1,000), and the count would never end.
+	completed, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
 	start := time.Now()
 	if err := client.Start(ctx); err != nil {

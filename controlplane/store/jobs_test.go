@@ -359,3 +359,34 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a refused batch queues nothing")
 }
+
+// A result is decided on the job as read without locks; a cancel that
+// lands between that read and the update is not lost: the update is
+// fenced on what the decision rested on, and the job is decided again
+// under a row lock.
+func TestACancelDuringAResultIsNotLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	held, _, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	zero := 0
+	decisions := 0
+	decide := func(o store.Outcome, h store.Job) store.Transition {
+		decisions++
+		if decisions == 1 {
+			_, err := b.store.CancelJob(ctx, store.AllOrganisations(), j.ID)
+			require.NoError(t, err)
+		}
+		if h.CancelRequested {
+			return store.Transition{State: store.JobCancelled, Reason: "cancelled while it ran"}
+		}
+		return store.Transition{State: store.JobSucceeded}
+	}
+	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero}, 3, decide)
+	require.NoError(t, err)
+	require.Equal(t, 2, decisions)
+	require.Equal(t, store.JobCancelled, fin.State)
+}

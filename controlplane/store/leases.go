@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -104,24 +105,13 @@ type Finished struct {
 func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
 	err := s.WithTx(ctx, func(ctx context.Context) error {
-		ids := make([]uuid.UUID, len(outcomes))
-		for i, o := range outcomes {
-			ids[i] = o.JobID
-		}
-		locked, err := s.q.LockJobs(ctx, s.conn(ctx), ids)
-		if err != nil {
-			return mapErr(err)
-		}
-		held := make(map[uuid.UUID]Job, len(locked))
-		for _, row := range locked {
-			held[row.ID] = jobFromRow(row)
-		}
 		type jobRow struct {
-			ID          uuid.UUID  `json:"id"`
-			Attempt     int        `json:"attempt"`
-			State       JobState   `json:"state"`
-			StateReason string     `json:"state_reason"`
-			AvailableAt *time.Time `json:"available_at"`
+			ID              uuid.UUID  `json:"id"`
+			Attempt         int        `json:"attempt"`
+			State           JobState   `json:"state"`
+			StateReason     string     `json:"state_reason"`
+			AvailableAt     *time.Time `json:"available_at"`
+			CancelRequested bool       `json:"cancel_requested"`
 		}
 		type runRow struct {
 			JobID         uuid.UUID `json:"job_id"`
@@ -140,22 +130,96 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			Attempt int       `json:"attempt"`
 			Detail  string    `json:"detail"`
 		}
-		var jobs []jobRow
+		transitions := make([]*Transition, len(outcomes))
+		after := make(map[uuid.UUID]Job, len(outcomes))
+		// finish decides the outcomes at idx on the jobs as read and
+		// applies the decisions, fenced. It returns those whose job was
+		// held as read but changed before the update (a cancel, an expiry).
+		finish := func(idx []int, read []dbsqlc.Job) ([]int, error) {
+			held := make(map[uuid.UUID]Job, len(read))
+			for _, row := range read {
+				held[row.ID] = jobFromRow(row)
+			}
+			var rows []jobRow
+			var ids []uuid.UUID
+			decided := map[uuid.UUID]int{}
+			for _, i := range idx {
+				o := outcomes[i]
+				h, ok := held[o.JobID]
+				if !ok || o.RunnerID != runnerID || h.Attempt != o.Attempt || h.RunnerID == nil || *h.RunnerID != runnerID ||
+					(h.State != JobLeased && h.State != JobRunning) {
+					out[i].Err = ErrStaleAttempt
+					continue
+				}
+				// The same attempt twice in a batch: the first ends it.
+				delete(held, o.JobID)
+				t := decide(o, h)
+				transitions[i] = &t
+				decided[o.JobID] = i
+				rows = append(rows, jobRow{ID: o.JobID, Attempt: o.Attempt, State: t.State, StateReason: t.Reason,
+					AvailableAt: t.AvailableAt, CancelRequested: h.CancelRequested})
+				ids = append(ids, o.JobID)
+			}
+			if len(rows) == 0 {
+				return nil, nil
+			}
+			rowsJSON, _ := json.Marshal(rows) // uuids, strings, ints, times: always encodable
+			updated, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{
+				RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Rows: rowsJSON, Ids: ids,
+			})
+			if err != nil {
+				return nil, mapErr(err)
+			}
+			for _, row := range updated {
+				after[row.ID] = jobFromRow(row)
+				delete(decided, row.ID)
+			}
+			var changed []int
+			for _, i := range decided {
+				transitions[i] = nil
+				changed = append(changed, i)
+			}
+			return changed, nil
+		}
+		all := make([]int, len(outcomes))
+		ids := make([]uuid.UUID, len(outcomes))
+		for i, o := range outcomes {
+			all[i], ids[i] = i, o.JobID
+		}
+		read, err := s.q.ReadJobs(ctx, s.conn(ctx), ids)
+		if err != nil {
+			return mapErr(err)
+		}
+		changed, err := finish(all, read)
+		if err != nil {
+			return err
+		}
+		if len(changed) > 0 {
+			// Decide those again on rows nobody can change meanwhile.
+			slices.Sort(changed)
+			ids = ids[:0]
+			for _, i := range changed {
+				ids = append(ids, outcomes[i].JobID)
+			}
+			locked, err := s.q.LockJobs(ctx, s.conn(ctx), ids)
+			if err != nil {
+				return mapErr(err)
+			}
+			if again, err := finish(changed, locked); err != nil {
+				return err
+			} else if len(again) > 0 {
+				return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
+			}
+		}
 		var runs []runRow
 		var events []eventRow
-		transitions := make([]*Transition, len(outcomes))
-		for i, o := range outcomes {
-			h, ok := held[o.JobID]
-			if !ok || o.RunnerID != runnerID || h.Attempt != o.Attempt || h.RunnerID == nil || *h.RunnerID != runnerID ||
-				(h.State != JobLeased && h.State != JobRunning) {
-				out[i].Err = ErrStaleAttempt
+		var accepted []uuid.UUID
+		for i, t := range transitions {
+			if t == nil {
 				continue
 			}
-			// The same attempt twice in a batch: the first ends it.
-			delete(held, o.JobID)
-			t := decide(o, h)
-			transitions[i] = &t
-			jobs = append(jobs, jobRow{ID: o.JobID, Attempt: o.Attempt, State: t.State, StateReason: t.Reason, AvailableAt: t.AvailableAt})
+			o := outcomes[i]
+			accepted = append(accepted, o.JobID)
 			runs = append(runs, runRow{JobID: o.JobID, Attempt: o.Attempt, ExitCode: o.ExitCode, ReturnReason: o.ReturnReason,
 				HostFault: o.HostFault, OOM: o.OOM, PeakMemoryMiB: o.PeakMemoryMiB, ImageDigest: o.ImageDigest, RunnerVersion: o.RunnerVersion})
 			event := string(t.State)
@@ -164,27 +228,10 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			}
 			events = append(events, eventRow{JobID: o.JobID, Type: event, Attempt: o.Attempt, Detail: t.Reason})
 		}
-		if len(jobs) == 0 {
+		if len(accepted) == 0 {
 			return nil
 		}
 		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
-		jobsJSON, _ := json.Marshal(jobs) // uuids, strings, ints, times: always encodable
-		accepted := make([]uuid.UUID, len(jobs))
-		for i, j := range jobs {
-			accepted[i] = j.ID
-		}
-		rows, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{RunnerID: runner, Rows: jobsJSON, Ids: accepted})
-		if err != nil {
-			return mapErr(err)
-		}
-		if len(rows) != len(jobs) {
-			// Every row was locked and checked above.
-			return fmt.Errorf("finish attempts: %d of %d jobs updated", len(rows), len(jobs))
-		}
-		after := make(map[uuid.UUID]Job, len(rows))
-		for _, row := range rows {
-			after[row.ID] = jobFromRow(row)
-		}
 		runsJSON, _ := json.Marshal(runs)
 		if err := s.q.RecordRunResults(ctx, s.conn(ctx), dbsqlc.RecordRunResultsParams{JobIds: accepted, Rows: runsJSON}); err != nil {
 			return mapErr(err)
@@ -197,7 +244,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		// that are not counted host faults is one reset.
 		pendingReset := false
 		requeued := map[string]bool{}
-		changes := make([]string, 0, len(rows))
+		changes := make([]string, 0, len(accepted))
 		for i, t := range transitions {
 			if t == nil {
 				continue

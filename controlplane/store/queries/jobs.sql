@@ -140,6 +140,11 @@ RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND j.state 
 -- concurrent batches cannot deadlock.
 SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 
+-- name: ReadJobs :many
+-- The jobs a batch of results ends, read without locks: FinishAttempts
+-- re-checks under its own row locks what the decisions rest on.
+SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
+
 -- name: FinishAttempts :many
 -- Fencing: only the runner holding a job at exactly the attempt may end it.
 -- Anything else matches no row, and the caller answers 409 for it.
@@ -147,9 +152,13 @@ UPDATE jobs j
 SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
     available_at = coalesce(t.available_at, j.available_at)
-FROM jsonb_to_recordset(@rows::jsonb) AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz)
+FROM jsonb_to_recordset(@rows::jsonb)
+     AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
 WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
   AND j.state IN ('LEASED', 'RUNNING')
+  -- The decision was taken on a read without locks: a cancel since then
+  -- makes it stale, and the caller decides again under FOR UPDATE.
+  AND j.cancel_requested = t.cancel_requested
 RETURNING j.*;
 
 -- name: RecordRunResults :exec

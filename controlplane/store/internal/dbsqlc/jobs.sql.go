@@ -333,9 +333,13 @@ UPDATE jobs j
 SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
     finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
     available_at = coalesce(t.available_at, j.available_at)
-FROM jsonb_to_recordset($3::jsonb) AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz)
+FROM jsonb_to_recordset($3::jsonb)
+     AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
 WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
   AND j.state IN ('LEASED', 'RUNNING')
+  -- The decision was taken on a read without locks: a cancel since then
+  -- makes it stale, and the caller decides again under FOR UPDATE.
+  AND j.cancel_requested = t.cancel_requested
 RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
 `
 
@@ -1093,6 +1097,56 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 	for rows.Next() {
 		var i PoolQueuesRow
 		if err := rows.Scan(&i.PoolID, &i.Queued, &i.HeldGpus); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const readJobs = `-- name: ReadJobs :many
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs WHERE id = ANY($1::uuid[])
+`
+
+// The jobs a batch of results ends, read without locks: FinishAttempts
+// re-checks under its own row locks what the decisions rest on.
+func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job, error) {
+	rows, err := db.Query(ctx, readJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
