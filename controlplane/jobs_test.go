@@ -86,6 +86,9 @@ func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
 	require.Contains(t, r.Body, `{"lease_id":"`+l.LeaseID+`","attempt":1,"action":"CONTINUE"}`)
 	require.Contains(t, r.Body, `"action":"GONE"`)
+	// Reported running again: still one RUNNING event.
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8), Leases: []runnerapi.HeldLease{{LeaseID: l.LeaseID, Attempt: 1, Phase: runnerapi.PhaseRunning}}})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
 
 	for i, chunk := range []string{"hello ", "world\n"} {
 		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(chunk)})
@@ -102,7 +105,11 @@ func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	require.Equal(t, "SUCCEEDED", job["state"])
 	require.Equal(t, []any{"API_KEY"}, job["envNames"])
 	require.Equal(t, "hello world\n", job["logs"])
-	require.Len(t, job["events"], 3)
+	var types []string
+	for _, e := range job["events"].([]any) {
+		types = append(types, e.(map[string]any)["type"].(string))
+	}
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "RUNNING", "SUCCEEDED"}, types, "every state change is an event")
 	run := job["runs"].([]any)[0].(map[string]any)
 	require.Equal(t, 0.0, run["exitCode"])
 	require.Equal(t, "sha256:abc", run["imageDigest"])

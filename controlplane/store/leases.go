@@ -38,17 +38,33 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{
-		LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc,
+	var out []HeldLease
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
+		rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{LeaseSeconds: int32(leaseSeconds), RunnerID: runner, Leases: doc})
+		if err != nil {
+			return mapErr(err)
+		}
+		out = make([]HeldLease, len(rows))
+		var started []uuid.UUID
+		var attempts []int32
+		var changes []string
+		for i, r := range rows {
+			out[i] = HeldLease{JobID: r.ID, Attempt: int(r.Attempt), CancelRequested: r.CancelRequested}
+			if r.Started {
+				started, attempts, changes = append(started, r.ID), append(attempts, r.Attempt), append(changes, r.ID.String())
+			}
+		}
+		if len(started) == 0 {
+			return nil
+		}
+		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{JobIds: started, Type: "RUNNING", Attempts: attempts, RunnerID: runner}); err != nil {
+			return mapErr(err)
+		}
+		s.notifyJobChanges(ctx, changes...)
+		return nil
 	})
-	if err != nil {
-		return nil, mapErr(err)
-	}
-	out := make([]HeldLease, len(rows))
-	for i, r := range rows {
-		out[i] = HeldLease{JobID: r.ID, Attempt: int(r.Attempt), CancelRequested: r.CancelRequested}
-	}
-	return out, nil
+	return out, err
 }
 
 // Outcome is how an attempt ended, as its runner reports it.

@@ -277,9 +277,10 @@ const extendLeases = `-- name: ExtendLeases :many
 UPDATE jobs j
 SET lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::int),
     state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
-FROM jsonb_to_recordset($4::jsonb) AS v (lease_id uuid, attempt int, phase text)
+FROM jsonb_to_recordset($4::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
 WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $3 AND j.state IN ('LEASED', 'RUNNING')
-RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND j.state = 'RUNNING')::boolean AS running
+  AND old.id = j.id
+RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
 `
 
 type ExtendLeasesParams struct {
@@ -293,11 +294,13 @@ type ExtendLeasesRow struct {
 	ID              uuid.UUID
 	Attempt         int32
 	CancelRequested bool
-	Running         bool
+	Started         bool
 }
 
 // A heartbeat extends the leases it names that the runner still holds, at
 // the attempt it names; RUNNING is recorded when the runner says so.
+// started: this report moved the job from LEASED to RUNNING (old is the
+// row as the statement found it), which the caller records as an event.
 func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesParams) ([]ExtendLeasesRow, error) {
 	rows, err := db.Query(ctx, extendLeases,
 		arg.Now,
@@ -316,7 +319,7 @@ func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesPar
 			&i.ID,
 			&i.Attempt,
 			&i.CancelRequested,
-			&i.Running,
+			&i.Started,
 		); err != nil {
 			return nil, err
 		}
