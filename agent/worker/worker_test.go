@@ -1,0 +1,342 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runmesh/runmesh/agent/jobrun"
+	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
+)
+
+// These tests drive the worker's decisions against an in-memory runtime
+// and control plane. The real ones (systemd, podman, the server) are
+// exercised end to end by cmd/runmesh-agent's TestJobsInTheSandbox.
+
+type fakeUnit struct {
+	lease   string
+	attempt int
+	status  jobrun.Status
+}
+
+type fakeRuntime struct {
+	mu         sync.Mutex
+	host       jobunit.Host
+	units      map[string]*fakeUnit
+	containers map[string]jobrun.Container
+	stuck      map[string]bool // containers that refuse to go
+	stopped    []string
+}
+
+func newRuntime(t *testing.T) *fakeRuntime {
+	dir := t.TempDir()
+	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: dir, LogDir: dir},
+		units: map[string]*fakeUnit{}, containers: map[string]jobrun.Container{}, stuck: map[string]bool{}}
+}
+
+func (r *fakeRuntime) addUnit(lease string, attempt int) string {
+	p := r.host.Paths(lease, attempt)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.units[p.Unit] = &fakeUnit{lease: lease, attempt: attempt}
+	r.containers[p.Container] = jobrun.Container{Name: p.Container, LeaseID: lease, Attempt: attempt, State: "running"}
+	return p.Unit
+}
+
+func (r *fakeRuntime) end(unit string, code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u := r.units[unit]
+	u.status = jobrun.Status{Ended: true, ExitCode: &code, Result: "success"}
+	delete(r.containers, r.host.Paths(u.lease, u.attempt).Container)
+}
+
+func (r *fakeRuntime) has(unit string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.units[unit] != nil
+}
+
+func (r *fakeRuntime) Host() jobunit.Host { return r.host }
+func (r *fakeRuntime) EnsureImage(context.Context, string) (string, error) {
+	return "sha256:0123", nil
+}
+
+func (r *fakeRuntime) Start(_ context.Context, j jobunit.Job) (jobunit.Unit, error) {
+	u, err := jobunit.Render(r.host, j)
+	if err != nil {
+		return u, err
+	}
+	r.addUnit(j.LeaseID, j.Attempt)
+	return u, nil
+}
+
+func (r *fakeRuntime) Status(_ context.Context, unit string) (jobrun.Status, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	u := r.units[unit]
+	if u == nil {
+		return jobrun.Status{}, jobrun.ErrNoUnit
+	}
+	return u.status, nil
+}
+
+func (r *fakeRuntime) Stop(_ context.Context, unit string) error {
+	r.mu.Lock()
+	u := r.units[unit]
+	r.stopped = append(r.stopped, unit)
+	r.mu.Unlock()
+	if u != nil && !u.status.Ended {
+		r.end(unit, 143)
+	}
+	return nil
+}
+
+func (r *fakeRuntime) Forget(ctx context.Context, unit string) error {
+	r.Stop(ctx, unit)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.units, unit)
+	return nil
+}
+
+func (r *fakeRuntime) Survivors(context.Context) ([]jobrun.Survivor, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []jobrun.Survivor
+	for name, u := range r.units {
+		out = append(out, jobrun.Survivor{Unit: name, LeaseID: u.lease, Attempt: u.attempt})
+	}
+	return out, nil
+}
+
+func (r *fakeRuntime) Containers(context.Context) ([]jobrun.Container, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []jobrun.Container
+	for _, c := range r.containers {
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func (r *fakeRuntime) RemoveContainer(_ context.Context, name string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stuck[name] {
+		return errors.New("device or resource busy")
+	}
+	delete(r.containers, name)
+	return nil
+}
+
+type fakeAPI struct {
+	mu      sync.Mutex
+	leases  chan []runnerapi.Lease
+	results map[string]runnerapi.ResultRequest
+	asked   chan runnerapi.LeaseRequest
+}
+
+func newAPI() *fakeAPI {
+	return &fakeAPI{leases: make(chan []runnerapi.Lease, 4), results: map[string]runnerapi.ResultRequest{}, asked: make(chan runnerapi.LeaseRequest, 16)}
+}
+
+func (a *fakeAPI) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error) {
+	a.asked <- req
+	select {
+	case ls := <-a.leases:
+		return ls, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (a *fakeAPI) UploadLog(context.Context, string, runnerapi.LogUpload) error { return nil }
+
+func (a *fakeAPI) Result(_ context.Context, lease string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.results[lease] = req
+	return runnerapi.ResultResponse{State: "DONE"}, nil
+}
+
+func (a *fakeAPI) result(lease string) (runnerapi.ResultRequest, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.results[lease]
+	return r, ok
+}
+
+func newWorker(t *testing.T, rt *fakeRuntime, api *fakeAPI) *Worker {
+	return &Worker{
+		API: api, Runtime: rt, Kinds: []string{"default"}, Dir: t.TempDir(), Version: "test",
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Millisecond,
+		Capacity: func() (runnerapi.Capacity, bool) {
+			return runnerapi.Capacity{Host: runnerapi.HostCapacity{Cores: 8, MemoryMiB: 16384}}, true
+		},
+	}
+}
+
+// answer plays the server's side of a heartbeat: each reported lease gets
+// the action the test gives it, and a proof is recorded.
+func answer(w *Worker, actions map[string]string) func(context.Context) error {
+	return func(context.Context) error {
+		resp := runnerapi.HeartbeatResponse{}
+		for _, l := range w.Held() {
+			a, ok := actions[l.LeaseID]
+			if !ok {
+				a = runnerapi.LeaseContinue
+			}
+			resp.Leases = append(resp.Leases, runnerapi.LeaseAnswer{LeaseID: l.LeaseID, Attempt: l.Attempt, Action: a})
+		}
+		proof := w.Recovery()
+		resp.RecoveryRecorded = proof != nil
+		w.Answer(resp, proof)
+		return nil
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5 s: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRecoverAdoptsWhatTheServerWantsAndStopsTheRest(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	wanted := rt.addUnit("aaaaaaaa-0000-4000-8000-000000000001", 1)
+	gone := rt.addUnit("aaaaaaaa-0000-4000-8000-000000000002", 2)
+	rt.containers["runmesh-job-stray-1"] = jobrun.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
+	w := newWorker(t, rt, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	beat := answer(w, map[string]string{"aaaaaaaa-0000-4000-8000-000000000002": runnerapi.LeaseGone})
+
+	proof, err := w.Recover(ctx, beat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := runnerapi.RecoveryProof{AgentInstance: w.Instance(), BootID: proof.BootID, SurvivorsChecked: true, SurvivorsFound: 3, Adopted: 1, Isolated: true}
+	if proof != want {
+		t.Fatalf("proof %+v, want %+v", proof, want)
+	}
+	if !rt.has(wanted) || rt.has(gone) {
+		t.Fatalf("units after the check: wanted %v, gone %v", rt.has(wanted), rt.has(gone))
+	}
+	if _, ok := rt.containers["runmesh-job-stray-1"]; ok {
+		t.Fatal("the stray container is still there")
+	}
+	if w.Ready() {
+		t.Fatal("ready before the server recorded the proof")
+	}
+	beat(ctx)
+	if !w.Ready() {
+		t.Fatal("not ready once the proof is recorded")
+	}
+	// The adopted job is followed: its end is reported.
+	rt.end(wanted, 0)
+	eventually(t, "the adopted job's result", func() bool {
+		r, ok := api.result("aaaaaaaa-0000-4000-8000-000000000001")
+		return ok && r.ExitCode != nil && *r.ExitCode == 0 && r.Attempt == 1
+	})
+	eventually(t, "the unit forgotten", func() bool { return !rt.has(wanted) })
+}
+
+func TestNotIsolatedWhileAStrayRuns(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	rt.containers["runmesh-job-stray-1"] = jobrun.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
+	rt.stuck["runmesh-job-stray-1"] = true
+	w := newWorker(t, rt, api)
+	proof, err := w.Recover(context.Background(), answer(w, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if proof.Isolated || !proof.SurvivorsChecked || proof.SurvivorsFound != 1 {
+		t.Fatalf("proof %+v", proof)
+	}
+	answer(w, nil)(context.Background())
+	if w.Ready() {
+		t.Fatal("ready although a stray still runs")
+	}
+}
+
+func ready(t *testing.T, w *Worker) {
+	t.Helper()
+	if _, err := w.Recover(context.Background(), answer(w, nil)); err != nil {
+		t.Fatal(err)
+	}
+	answer(w, nil)(context.Background())
+	if !w.Ready() {
+		t.Fatal("not ready")
+	}
+}
+
+func TestLeasesRunAndObeyTheServer(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	w := newWorker(t, rt, api)
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() {
+		w.Run(ctx)
+		close(stopped)
+	}()
+
+	lease := func(id string) runnerapi.Lease {
+		return runnerapi.Lease{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Command: []string{"true"},
+			Env: map[string]string{"TOKEN": "s3cret"}, Claim: runnerapi.Resources{Cores: 2}, WallClockSeconds: 60}
+	}
+	const done, cancelled, gone = "bbbbbbbb-0000-4000-8000-000000000001", "bbbbbbbb-0000-4000-8000-000000000002", "bbbbbbbb-0000-4000-8000-000000000003"
+	req := <-api.asked
+	if req.AgentInstance != w.Instance() || req.Free.Cores != 8 {
+		t.Fatalf("first request %+v", req)
+	}
+	api.leases <- []runnerapi.Lease{lease(done), lease(cancelled), lease(gone)}
+	unit := func(id string) string { return rt.host.Paths(id, 1).Unit }
+	eventually(t, "three units", func() bool { return rt.has(unit(done)) && rt.has(unit(cancelled)) && rt.has(unit(gone)) })
+	// What is held is booked: the next request offers what is left.
+	if req := <-api.asked; req.Free.Cores != 2 {
+		t.Fatalf("free cores %v with three 2-core jobs held", req.Free.Cores)
+	}
+
+	rt.end(unit(done), 3)
+	answer(w, map[string]string{cancelled: runnerapi.LeaseCancel, gone: runnerapi.LeaseGone})(ctx)
+	eventually(t, "the results", func() bool {
+		_, ok1 := api.result(done)
+		_, ok2 := api.result(cancelled)
+		return ok1 && ok2 && !rt.has(unit(gone))
+	})
+	if r, _ := api.result(done); r.ExitCode == nil || *r.ExitCode != 3 || r.ImageDigest == nil || *r.ImageDigest != "sha256:0123" {
+		t.Fatalf("result %+v", r)
+	}
+	if r, _ := api.result(cancelled); r.ReturnReason == nil || *r.ReturnReason != "cancelled" || r.HostFault {
+		t.Fatalf("cancelled result %+v", r)
+	}
+	if _, ok := api.result(gone); ok {
+		t.Fatal("a result was sent for a lease the server took back")
+	}
+	eventually(t, "nothing held", w.Idle)
+
+	// Drain: the request for work in flight (still waiting) ends, and Run
+	// returns.
+	w.Drain()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after Drain")
+	}
+}
