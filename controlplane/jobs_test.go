@@ -410,6 +410,9 @@ func TestBatchSubmissionIsAllOrNothing(t *testing.T) {
 		"two pools":                   {[]map[string]any{jobInput(b.poolA.ID), jobInput(b.poolB.ID)}, "BAD_INPUT"},
 		"one bad job":                 {[]map[string]any{jobInput(b.poolA.ID), noCores}, "BAD_INPUT"},
 		"another organisation's pool": {[]map[string]any{jobInput(b.poolB.ID)}, "NOT_FOUND"},
+		"a spec over 64 KiB": {[]map[string]any{jobInput(b.poolA.ID), jobInput(b.poolA.ID, func(in map[string]any) {
+			in["env"] = []map[string]any{{"name": "BIG", "value": strings.Repeat("x", runnerapi.MaxJobSpecBytes)}}
+		})}, "BAD_INPUT"},
 	} {
 		_, code := b.gql(t, member, mutation, map[string]any{"in": c.inputs})
 		require.Equal(t, c.code, code, name)

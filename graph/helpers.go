@@ -198,6 +198,18 @@ func newJob(in model.SubmitJobInput) (store.NewJob, error) {
 	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
 		return store.NewJob{}, badInputf("idempotencyKey: 1 to 200 characters")
 	}
+	// The spec travels whole in every lease answer (up to 128 of them),
+	// so it is bounded: an agent reads at most runnerapi.MaxLeaseAnswerBytes.
+	size := len(in.Image)
+	for _, a := range in.Command {
+		size += len(a)
+	}
+	for _, e := range in.Env {
+		size += len(e.Name) + len(e.Value)
+	}
+	if size > runnerapi.MaxJobSpecBytes {
+		return store.NewJob{}, badInputf("image, command and env: at most %d KiB together", runnerapi.MaxJobSpecBytes>>10)
+	}
 	env := map[string]string{}
 	for _, e := range in.Env {
 		if !envName.MatchString(e.Name) {

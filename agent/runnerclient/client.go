@@ -93,7 +93,10 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, runnerapi.MaxLeaseAnswerBytes+1))
+	if err == nil && len(raw) > runnerapi.MaxLeaseAnswerBytes {
+		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, runnerapi.MaxLeaseAnswerBytes)
+	}
 	if err != nil {
 		return err
 	}

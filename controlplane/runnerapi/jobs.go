@@ -59,7 +59,16 @@ type RecoveryProof struct {
 const CodeRecoveryRequired = "recovery_required"
 
 // MaxLeasesPerRequest bounds LeaseRequest.Max.
-const MaxLeasesPerRequest = 64
+const MaxLeasesPerRequest = 128
+
+// MaxJobSpecBytes bounds a job's image, command and env together, so that
+// a lease answer stays under MaxLeaseAnswerBytes.
+const MaxJobSpecBytes = 64 << 10
+
+// MaxLeaseAnswerBytes is what an agent reads of an answer at most:
+// MaxLeasesPerRequest full specs, each escaped at worst to six bytes a
+// byte (\u0000), with 4 KiB a lease for the rest.
+const MaxLeaseAnswerBytes = MaxLeasesPerRequest * (6*MaxJobSpecBytes + 4<<10)
 
 // Lease is a job the runner now holds, at an attempt.
 type Lease struct {

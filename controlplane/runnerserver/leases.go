@@ -32,7 +32,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 		req.Max = 1
 	}
 	if req.Max < 0 || req.Max > runnerapi.MaxLeasesPerRequest || len(req.Kinds) == 0 || len(req.Kinds) > 16 {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "max: 1 to 64; kinds: 1 to 16 names")
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("max: 1 to %d; kinds: 1 to 16 names", runnerapi.MaxLeasesPerRequest))
 		return
 	}
 	for _, k := range req.Kinds {
