@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -124,18 +125,8 @@ func (w *Worker) Held() []runnerapi.HeldLease {
 	for _, j := range w.held {
 		out = append(out, runnerapi.HeldLease{LeaseID: j.lease.LeaseID, Attempt: j.lease.Attempt, Phase: j.phase})
 	}
-	slices.SortFunc(out, func(a, b runnerapi.HeldLease) int { return compare(a.LeaseID, b.LeaseID) })
+	slices.SortFunc(out, func(a, b runnerapi.HeldLease) int { return strings.Compare(a.LeaseID, b.LeaseID) })
 	return out
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Recovery is the proof the next heartbeat carries: the survivor check's,
@@ -203,7 +194,7 @@ func (w *Worker) Idle() bool {
 	return len(w.held) == 0
 }
 
-// Wait returns a channel that is signalled when a job ends.
+// Changed is signalled when a job ends (and when the proof is recorded).
 func (w *Worker) Changed() <-chan struct{} {
 	w.init()
 	return w.changed
