@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -93,11 +94,23 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&o.samples, "samples", 200, "submit-to-lease latency samples")
 		fs.IntVar(&o.riverWorkers, "river-workers", 1000, "River's MaxWorkers for the run the ratio is judged by")
 		fs.BoolVar(&o.eachResult, "each-result", false, "runners report each result in a request of its own (default: one POST /v1/results per lease answer)")
+		cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (server, runners, submitters, River) to FILE")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if o.batch < 1 || o.batch > store.MaxBatch {
 			return fmt.Errorf("-batch: 1 to %d", store.MaxBatch)
+		}
+		if *cpuProfile != "" {
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
 		return benchLease(ctx, o, stdout)
 	case "heartbeat-worker": // started by heartbeat, not by people
