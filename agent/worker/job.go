@@ -26,12 +26,13 @@ type job struct {
 	cancel   bool
 	gone     bool
 
-	digest  string
-	peak    uint64
-	log     chunk  // the last chunk sent, or being sent
-	pending bool   // log was written down but not yet accepted
-	adopted bool   // found by the survivor check
-	unit    string // set once started
+	digest   string
+	peak     uint64
+	log      chunk  // the last chunk sent, or being sent
+	pending  bool   // log was written down but not yet accepted
+	adopted  bool   // found by the survivor check
+	followed bool   // a follow goroutine owns it (under Worker.mu)
+	unit     string // set once started
 }
 
 // chunk is a piece of the output file: bytes [From, To) of the log are
@@ -87,6 +88,11 @@ func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 	j := &job{lease: l, paths: host.Paths(l.LeaseID, l.Attempt), phase: runnerapi.PhaseStarting, log: chunk{Seq: -1}}
 	j.gpus = w.freeGPUs(l.Claim.GPUs)
 	w.mu.Lock()
+	if old := w.held[l.LeaseID]; old != nil {
+		// The server took the lease back (we missed the GONE) and gave a
+		// later attempt to us again: the older one must stop.
+		old.gone = true
+	}
 	w.held[l.LeaseID] = j
 	w.mu.Unlock()
 	log := w.Log.With("lease_id", l.LeaseID, "attempt", l.Attempt)
@@ -206,7 +212,23 @@ func (w *Worker) follow(ctx context.Context, j *job) {
 			return
 		}
 		if err == nil && st.Ended {
-			w.sendOutput(ctx, j)
+			// All of the output before the result: once the attempt is
+			// finished the server takes no more of it.
+			for backoff := time.Second; !w.sendOutput(ctx, j); backoff = min(2*backoff, 30*time.Second) {
+				if w.isGone(j) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return // the unit stays, ended: the next agent sends it
+				case <-time.After(backoff):
+				}
+			}
+			if w.isGone(j) {
+				w.forget(ctx, j)
+				w.drop(j)
+				return
+			}
 			w.finish(ctx, j, w.outcome(j, st, cancel))
 			return
 		}
@@ -256,37 +278,51 @@ func (w *Worker) outcome(j *job, st jobrun.Status, cancelled bool) runnerapi.Res
 // smaller (each record's time, stream and tag are dropped).
 const maxRaw = runnerapi.MaxLogChunk
 
-// sendOutput sends what the job wrote since the last chunk.
-func (w *Worker) sendOutput(ctx context.Context, j *job) {
+// sendOutput sends what the job wrote since the last chunk, and reports
+// whether all of it is sent (false: try again later). Only follow, one
+// goroutine per job, touches j.log and j.pending.
+func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 	for ctx.Err() == nil {
 		if !j.pending {
 			next, ok := nextChunk(j.paths.Log, j.log)
 			if !ok {
-				return
+				return true
 			}
+			// Written down before it is sent, or not sent: an agent
+			// restarted after sending must find the very same chunk.
+			prev := j.log
 			j.log, j.pending = next, true
 			if err := w.save(j); err != nil {
+				j.log, j.pending = prev, false
 				w.Log.Warn("lease record", "err", err)
+				return false
 			}
 		}
 		data, err := readChunk(j.paths.Log, j.log)
 		if err != nil {
 			w.Log.Warn("job output", "lease_id", j.lease.LeaseID, "err", err)
-			return
+			return false
 		}
 		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
 		if runnerclient.Code(err) == runnerapi.CodeStaleAttempt {
 			w.mu.Lock()
 			j.gone = true
 			w.mu.Unlock()
-			return
+			return false
 		}
 		if err != nil {
 			w.Log.Warn("sending output", "lease_id", j.lease.LeaseID, "err", err)
-			return // the same chunk again at the next poll
+			return false // the same chunk again next time
 		}
 		j.pending = false
 	}
+	return false
+}
+
+func (w *Worker) isGone(j *job) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return j.gone
 }
 
 // nextChunk finds the complete records after prev, at most maxRaw bytes.
@@ -346,10 +382,10 @@ func (w *Worker) finish(ctx context.Context, j *job, r runnerapi.ResultRequest) 
 	for backoff := time.Second; ; backoff = min(backoff*2, 30*time.Second) {
 		resp, err := w.API.Result(ctx, j.lease.LeaseID, r)
 		if err == nil {
-			log.Info("result accepted", "state", resp.State, "exit_code", r.ExitCode, "return_reason", r.ReturnReason)
+			log.Info("result accepted", "state", resp.State, "exit_code", deref(r.ExitCode), "return_reason", deref(r.ReturnReason))
 			break
 		}
-		if runnerclient.IsRefusal(err) && runnerclient.Code(err) != runnerapi.CodeRetry && runnerclient.Code(err) != "Service Unavailable" {
+		if final(err) {
 			log.Warn("result refused", "err", err)
 			break
 		}
@@ -363,6 +399,25 @@ func (w *Worker) finish(ctx context.Context, j *job, r runnerapi.ResultRequest) 
 	}
 	w.forget(ctx, j)
 	w.drop(j)
+}
+
+// final reports whether a refusal will never change: the attempt is no
+// longer ours, or the report itself is wrong. Anything else (a server
+// error, a proxy, a renewal under way, no network) is tried again: giving
+// up would lose a result the job cannot produce twice.
+func final(err error) bool {
+	switch runnerclient.Code(err) {
+	case runnerapi.CodeStaleAttempt, runnerapi.CodeBadRequest, runnerapi.CodeNotFound, runnerapi.CodeTooLarge:
+		return true
+	}
+	return false
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // forget stops the unit (if it still runs) and lets systemd drop it.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 )
 
@@ -102,6 +103,15 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 	w.proof, w.recorded = &proof, false
 	w.mu.Unlock()
 	for _, j := range adopted {
+		// A check run again (the first found the runner not isolated)
+		// finds the jobs it adopted already followed.
+		w.mu.Lock()
+		followed := j.followed
+		j.followed = true
+		w.mu.Unlock()
+		if followed {
+			continue
+		}
 		w.Log.Info("adopted a job from before this start", "lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)
 		go w.follow(ctx, j)
 	}
@@ -182,19 +192,25 @@ func (w *Worker) strays(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// forgetRecords removes the records of leases no longer held (an agent
-// that died between writing one and starting its unit).
+// forgetRecords removes the lease records and environment files of leases
+// no longer held: an agent that died between writing them and starting its
+// unit leaves them, and no unit's ExecStopPost ever will. Environment files
+// hold the jobs' secrets.
 func (w *Worker) forgetRecords() {
-	entries, _ := os.ReadDir(w.Dir)
 	keep := map[string]bool{}
 	w.mu.Lock()
 	for _, j := range w.held {
-		keep[filepath.Base(w.recordPath(j.paths))] = true
+		keep[w.recordPath(j.paths)] = true
+		keep[j.paths.Env] = true
 	}
 	w.mu.Unlock()
-	for _, e := range entries {
-		if !keep[e.Name()] {
-			os.Remove(filepath.Join(w.Dir, e.Name()))
+	for _, dir := range []string{w.Dir, w.Runtime.Host().EnvDir} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			path := filepath.Join(dir, e.Name())
+			if !keep[path] && strings.HasPrefix(e.Name(), jobunit.UnitPrefix) {
+				os.Remove(path)
+			}
 		}
 	}
 }

@@ -78,7 +78,10 @@ type Worker struct {
 	changed  chan struct{} // a job ended, or the proof was recorded
 	// stopAsking cancels the request for work in flight.
 	stopAsking context.CancelFunc
-	local      map[string]time.Time
+	// asking: a request for work is in flight, or its leases are being
+	// taken; the agent is not idle then.
+	asking bool
+	local  map[string]time.Time
 }
 
 // MaxJobs bounds the jobs one runner holds at once.
@@ -186,12 +189,13 @@ func (w *Worker) Drain() {
 	w.signal()
 }
 
-// Idle reports whether no lease is held.
+// Idle reports whether no lease is held, and none is being asked for or
+// taken.
 func (w *Worker) Idle() bool {
 	w.init()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.held) == 0
+	return len(w.held) == 0 && !w.asking
 }
 
 // Changed is signalled when a job ends (and when the proof is recorded).
@@ -219,7 +223,7 @@ func (w *Worker) Run(ctx context.Context) {
 		// request is cancelled is never seen and expires back to the queue.
 		lctx, cancel := context.WithCancel(ctx)
 		w.mu.Lock()
-		w.stopAsking = cancel
+		w.stopAsking, w.asking = cancel, true
 		w.mu.Unlock()
 		if w.draining.Load() {
 			cancel()
@@ -229,6 +233,10 @@ func (w *Worker) Run(ctx context.Context) {
 		for _, l := range leases {
 			w.start(ctx, l)
 		}
+		w.mu.Lock()
+		w.asking = false
+		w.mu.Unlock()
+		w.signal()
 		if err != nil {
 			if ctx.Err() != nil || w.draining.Load() {
 				return

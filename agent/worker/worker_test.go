@@ -11,6 +11,7 @@ import (
 
 	"github.com/runmesh/runmesh/agent/jobrun"
 	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/runnerclient"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 )
 
@@ -136,10 +137,11 @@ func (r *fakeRuntime) RemoveContainer(_ context.Context, name string) error {
 }
 
 type fakeAPI struct {
-	mu      sync.Mutex
-	leases  chan []runnerapi.Lease
-	results map[string]runnerapi.ResultRequest
-	asked   chan runnerapi.LeaseRequest
+	mu          sync.Mutex
+	leases      chan []runnerapi.Lease
+	results     map[string]runnerapi.ResultRequest
+	asked       chan runnerapi.LeaseRequest
+	failResults int // this many results fail with a 500 first
 }
 
 func newAPI() *fakeAPI {
@@ -161,6 +163,10 @@ func (a *fakeAPI) UploadLog(context.Context, string, runnerapi.LogUpload) error 
 func (a *fakeAPI) Result(_ context.Context, lease string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.failResults > 0 {
+		a.failResults--
+		return runnerapi.ResultResponse{}, &runnerclient.APIError{Status: 500, Code: runnerapi.CodeInternal, Msg: "internal error"}
+	}
 	a.results[lease] = req
 	return runnerapi.ResultResponse{State: "DONE"}, nil
 }
@@ -329,7 +335,10 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 	if _, ok := api.result(gone); ok {
 		t.Fatal("a result was sent for a lease the server took back")
 	}
-	eventually(t, "nothing held", w.Idle)
+	eventually(t, "nothing held", func() bool { return len(w.Held()) == 0 })
+	if w.Idle() {
+		t.Fatal("idle while a request for work is in flight")
+	}
 
 	// Drain: the request for work in flight (still waiting) ends, and Run
 	// returns.
@@ -338,5 +347,41 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 	case <-stopped:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after Drain")
+	}
+	if !w.Idle() {
+		t.Fatal("drained, but not idle")
+	}
+}
+
+// A result the server fails to take (a 500, a proxy's 502) is sent again,
+// not dropped: the job cannot produce it twice.
+func TestAResultIsSentUntilTheServerHasIt(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	api.failResults = 2
+	w := newWorker(t, rt, api)
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	const id = "cccccccc-0000-4000-8000-000000000001"
+	<-api.asked
+	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}}}
+	unit := rt.host.Paths(id, 1).Unit
+	eventually(t, "the unit", func() bool { return rt.has(unit) })
+	rt.end(unit, 0)
+	// Retries back off from 1 s.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if r, ok := api.result(id); ok && r.ExitCode != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the result never arrived")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if rt.has(unit) && !w.Idle() {
+		eventually(t, "the unit forgotten after the result", func() bool { return !rt.has(unit) })
 	}
 }

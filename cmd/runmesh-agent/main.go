@@ -471,6 +471,10 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		return nil
 	})
 
+	// Heartbeats from the start: they keep the leases of adopted jobs
+	// alive while the survivor check runs (and runs again).
+	go loop.Run(ctx)
+
 	// The survivor check comes before any work, and READY=1 after it: the
 	// server has this start's recovery proof.
 	if rt != nil {
@@ -506,7 +510,6 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	go loop.Run(ctx)
 	b := <-beats
 	sdnotify.Ready(statusLine(id.Leaf(), b, 0, false))
 	log.Info("agent ready", "gpus", len(b.Capacity.GPUs), "taking_work", rt != nil, "next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
@@ -515,6 +518,10 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	}
 
 	draining := false
+	// Changed has other readers: the tick makes sure a drained agent
+	// notices it is idle.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-signals:
@@ -532,7 +539,7 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 				log.Info("agent stopping")
 				return nil
 			}
-		case <-w.Changed():
+		case <-tick.C:
 			if draining && w.Idle() {
 				sdnotify.Stopping()
 				log.Info("drained: agent stopping")

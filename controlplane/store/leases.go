@@ -39,7 +39,7 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 		return nil, err
 	}
 	var out []HeldLease
-	err = s.WithTx(ctx, func(ctx context.Context) error {
+	err = s.withTxRetry(ctx, func(ctx context.Context) error {
 		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
 		rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{LeaseSeconds: int32(leaseSeconds), RunnerID: runner, Leases: doc})
 		if err != nil {
@@ -120,7 +120,8 @@ type Finished struct {
 // (or many finishing together) report cheaply.
 func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
-	err := s.WithTx(ctx, func(ctx context.Context) error {
+	err := s.withTxRetry(ctx, func(ctx context.Context) error {
+		clear(out) // a retried transaction starts over
 		type jobRow struct {
 			ID              uuid.UUID  `json:"id"`
 			Attempt         int        `json:"attempt"`

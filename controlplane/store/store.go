@@ -28,6 +28,9 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrInvalid: the database refused a value (a check constraint).
 	ErrInvalid = errors.New("invalid value")
+	// ErrContended: PostgreSQL ended the transaction to break a deadlock
+	// or a serialization conflict; the whole transaction may run again.
+	ErrContended = errors.New("transaction lost to a concurrent one")
 )
 
 // DB is what the store runs on: a pool in production, a transaction in
@@ -172,6 +175,20 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	return nil
 }
 
+// withTxRetry is WithTx, run again (up to three times in all) when
+// PostgreSQL picks the transaction to break a deadlock. For transactions
+// that take several rows' locks in an order the plan decides (a batch of
+// results racing a heartbeat of the same runner). Inside an outer
+// transaction there is nothing to retry: the outer one is lost too.
+func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.WithTx(ctx, fn)
+		if _, nested := ctx.Value(txKey{}).(*txState); nested || attempt == 3 || !errors.Is(err, ErrContended) {
+			return err
+		}
+	}
+}
+
 // conn is the live transaction in ctx if there is one, otherwise the
 // store's DB. A finished transaction hands back to its parent's.
 func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
@@ -201,6 +218,8 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %s", ErrInvalid, firstNonEmpty(pgErr.ConstraintName, pgErr.ColumnName, pgErr.Code))
 		case "23503": // foreign_key_violation: the referenced row does not exist
 			return ErrNotFound
+		case "40P01", "40001": // deadlock_detected, serialization_failure
+			return fmt.Errorf("%w: %s", ErrContended, pgErr.Code)
 		}
 		return fmt.Errorf("database error %s", pgErr.Code)
 	}
