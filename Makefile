@@ -18,7 +18,7 @@ GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
 .PHONY: help generate verify lint test test-e2e build demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 generate: ## regenerate the sqlc store code and the gqlgen API code
 	cd controlplane/store && $(GO) tool sqlc generate
