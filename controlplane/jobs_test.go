@@ -472,15 +472,20 @@ func TestBatchResults(t *testing.T) {
 	reason := "image would not pull"
 	hostFault := runnerapi.LeaseResult{LeaseID: mine[2].LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: 1, ReturnReason: &reason, HostFault: true}}
 
-	// Refused whole, and nothing changes.
+	// Refused whole, and nothing changes. The results over the maximum are
+	// each well formed: only the count can refuse them.
 	before := states()
+	tooMany := make([]runnerapi.LeaseResult, runnerapi.MaxResultsPerRequest+1)
+	for i := range tooMany {
+		tooMany[i] = exit(mine[0], 0)
+	}
 	both := exit(mine[1], 0)
 	both.ReturnReason = &reason
 	for name, bad := range map[string][]runnerapi.LeaseResult{
 		"empty":                 {},
 		"exit code and reason":  {exit(mine[0], 0), both},
 		"not a lease":           {exit(mine[0], 0), {LeaseID: "x", ResultRequest: runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}}},
-		"more than the maximum": make([]runnerapi.LeaseResult, runnerapi.MaxResultsPerRequest+1),
+		"more than the maximum": tooMany,
 	} {
 		r := post(bad)
 		require.Equal(t, http.StatusBadRequest, r.Status, name)
@@ -514,4 +519,29 @@ func TestBatchResults(t *testing.T) {
 	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state stateReason events { type } } }`, map[string]any{"id": mine[1].LeaseID})
 	require.Empty(t, code)
 	require.Equal(t, "exited with code 7", data["job"].(map[string]any)["stateReason"])
+}
+
+// Requests for work that could not be meant are refused and lease nothing.
+func TestImpossibleLeaseRequestsLeaseNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(8))
+	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	require.Empty(t, code)
+	for name, mod := range map[string]func(*runnerapi.LeaseRequest){
+		"max over the limit": func(r *runnerapi.LeaseRequest) { r.Max = runnerapi.MaxLeasesPerRequest + 1 },
+		"negative max":       func(r *runnerapi.LeaseRequest) { r.Max = -1 },
+		"no kinds":           func(r *runnerapi.LeaseRequest) { r.Kinds = nil },
+		"a kind in capitals": func(r *runnerapi.LeaseRequest) { r.Kinds = []string{"Default"} },
+		"negative free room": func(r *runnerapi.LeaseRequest) { r.Free.Cores = -1 },
+	} {
+		req := anyWork(0)
+		mod(&req)
+		body, _ := json.Marshal(req)
+		r := b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
+		require.Equal(t, http.StatusBadRequest, r.Status, name)
+		require.Equal(t, runnerapi.CodeBadRequest, r.Code, name)
+		require.Equal(t, 1, b.count(t, "SELECT count(*) FROM jobs WHERE id = '"+id+"' AND state = 'QUEUED'"), name)
+	}
+	require.Len(t, b.lease(t, c, anyWork(0)), 1, "a sound request gets the job")
 }

@@ -190,7 +190,7 @@ func newJob(in model.SubmitJobInput) (store.NewJob, error) {
 		return store.NewJob{}, badInputf("priority: -1000 to 1000")
 	case in.MaxAttempts < 1 || in.MaxAttempts > 100:
 		return store.NewJob{}, badInputf("maxAttempts: 1 to 100")
-	case !kindName.MatchString(in.Kind):
+	case !runnerapi.ValidKind(in.Kind):
 		return store.NewJob{}, badInputf("kind: lower-case letters, digits, dots, dashes and underscores")
 	case len(in.Command) > 256 || len(in.Env) > 256:
 		return store.NewJob{}, badInputf("command and env: at most 256 entries each")
@@ -227,7 +227,4 @@ func newJob(in model.SubmitJobInput) (store.NewJob, error) {
 	}, nil
 }
 
-var (
-	kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	envName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-)
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

@@ -11,12 +11,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/runmesh/runmesh/agent/capacity"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 )
 
 // Version is the only config version this agent reads.
@@ -43,8 +43,6 @@ type Metrics struct {
 	// default: GPU metrics name jobs and organisations.
 	Listen string `yaml:"listen"`
 }
-
-var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // Defaults is the configuration without a file.
 func Defaults(stateDir string) Config {
@@ -89,7 +87,7 @@ func Load(path, stateDir string) (Config, error) {
 		return Config{}, fmt.Errorf("config %s: invalid setting kinds: 1 to 16 job kinds", path)
 	}
 	for _, k := range c.Kinds {
-		if !kindName.MatchString(k) {
+		if !runnerapi.ValidKind(k) {
 			return Config{}, fmt.Errorf("config %s: invalid setting kinds: %q is not a lower-case name", path, k)
 		}
 	}

@@ -28,6 +28,8 @@ func TestLoadIsStrict(t *testing.T) {
 		"version: 1\nlabels: {runmesh.io/gpu.count: '64'}\n": "invalid setting labels",
 		"version: 1\nmetrics: {listen: nonsense}\n":          "invalid setting metrics.listen",
 		"version: 1\npodman: podman\n":                       `invalid setting podman: "podman" is not an absolute path`,
+		"version: 1\nkinds: []\n":                            "invalid setting kinds: 1 to 16 job kinds",
+		"version: 1\nkinds: [GPU]\n":                         `invalid setting kinds: "GPU" is not a lower-case name`,
 	} {
 		_, err := load(t, body)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -38,7 +40,8 @@ func TestLoadIsStrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Podman != "/usr/bin/podman" || c.WorkDir != "/var/lib/runmesh-agent/work" || c.Metrics.Listen != "127.0.0.1:9400" {
+	if c.Podman != "/usr/bin/podman" || c.WorkDir != "/var/lib/runmesh-agent/work" || c.Metrics.Listen != "127.0.0.1:9400" ||
+		len(c.Kinds) != 1 || c.Kinds[0] != "default" {
 		t.Fatalf("got %+v", c)
 	}
 }

@@ -30,7 +30,6 @@ type job struct {
 	peak     uint64
 	log      chunk  // the last chunk sent, or being sent
 	pending  bool   // log was written down but not yet accepted
-	adopted  bool   // found by the survivor check
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
 }
@@ -97,7 +96,7 @@ func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 	w.mu.Unlock()
 	log := w.Log.With("lease_id", l.LeaseID, "attempt", l.Attempt)
 	if l.Claim.GPUs > 0 && j.gpus == nil {
-		go w.finish(ctx, j, giveBack(errNoRoom.Error(), true))
+		go w.finish(ctx, j, giveBack("the GPUs the lease needs are no longer free", true))
 		return
 	}
 	env := l.Env

@@ -44,7 +44,7 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 	for _, u := range units {
 		found[leaseKey{u.LeaseID, u.Attempt}] = true
 		j := &job{lease: runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, paths: host.Paths(u.LeaseID, u.Attempt),
-			phase: runnerapi.PhaseRunning, unit: u.Unit, adopted: true, log: chunk{Seq: -1}}
+			phase: runnerapi.PhaseRunning, unit: u.Unit, log: chunk{Seq: -1}}
 		w.load(j)
 		if old := w.held[u.LeaseID]; old == nil || old.lease.Attempt < u.Attempt {
 			w.held[u.LeaseID] = j
@@ -84,12 +84,13 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 	w.mu.Unlock()
 	proof.Adopted = len(adopted)
 
-	// Stop everything not adopted, then look once more.
-	if err := w.stopStrays(ctx); err != nil {
+	// Stop everything not adopted, then look once more: only what that
+	// look finds counts.
+	if _, err := w.strays(ctx, true); err != nil {
 		return proof, err
 	}
 	proof.SurvivorsChecked = true
-	strays, err := w.strays(ctx)
+	strays, err := w.strays(ctx, false)
 	if err != nil {
 		return proof, err
 	}
@@ -136,58 +137,47 @@ func (w *Worker) holds(lease string, attempt int) bool {
 	return j != nil && j.lease.Attempt == attempt
 }
 
-// stopStrays stops every job unit and removes every lease container that
-// no held job owns.
-func (w *Worker) stopStrays(ctx context.Context) error {
-	units, err := w.Runtime.Survivors(ctx)
-	if err != nil {
-		return fmt.Errorf("list job units: %w", err)
-	}
-	for _, u := range units {
-		if !w.holds(u.LeaseID, u.Attempt) {
-			w.Log.Info("survivor check: stopping a job the server no longer gives this runner", "unit", u.Unit)
-			if err := w.Runtime.Forget(ctx, u.Unit); err != nil {
-				w.Log.Warn("stop", "unit", u.Unit, "err", err)
-			}
-			host := w.Runtime.Host()
-			os.Remove(host.Paths(u.LeaseID, u.Attempt).Log)
-		}
-	}
-	containers, err := w.Runtime.Containers(ctx)
-	if err != nil {
-		return fmt.Errorf("list job containers: %w", err)
-	}
-	for _, c := range containers {
-		if !w.holds(c.LeaseID, c.Attempt) {
-			w.Log.Info("survivor check: removing a job container without a followed unit", "container", c.Name)
-			if err := w.Runtime.RemoveContainer(ctx, c.Name); err != nil {
-				w.Log.Warn("remove", "container", c.Name, "err", err)
-			}
-		}
-	}
-	return nil
-}
-
-// strays lists what still runs that no held job owns.
-func (w *Worker) strays(ctx context.Context) ([]string, error) {
+// strays lists the job units and lease containers that no held job owns;
+// with stop, it also stops those units (and drops their output) and removes
+// those containers, and lists what it could not.
+func (w *Worker) strays(ctx context.Context, stop bool) ([]string, error) {
 	var out []string
 	units, err := w.Runtime.Survivors(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list job units: %w", err)
 	}
 	for _, u := range units {
-		if !w.holds(u.LeaseID, u.Attempt) {
-			out = append(out, u.Unit)
+		if w.holds(u.LeaseID, u.Attempt) {
+			continue
 		}
+		if stop {
+			w.Log.Info("survivor check: stopping a job the server no longer gives this runner", "unit", u.Unit)
+			err := w.Runtime.Forget(ctx, u.Unit)
+			if err == nil {
+				os.Remove(w.Runtime.Host().Paths(u.LeaseID, u.Attempt).Log)
+				continue
+			}
+			w.Log.Warn("stop", "unit", u.Unit, "err", err)
+		}
+		out = append(out, u.Unit)
 	}
 	containers, err := w.Runtime.Containers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list job containers: %w", err)
 	}
 	for _, c := range containers {
-		if !w.holds(c.LeaseID, c.Attempt) {
-			out = append(out, c.Name)
+		if w.holds(c.LeaseID, c.Attempt) {
+			continue
 		}
+		if stop {
+			w.Log.Info("survivor check: removing a job container without a followed unit", "container", c.Name)
+			err := w.Runtime.RemoveContainer(ctx, c.Name)
+			if err == nil {
+				continue
+			}
+			w.Log.Warn("remove", "container", c.Name, "err", err)
+		}
+		out = append(out, c.Name)
 	}
 	return out, nil
 }

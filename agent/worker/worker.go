@@ -11,7 +11,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -75,7 +74,7 @@ type Worker struct {
 	held     map[string]*job // by lease id: one attempt at a time
 	proof    *runnerapi.RecoveryProof
 	recorded bool
-	changed  chan struct{} // a job ended, or the proof was recorded
+	changed  chan struct{} // wakes Run: a job ended, the proof was recorded, a drain
 	// stopAsking cancels the request for work in flight.
 	stopAsking context.CancelFunc
 	// asking: a request for work is in flight, or its leases are being
@@ -198,12 +197,6 @@ func (w *Worker) Idle() bool {
 	return len(w.held) == 0 && !w.asking
 }
 
-// Changed is signalled when a job ends (and when the proof is recorded).
-func (w *Worker) Changed() <-chan struct{} {
-	w.init()
-	return w.changed
-}
-
 // Run asks for work while there is room, until ctx ends or Drain.
 func (w *Worker) Run(ctx context.Context) {
 	w.init()
@@ -236,7 +229,6 @@ func (w *Worker) Run(ctx context.Context) {
 		w.mu.Lock()
 		w.asking = false
 		w.mu.Unlock()
-		w.signal()
 		if err != nil {
 			if ctx.Err() != nil || w.draining.Load() {
 				return
@@ -336,5 +328,3 @@ func (w *Worker) drop(j *job) {
 	os.Remove(j.paths.Log)
 	w.signal()
 }
-
-var errNoRoom = errors.New("the GPUs the lease needs are no longer free")

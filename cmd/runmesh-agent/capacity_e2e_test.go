@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -30,27 +28,10 @@ func TestCapacityEndToEnd(t *testing.T) {
 
 	srv := e2e.StartDev(t, serverBin)
 	envFile, dev := srv.EnvFile, srv.Env
-	gql := func(query string, vars map[string]any) map[string]any {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-		req, _ := http.NewRequest(http.MethodPost, dev["RUNMESH_ADMIN_URL"]+"/graphql", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+dev["RUNMESH_ADMIN_TOKEN"])
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var out struct {
-			Data   map[string]any
-			Errors []any
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-		require.Empty(t, out.Errors)
-		return out.Data
-	}
 	// A short lease: heartbeats every 2 s, offline 6 s after the last.
-	pools := gql(`{ pools { id name } }`, nil)["pools"].([]any)
+	pools := srv.GraphQL(t, `{ pools { id name } }`, nil)["pools"].([]any)
 	poolID := pools[0].(map[string]any)["id"]
-	gql(`mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
+	srv.GraphQL(t, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
 
 	agentDir := filepath.Join(t.TempDir(), "agent")
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
@@ -73,7 +54,7 @@ func TestCapacityEndToEnd(t *testing.T) {
 	const fields = `{ online takingWork quarantined quarantineReason capacity { cores memoryMiB gpusUnavailable driverVersion }
 		gpus { uuid name memoryTotalMiB healthy } labels { key value source } health { name ok } }`
 	runner := func() map[string]any {
-		return gql(`query($id: ID!) { runner(id: $id) `+fields+` }`, map[string]any{"id": runnerID})["runner"].(map[string]any)
+		return srv.GraphQL(t, `query($id: ID!) { runner(id: $id) `+fields+` }`, map[string]any{"id": runnerID})["runner"].(map[string]any)
 	}
 	// The administrator sees what is being approved.
 	pending := runner()

@@ -1,10 +1,7 @@
 package main_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,27 +65,10 @@ func TestJobsInTheSandbox(t *testing.T) {
 
 	srv := e2e.StartDev(t, serverBin)
 	dev := srv.Env
-	gql := func(query string, vars map[string]any) map[string]any {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
-		req, _ := http.NewRequest(http.MethodPost, dev["RUNMESH_ADMIN_URL"]+"/graphql", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+dev["RUNMESH_ADMIN_TOKEN"])
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var out struct {
-			Data   map[string]any
-			Errors []any
-		}
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
-		require.Empty(t, out.Errors)
-		return out.Data
-	}
-	poolID := gql(`{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
+	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
 	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
 	// within about 7 s.
-	gql(`mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
+	srv.GraphQL(t, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
 
 	// Enrol inside the sandbox, as the runmesh user, with a token file
 	// only that user can read.
@@ -121,7 +101,7 @@ func TestJobsInTheSandbox(t *testing.T) {
 		return m != nil
 	})
 	fingerprint := strings.TrimSpace(sb.must("user", agentBin, "fingerprint", "--state-dir", state))
-	gql(`mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": runnerID, "fp": fingerprint})
+	srv.GraphQL(t, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": runnerID, "fp": fingerprint})
 	require.NoError(t, enrol.Wait(), enrolOut.String())
 
 	// The packaged unit, pointed at this build.
@@ -144,7 +124,7 @@ func TestJobsInTheSandbox(t *testing.T) {
 	})
 
 	recovery := func() map[string]any {
-		r := gql(`query($id: ID!) { runner(id: $id) { recovery { agentInstance survivorsChecked survivorsFound adopted isolated bootId } } }`,
+		r := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { recovery { agentInstance survivorsChecked survivorsFound adopted isolated bootId } } }`,
 			map[string]any{"id": runnerID})["runner"].(map[string]any)["recovery"]
 		if r == nil {
 			return nil
@@ -169,10 +149,10 @@ func TestJobsInTheSandbox(t *testing.T) {
 		for k, v := range extra {
 			in[k] = v
 		}
-		return gql(`mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})["submitJob"].(map[string]any)["id"].(string)
+		return srv.GraphQL(t, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})["submitJob"].(map[string]any)["id"].(string)
 	}
 	job := func(id string) map[string]any {
-		return gql(`query($id: ID!) { job(id: $id) { state stateReason attempt logs
+		return srv.GraphQL(t, `query($id: ID!) { job(id: $id) { state stateReason attempt logs
 			runs { attempt runnerName finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion } } }`,
 			map[string]any{"id": id})["job"].(map[string]any)
 	}
@@ -261,7 +241,7 @@ func TestJobsInTheSandbox(t *testing.T) {
 		id := submit(busybox, []string{"sleep", "300"}, 600, nil)
 		waitState(id, 60*time.Second, "RUNNING")
 		start := time.Now()
-		gql(`mutation($id: ID!) { cancelJob(id: $id) { id } }`, map[string]any{"id": id})
+		srv.GraphQL(t, `mutation($id: ID!) { cancelJob(id: $id) { id } }`, map[string]any{"id": id})
 		waitState(id, 30*time.Second, "CANCELLED")
 		t.Logf("cancelled in %s", time.Since(start).Round(time.Millisecond))
 		require.NotContains(t, sb.jobUnits(), id)
@@ -277,7 +257,7 @@ func TestJobsInTheSandbox(t *testing.T) {
 
 	t.Run("an image that cannot be had is a host fault only when the host is at fault", func(t *testing.T) {
 		failures := func() float64 {
-			return gql(`query($id: ID!) { runner(id: $id) { failuresInARow } }`, map[string]any{"id": runnerID})["runner"].(map[string]any)["failuresInARow"].(float64)
+			return srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { failuresInARow } }`, map[string]any{"id": runnerID})["runner"].(map[string]any)["failuresInARow"].(float64)
 		}
 		// localhost/ names an image this host was meant to have built.
 		id := submit("localhost/absent:latest", []string{"true"}, 60, map[string]any{"maxAttempts": 1})

@@ -512,7 +512,8 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	}
 	b := <-beats
 	sdnotify.Ready(statusLine(id.Leaf(), b, 0, false))
-	log.Info("agent ready", "gpus", len(b.Capacity.GPUs), "taking_work", rt != nil, "next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
+	log.Info("agent ready", "agent_instance", w.Instance(), "gpus", len(b.Capacity.GPUs), "taking_work", rt != nil,
+		"next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
 	if rt != nil {
 		go w.Run(ctx)
 	}

@@ -1,6 +1,9 @@
 package runnerapi
 
-import "errors"
+import (
+	"errors"
+	"regexp"
+)
 
 // PathLeases is where a runner asks for work.
 const PathLeases = "/v1/leases"
@@ -57,6 +60,12 @@ type RecoveryProof struct {
 // CodeRecoveryRequired: the agent asked for work before the server had its
 // survivor check (or the check did not prove the runner isolated).
 const CodeRecoveryRequired = "recovery_required"
+
+// ValidKind reports whether k can name a job kind: lower case, at most 63
+// characters. Jobs, runners' requests and the agent's config all use it.
+func ValidKind(k string) bool { return kindName.MatchString(k) }
+
+var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // MaxLeasesPerRequest bounds LeaseRequest.Max.
 const MaxLeasesPerRequest = 128

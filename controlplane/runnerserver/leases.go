@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,8 +14,6 @@ import (
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 )
-
-var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 // leases grants the runner work that fits, claiming jobs one statement at
 // a time until the answer is full or nothing else fits. With nothing to
@@ -36,7 +33,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, k := range req.Kinds {
-		if !kindName.MatchString(k) {
+		if !runnerapi.ValidKind(k) {
 			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "kinds: lower-case names")
 			return
 		}

@@ -38,49 +38,39 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	if err != nil {
 		return nil, err
 	}
-	var out []HeldLease
-	err = s.withTxRetry(ctx, func(ctx context.Context) error {
-		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
-		rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{LeaseSeconds: int32(leaseSeconds), RunnerID: runner, Leases: doc})
-		if err != nil {
-			return mapErr(err)
-		}
-		out = make([]HeldLease, len(rows))
-		var started []uuid.UUID
-		var attempts []int32
-		var changes []string
-		for i, r := range rows {
-			out[i] = HeldLease{JobID: r.ID, Attempt: int(r.Attempt), CancelRequested: r.CancelRequested}
-			if r.Started {
-				started, attempts, changes = append(started, r.ID), append(attempts, r.Attempt), append(changes, r.ID.String())
-			}
-		}
-		if len(started) == 0 {
-			return nil
-		}
-		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{JobIds: started, Type: "RUNNING", Attempts: attempts, RunnerID: runner}); err != nil {
-			return mapErr(err)
-		}
-		s.notifyJobChanges(ctx, changes...)
-		return nil
+	rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{
+		LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc,
 	})
-	return out, err
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]HeldLease, len(rows))
+	var started []string
+	for i, r := range rows {
+		out[i] = HeldLease{JobID: r.ID, Attempt: int(r.Attempt), CancelRequested: r.CancelRequested}
+		if r.Started {
+			started = append(started, r.ID.String())
+		}
+	}
+	s.notifyJobChanges(ctx, started...)
+	return out, nil
 }
 
 // Outcome is how an attempt ended, as its runner reports it.
+// Its JSON is a row of RecordRunResults.
 type Outcome struct {
-	JobID    uuid.UUID
-	Attempt  int
-	RunnerID uuid.UUID
+	JobID    uuid.UUID `json:"job_id"`
+	Attempt  int       `json:"attempt"`
+	RunnerID uuid.UUID `json:"-"`
 	// ExitCode, when the job's process ran to an end; otherwise
 	// ReturnReason says why the runner gives the job back.
-	ExitCode      *int
-	ReturnReason  *string
-	HostFault     bool
-	OOM           bool
-	PeakMemoryMiB *int64
-	ImageDigest   *string
-	RunnerVersion *string
+	ExitCode      *int    `json:"exit_code"`
+	ReturnReason  *string `json:"return_reason"`
+	HostFault     bool    `json:"host_fault"`
+	OOM           bool    `json:"oom"`
+	PeakMemoryMiB *int64  `json:"peak_memory_mib"`
+	ImageDigest   *string `json:"image_digest"`
+	RunnerVersion *string `json:"runner_version"`
 }
 
 // Transition is what an outcome does to the job: its next state, why, and
@@ -129,17 +119,6 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			StateReason     string     `json:"state_reason"`
 			AvailableAt     *time.Time `json:"available_at"`
 			CancelRequested bool       `json:"cancel_requested"`
-		}
-		type runRow struct {
-			JobID         uuid.UUID `json:"job_id"`
-			Attempt       int       `json:"attempt"`
-			ExitCode      *int      `json:"exit_code"`
-			ReturnReason  *string   `json:"return_reason"`
-			HostFault     bool      `json:"host_fault"`
-			OOM           bool      `json:"oom"`
-			PeakMemoryMiB *int64    `json:"peak_memory_mib"`
-			ImageDigest   *string   `json:"image_digest"`
-			RunnerVersion *string   `json:"runner_version"`
 		}
 		type eventRow struct {
 			JobID   uuid.UUID `json:"job_id"`
@@ -228,7 +207,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
 			}
 		}
-		var runs []runRow
+		var runs []Outcome
 		var events []eventRow
 		var accepted []uuid.UUID
 		for i, t := range transitions {
@@ -237,8 +216,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			}
 			o := outcomes[i]
 			accepted = append(accepted, o.JobID)
-			runs = append(runs, runRow{JobID: o.JobID, Attempt: o.Attempt, ExitCode: o.ExitCode, ReturnReason: o.ReturnReason,
-				HostFault: o.HostFault, OOM: o.OOM, PeakMemoryMiB: o.PeakMemoryMiB, ImageDigest: o.ImageDigest, RunnerVersion: o.RunnerVersion})
+			runs = append(runs, o)
 			event := string(t.State)
 			if t.State == JobQueued {
 				event = "REQUEUED"

@@ -260,6 +260,9 @@ func (s *Store) notifyJobChanges(ctx context.Context, ids ...string) {
 const jobChangesPerNotification = 200
 
 func (s *Store) notifyAfterCommit(ctx context.Context, channel string, payloads ...string) {
+	if len(payloads) == 0 {
+		return // nothing to say: no round trip
+	}
 	s.AfterCommit(ctx, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -5,8 +5,10 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,6 +281,38 @@ type Dev struct {
 	State   string            // its state directory
 	EnvFile string            // <state>/dev.env
 	Env     map[string]string // what dev.env says
+}
+
+// GraphQL runs one operation against the dev server's admin API as its
+// platform admin, fails the test on any error, and returns data.
+func (d Dev) GraphQL(t testing.TB, query string, vars map[string]any) map[string]any {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, d.Env["RUNMESH_ADMIN_URL"]+"/graphql", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+d.Env["RUNMESH_ADMIN_TOKEN"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Data   map[string]any
+		Errors []any
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("graphql: HTTP %d: %v", resp.StatusCode, err)
+	}
+	if len(out.Errors) > 0 {
+		t.Fatalf("graphql: %v", out.Errors)
+	}
+	return out.Data
 }
 
 // StartDev runs `runmesh-server dev` in a fresh state directory with both

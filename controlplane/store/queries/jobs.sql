@@ -127,16 +127,23 @@ WHERE runner_id = @runner_id AND state IN ('LEASED', 'RUNNING');
 
 -- name: ExtendLeases :many
 -- A heartbeat extends the leases it names that the runner still holds, at
--- the attempt it names; RUNNING is recorded when the runner says so.
--- started: this report moved the job from LEASED to RUNNING (old is the
--- row as the statement found it), which the caller records as an event.
-UPDATE jobs j
-SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),
-    state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
-FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
-WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id AND j.state IN ('LEASED', 'RUNNING')
-  AND old.id = j.id
-RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started;
+-- the attempt it names; RUNNING is recorded when the runner says so, with
+-- its event, in this one statement (heartbeats are the hot path: no
+-- transaction around it). old is the row as the statement found it, so
+-- started is true once per attempt.
+WITH extended AS (
+    UPDATE jobs j
+    SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),
+        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
+    FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
+    WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id AND j.state IN ('LEASED', 'RUNNING')
+      AND old.id = j.id
+    RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
+), running AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id)
+    SELECT id, 'RUNNING', attempt, @runner_id FROM extended WHERE started
+)
+SELECT id, attempt, cancel_requested, started FROM extended;
 
 -- name: LockJobs :many
 -- The jobs a batch of results ends, locked in one order (id) so that

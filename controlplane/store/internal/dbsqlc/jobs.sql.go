@@ -274,13 +274,19 @@ func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesP
 }
 
 const extendLeases = `-- name: ExtendLeases :many
-UPDATE jobs j
-SET lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::int),
-    state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
-FROM jsonb_to_recordset($4::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
-WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $3 AND j.state IN ('LEASED', 'RUNNING')
-  AND old.id = j.id
-RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
+WITH extended AS (
+    UPDATE jobs j
+    SET lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::int),
+        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
+    FROM jsonb_to_recordset($4::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
+    WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $3 AND j.state IN ('LEASED', 'RUNNING')
+      AND old.id = j.id
+    RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
+), running AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id)
+    SELECT id, 'RUNNING', attempt, $3 FROM extended WHERE started
+)
+SELECT id, attempt, cancel_requested, started FROM extended
 `
 
 type ExtendLeasesParams struct {
@@ -298,9 +304,10 @@ type ExtendLeasesRow struct {
 }
 
 // A heartbeat extends the leases it names that the runner still holds, at
-// the attempt it names; RUNNING is recorded when the runner says so.
-// started: this report moved the job from LEASED to RUNNING (old is the
-// row as the statement found it), which the caller records as an event.
+// the attempt it names; RUNNING is recorded when the runner says so, with
+// its event, in this one statement (heartbeats are the hot path: no
+// transaction around it). old is the row as the statement found it, so
+// started is true once per attempt.
 func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesParams) ([]ExtendLeasesRow, error) {
 	rows, err := db.Query(ctx, extendLeases,
 		arg.Now,
