@@ -35,7 +35,8 @@ type benchEnv struct {
 	poolID     string
 }
 
-func startEnv(ctx context.Context) (*benchEnv, error) {
+// startEnv starts it; settings are more PostgreSQL settings ("name=value").
+func startEnv(ctx context.Context, settings ...string) (*benchEnv, error) {
 	dir, err := os.MkdirTemp("", "runmesh-bench-")
 	if err != nil {
 		return nil, err
@@ -45,7 +46,7 @@ func startEnv(ctx context.Context) (*benchEnv, error) {
 	}
 	e := &benchEnv{dir: dir}
 	e.cluster, err = pgcluster.Start(ctx, pgcluster.Options{
-		DataDir: filepath.Join(dir, "pg"), LogFile: filepath.Join(dir, "pg.log"), Durable: true,
+		DataDir: filepath.Join(dir, "pg"), LogFile: filepath.Join(dir, "pg.log"), Durable: true, Settings: settings,
 	})
 	if err != nil {
 		e.close()

@@ -588,7 +588,9 @@ func cpuSample(p cpuPIDs) cpuUse {
 		u.server += procCPU(pid)
 	}
 	postmasterPID := p.postmaster
-	u.postgres = procCPU(postmasterPID)
+	// Backends that ended (River and pgxpool close connections) count
+	// through the postmaster, which reaped them.
+	u.postgres = procCPU(postmasterPID) + procReapedCPU(postmasterPID)
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -630,6 +632,18 @@ func procParent(pid int) (int, bool) {
 }
 
 // procCPU is utime+stime; the kernel counts in clock ticks of 1/100 s.
+// procReapedCPU is the CPU time of pid's children that have ended and
+// been waited for.
+func procReapedCPU(pid int) time.Duration {
+	f := procStat(pid)
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[13], 10, 64)
+	stt, _ := strconv.ParseInt(f[14], 10, 64)
+	return time.Duration(ut+stt) * 10 * time.Millisecond
+}
+
 func procCPU(pid int) time.Duration {
 	f := procStat(pid)
 	if len(f) < 13 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,10 +27,13 @@ type leaseOptions struct {
 	submitters int
 	batch      int
 	samples    int
-	// riverWorkers is River's MaxWorkers for the run the goal is judged by.
-	riverWorkers int
+	// river configures the River client the goal is judged against.
+	river riverSettings
 	// eachResult: a request per result instead of one per lease answer.
 	eachResult bool
+	// pgStats prints, for each throughput run, the statements PostgreSQL
+	// spent its time on (pg_stat_statements) and the WAL it wrote, per job.
+	pgStats bool
 }
 
 // benchLease measures the queue against a real control plane and a durable
@@ -40,11 +44,21 @@ type leaseOptions struct {
 const simInstance = "00000000-0000-4000-8000-00000000beef"
 
 func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
-	e, err := startEnv(ctx)
+	var settings []string
+	if o.pgStats {
+		settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+	}
+	e, err := startEnv(ctx, settings...)
 	if err != nil {
 		return err
 	}
 	defer e.close()
+	if o.pgStats {
+		if _, err := e.pool.Exec(ctx, `CREATE EXTENSION pg_stat_statements`); err != nil {
+			return err
+		}
+	}
+	var report strings.Builder
 	p, err := e.store.Pool(ctx, store.AllOrganisations(), mustUUID(e.poolID))
 	if err != nil {
 		return err
@@ -147,6 +161,9 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	sortDurations(lat)
 
 	// Throughput: submitters and runners at once, until every job is done.
+	if err := resetPGStats(ctx, e, o.pgStats); err != nil {
+		return err
+	}
 	var submitted, done, finished atomic.Int64
 	cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
 	start := time.Now()
@@ -209,18 +226,23 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	elapsed := time.Unix(0, finished.Load()).Sub(start)
 	ours := float64(o.jobs) / elapsed.Seconds()
 	cpu := cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0)
+	if err := writePGStats(ctx, e, o.pgStats, "runmesh", o.jobs, &report); err != nil {
+		return err
+	}
 
-	// River takes at most MaxWorkers jobs per fetch and fetches at most
-	// every 100 ms (FetchCooldown), so 100 workers cap it near 1,000
-	// jobs/s whatever the machine; the goal is judged against the run
-	// that its own settings do not cap.
-	riverCapped, err := benchRiver(ctx, e, o.jobs, 100)
+	if err := resetPGStats(ctx, e, o.pgStats); err != nil {
+		return err
+	}
+	cpu0 = cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
+	riverStart := time.Now()
+	river, err := benchRiver(ctx, e, o.jobs, o.batch, o.river)
 	if err != nil {
 		return fmt.Errorf("river: %w", err)
 	}
-	river, err := benchRiver(ctx, e, o.jobs, o.riverWorkers)
-	if err != nil {
-		return fmt.Errorf("river: %w", err)
+	riverElapsed := time.Since(riverStart)
+	riverCPU := cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0)
+	if err := writePGStats(ctx, e, o.pgStats, "River", o.jobs, &report); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "runmesh-bench lease — %s; PostgreSQL durable (fsync on); server in this process\n", machine())
 	reporting := "the results of each lease answer in one POST /v1/results"
@@ -232,10 +254,11 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	fmt.Fprintf(out, "  CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n", cpu.self.Seconds()/elapsed.Seconds(), cpu.postgres.Seconds()/elapsed.Seconds())
 	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",
 		len(lat), pct(lat, 50), pct(lat, 99), verdict(pct(lat, 50) < 10*time.Millisecond), verdict(pct(lat, 99) < 50*time.Millisecond))
-	fmt.Fprintf(out, "River v0.51.2, same PostgreSQL, inserting (InsertMany) and working %d no-op jobs in process:\n", o.jobs)
-	fmt.Fprintf(out, "  MaxWorkers 100 (capped near 1,000 jobs/s by its 100 ms fetch cooldown): %.0f jobs/s, ratio runmesh / River %.2f\n", riverCapped, ours/riverCapped)
-	fmt.Fprintf(out, "  MaxWorkers %d: %.0f jobs/s\n", o.riverWorkers, river)
+	fmt.Fprintf(out, "River v0.51.2, same PostgreSQL, inserting (InsertMany, %d a batch) and working %d no-op jobs in process:\n", o.batch, o.jobs)
+	fmt.Fprintf(out, "  MaxWorkers %d, FetchCooldown %v, FetchPollInterval %v: %.0f jobs/s\n", o.river.workers, o.river.cooldown, o.river.poll, river)
+	fmt.Fprintf(out, "  CPU: River and this process %.2f cores, PostgreSQL %.2f cores\n", riverCPU.self.Seconds()/riverElapsed.Seconds(), riverCPU.postgres.Seconds()/riverElapsed.Seconds())
 	fmt.Fprintf(out, "ratio runmesh / River: %.2f (goal ≥ 1: %s)\n", ours/river, verdict(ours/river >= 1))
+	fmt.Fprint(out, report.String())
 	return nil
 }
 
@@ -249,9 +272,20 @@ type noopWorker struct{ river.WorkerDefaults[NoopArgs] }
 
 func (noopWorker) Work(context.Context, *river.Job[NoopArgs]) error { return nil }
 
-// benchRiver inserts n no-op jobs with InsertMany and works them with
-// maxWorkers goroutines, returning jobs per second.
-func benchRiver(ctx context.Context, e *benchEnv, n, maxWorkers int) (float64, error) {
+// riverSettings are the River client settings that bound its throughput.
+// River fetches at most MaxWorkers jobs at most every FetchCooldown, so its
+// defaults (100 ms) cap it at 10 jobs/s per worker whatever the machine.
+// The defaults here are those of River's own benchmark (`river bench`):
+// 2,000 workers, a 2 ms cooldown and a 20 ms poll interval.
+type riverSettings struct {
+	workers  int
+	cooldown time.Duration
+	poll     time.Duration
+}
+
+// benchRiver inserts n no-op jobs with InsertMany, batch at a time, and
+// works them, returning jobs per second.
+func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings) (float64, error) {
 	driver := riverpgxv5.New(e.pool)
 	m, err := rivermigrate.New(driver, nil)
 	if err != nil {
@@ -263,9 +297,10 @@ func benchRiver(ctx context.Context, e *benchEnv, n, maxWorkers int) (float64, e
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
 	client, err := river.NewClient(driver, &river.Config{
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
-		Workers: workers,
-		Logger:  nil,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: s.workers}},
+		Workers:           workers,
+		FetchCooldown:     s.cooldown,
+		FetchPollInterval: s.poll,
 	})
 	if err != nil {
 		return 0, err
@@ -280,15 +315,14 @@ func benchRiver(ctx context.Context, e *benchEnv, n, maxWorkers int) (float64, e
 	}
 	defer client.Stop(context.WithoutCancel(ctx))
 	for sent := 0; sent < n; {
-		batch := min(1000, n-sent)
-		params := make([]river.InsertManyParams, batch)
+		params := make([]river.InsertManyParams, min(batch, n-sent))
 		for i := range params {
 			params[i] = river.InsertManyParams{Args: NoopArgs{}}
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
 			return 0, err
 		}
-		sent += batch
+		sent += len(params)
 	}
 	for got := 0; got < n; got++ {
 		select {
@@ -306,4 +340,45 @@ func sortDurations(d []time.Duration) {
 			d[j], d[j-1] = d[j-1], d[j]
 		}
 	}
+}
+
+func resetPGStats(ctx context.Context, e *benchEnv, on bool) error {
+	if !on {
+		return nil
+	}
+	_, err := e.pool.Exec(ctx, `SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')`)
+	return err
+}
+
+// writePGStats reports what PostgreSQL did for one throughput run, per job:
+// WAL records and bytes, and the statements that took the most time.
+func writePGStats(ctx context.Context, e *benchEnv, on bool, name string, jobs int, w io.Writer) error {
+	if !on {
+		return nil
+	}
+	n := float64(jobs)
+	var records, fpi int64
+	var bytes float64
+	if err := e.pool.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::float8 FROM pg_stat_wal`).Scan(&records, &fpi, &bytes); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s, per job: %.1f WAL records (%.2f full pages), %.0f WAL bytes\n", name, float64(records)/n, float64(fpi)/n, bytes/n)
+	rows, err := e.pool.Query(ctx, `
+		SELECT total_exec_time, calls, rows, shared_blks_hit + shared_blks_read + shared_blks_dirtied, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 12`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	fmt.Fprintf(w, "  %9s %8s %8s %9s  %s\n", "µs/job", "calls", "rows", "blks/job", "statement")
+	for rows.Next() {
+		var ms float64
+		var calls, nrows, blocks int64
+		var query string
+		if err := rows.Scan(&ms, &calls, &nrows, &blocks, &query); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "  %9.1f %8d %8d %9.1f  %s\n", ms*1000/n, calls, nrows, float64(blocks)/n, query)
+	}
+	return rows.Err()
 }

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/runmesh/runmesh/controlplane/store"
 )
@@ -90,10 +91,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.IntVar(&o.jobs, "jobs", 20000, "jobs for the throughput runs (enough for a steady state: 5,000 are done in well under a second)")
 		fs.IntVar(&o.runners, "runners", 8, "simulated runners")
 		fs.IntVar(&o.submitters, "submitters", 8, "concurrent submitters")
-		fs.IntVar(&o.batch, "batch", 100, "jobs per submitJobs call in the throughput run (1 submits them one by one)")
+		fs.IntVar(&o.batch, "batch", 1000, "jobs per submitJobs call in the throughput run, as River inserts them (1 submits them one by one)")
 		fs.IntVar(&o.samples, "samples", 200, "submit-to-lease latency samples")
-		fs.IntVar(&o.riverWorkers, "river-workers", 1000, "River's MaxWorkers for the run the ratio is judged by")
+		fs.IntVar(&o.river.workers, "river-workers", 2000, "River's MaxWorkers (default: as River's own benchmark sets it)")
+		fs.DurationVar(&o.river.cooldown, "river-cooldown", 2*time.Millisecond, "River's FetchCooldown (its default is 100ms, which caps it at 10 jobs/s per worker)")
+		fs.DurationVar(&o.river.poll, "river-poll", 20*time.Millisecond, "River's FetchPollInterval")
 		fs.BoolVar(&o.eachResult, "each-result", false, "runners report each result in a request of its own (default: one POST /v1/results per lease answer)")
+		fs.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements and print, per job, the WAL and the statements PostgreSQL spent its time on")
 		cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (server, runners, submitters, River) to FILE")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err

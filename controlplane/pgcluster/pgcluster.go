@@ -47,7 +47,10 @@ type Options struct {
 	Durable bool
 	// BinDir overrides discovery of initdb/postgres.
 	BinDir string
-	Log    *slog.Logger
+	// Settings are more server settings, "name=value" each (a benchmark
+	// loading pg_stat_statements, say).
+	Settings []string
+	Log      *slog.Logger
 }
 
 // Cluster is a running server. Stop it with Stop.
@@ -151,6 +154,9 @@ func (c *Cluster) start(ctx context.Context, cred *syscall.Credential) error {
 		"-c", "listen_addresses=",
 		"-c", "unix_socket_permissions=0700",
 		"-c", "max_connections=200",
+	}
+	for _, kv := range c.opts.Settings {
+		args = append(args, "-c", kv)
 	}
 	if !c.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
