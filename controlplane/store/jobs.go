@@ -168,11 +168,8 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 			return mapErr(err)
 		}
 		byID := make(map[uuid.UUID]Job, len(inserted))
-		// Every new job starts at attempt 0.
-		ids, attempts := make([]uuid.UUID, len(inserted)), make([]int32, len(inserted))
-		for i, r := range inserted {
-			byID[r.ID] = jobFromRow(r)
-			ids[i] = r.ID
+		for _, r := range inserted {
+			byID[r.ID] = jobFromRow(dbsqlc.Job(r))
 		}
 		for i, r := range rows {
 			if j, ok := byID[r.ID]; ok {
@@ -186,11 +183,8 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 			}
 			jobs[i] = jobFromRow(existing)
 		}
-		if len(ids) == 0 {
+		if len(inserted) == 0 {
 			return nil
-		}
-		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{JobIds: ids, Type: "SUBMITTED", Attempts: attempts}); err != nil {
-			return mapErr(err)
 		}
 		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
 		return nil
@@ -312,17 +306,10 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 		if len(rows) == 0 {
 			return nil
 		}
-		ids, attempts := make([]uuid.UUID, len(rows)), make([]int32, len(rows))
+		payloads := make([]string, len(rows))
 		for i, row := range rows {
-			out = append(out, jobFromRow(dbsqlc.Job{
-				ID: row.ID, PoolID: row.PoolID, SubmittedBy: row.SubmittedBy, Image: row.Image, Command: row.Command, Env: row.Env,
-				Cores: row.Cores, MemoryMib: row.MemoryMib, Gpus: row.Gpus, WallClockSeconds: row.WallClockSeconds,
-				Priority: row.Priority, MaxAttempts: row.MaxAttempts, IdempotencyKey: row.IdempotencyKey, Kind: row.Kind,
-				State: row.State, StateReason: row.StateReason, Attempt: row.Attempt, RunnerID: row.RunnerID,
-				LeaseExpiresAt: row.LeaseExpiresAt, AvailableAt: row.AvailableAt, CancelRequested: row.CancelRequested,
-				SubmittedAt: row.SubmittedAt, FinishedAt: row.FinishedAt,
-			}))
-			ids[i], attempts[i] = row.ID, row.Attempt
+			out = append(out, jobFromRow(dbsqlc.Job(row)))
+			payloads[i] = row.ID.String()
 		}
 		// Best first, as the claim ranked them.
 		sort.SliceStable(out, func(a, b int) bool {
@@ -331,20 +318,6 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 			}
 			return out[a].SubmittedAt.Before(out[b].SubmittedAt)
 		})
-		if err := s.q.InsertJobRuns(ctx, s.conn(ctx), dbsqlc.InsertJobRunsParams{
-			JobIds: ids, Attempts: attempts, RunnerID: c.RunnerID, RunnerName: rows[0].RunnerName,
-		}); err != nil {
-			return mapErr(err)
-		}
-		if err := s.q.InsertJobEvents(ctx, s.conn(ctx), dbsqlc.InsertJobEventsParams{
-			JobIds: ids, Type: "LEASED", Attempts: attempts, RunnerID: uuid.NullUUID{UUID: c.RunnerID, Valid: true},
-		}); err != nil {
-			return mapErr(err)
-		}
-		payloads := make([]string, len(ids))
-		for i, id := range ids {
-			payloads[i] = id.String()
-		}
 		s.notifyJobChanges(ctx, payloads...)
 		return nil
 	})

@@ -56,11 +56,11 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	return out, nil
 }
 
-// Outcome is how an attempt ended, as its runner reports it.
-// Its JSON is a row of RecordRunResults.
+// Outcome is how an attempt ended, as its runner reports it. Its JSON is
+// part of a row of FinishAttempts.
 type Outcome struct {
-	JobID    uuid.UUID `json:"job_id"`
-	Attempt  int       `json:"attempt"`
+	JobID    uuid.UUID `json:"-"`
+	Attempt  int       `json:"-"`
 	RunnerID uuid.UUID `json:"-"`
 	// ExitCode, when the job's process ran to an end; otherwise
 	// ReturnReason says why the runner gives the job back.
@@ -119,12 +119,8 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			StateReason     string     `json:"state_reason"`
 			AvailableAt     *time.Time `json:"available_at"`
 			CancelRequested bool       `json:"cancel_requested"`
-		}
-		type eventRow struct {
-			JobID   uuid.UUID `json:"job_id"`
-			Type    string    `json:"type"`
-			Attempt int       `json:"attempt"`
-			Detail  string    `json:"detail"`
+			Event           string     `json:"event"`
+			Outcome
 		}
 		transitions := make([]*Transition, len(outcomes))
 		after := make(map[uuid.UUID]Job, len(outcomes))
@@ -152,8 +148,12 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				t := decide(o, h)
 				transitions[i] = &t
 				decided[o.JobID] = i
+				event := string(t.State)
+				if t.State == JobQueued {
+					event = "REQUEUED"
+				}
 				rows = append(rows, jobRow{ID: o.JobID, Attempt: o.Attempt, State: t.State, StateReason: t.Reason,
-					AvailableAt: t.AvailableAt, CancelRequested: h.CancelRequested})
+					AvailableAt: t.AvailableAt, CancelRequested: h.CancelRequested, Event: event, Outcome: o})
 				ids = append(ids, o.JobID)
 			}
 			if len(rows) == 0 {
@@ -167,7 +167,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return nil, mapErr(err)
 			}
 			for _, row := range updated {
-				after[row.ID] = jobFromRow(row)
+				after[row.ID] = jobFromRow(dbsqlc.Job(row))
 				delete(decided, row.ID)
 			}
 			var changed []int
@@ -207,39 +207,12 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
 			}
 		}
-		var runs []Outcome
-		var events []eventRow
-		var accepted []uuid.UUID
-		for i, t := range transitions {
-			if t == nil {
-				continue
-			}
-			o := outcomes[i]
-			accepted = append(accepted, o.JobID)
-			runs = append(runs, o)
-			event := string(t.State)
-			if t.State == JobQueued {
-				event = "REQUEUED"
-			}
-			events = append(events, eventRow{JobID: o.JobID, Type: event, Attempt: o.Attempt, Detail: t.Reason})
-		}
-		if len(accepted) == 0 {
-			return nil
-		}
-		runner := uuid.NullUUID{UUID: runnerID, Valid: true}
-		runsJSON, _ := json.Marshal(runs)
-		if err := s.q.RecordRunResults(ctx, s.conn(ctx), dbsqlc.RecordRunResultsParams{JobIds: accepted, Rows: runsJSON}); err != nil {
-			return mapErr(err)
-		}
-		eventsJSON, _ := json.Marshal(events)
-		if err := s.q.InsertJobEventRows(ctx, s.conn(ctx), dbsqlc.InsertJobEventRowsParams{RunnerID: runner, Rows: eventsJSON}); err != nil {
-			return mapErr(err)
-		}
+		// FinishAttempts wrote each accepted outcome's run and event.
 		// Failures in a row follow the outcomes in order. A run of results
 		// that are not counted host faults is one reset.
 		pendingReset := false
 		requeued := map[string]bool{}
-		changes := make([]string, 0, len(accepted))
+		changes := make([]string, 0, len(outcomes))
 		for i, t := range transitions {
 			if t == nil {
 				continue

@@ -47,7 +47,9 @@ UPDATE jobs SET cancel_requested = true WHERE id = @id;
 -- over rows another claim is taking instead of waiting on them; the winner
 -- moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
 -- share a SELECT with a window function: the running totals are taken over
--- the locked candidates in a second step.)
+-- the locked candidates in a second step.) Each leased job's run record
+-- and LEASED event are written by the same statement: no round trip more
+-- while its rows are locked.
 WITH r AS (
     SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, @default_lease_seconds::int) AS lease_seconds
@@ -94,24 +96,24 @@ fitting AS (
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
+),
+leased AS (
+    UPDATE jobs j
+    SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
+        lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => r.lease_seconds)
+    FROM fitting, r
+    WHERE j.id = fitting.id
+    RETURNING j.*
+),
+run_rows AS (
+    INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
+    SELECT l.id, l.attempt, l.runner_id, r.name FROM leased l, r
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id)
+    SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-UPDATE jobs j
-SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
-    lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => r.lease_seconds)
-FROM fitting, r
-WHERE j.id = fitting.id
-RETURNING j.*, r.name AS runner_name;
-
--- name: InsertJobRuns :exec
-INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
-SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]), @runner_id, @runner_name;
-
--- name: InsertJobEvents :exec
-INSERT INTO job_events (job_id, type, attempt, runner_id)
-SELECT unnest(@job_ids::uuid[]), @type, unnest(@attempts::int[]), sqlc.narg('runner_id');
-
--- name: InsertJobRun :exec
-INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES (@job_id, @attempt, @runner_id, @runner_name);
+SELECT * FROM leased;
 
 -- name: TouchWorkRequest :one
 -- Records that the runner asked for work and returns its recovery proof.
@@ -157,35 +159,41 @@ SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: FinishAttempts :many
 -- Fencing: only the runner holding a job at exactly the attempt may end it.
--- Anything else matches no row, and the caller answers 409 for it.
-UPDATE jobs j
-SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
-    finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
-    available_at = coalesce(t.available_at, j.available_at)
-FROM jsonb_to_recordset(@rows::jsonb)
-     AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
-WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
-  AND j.state IN ('LEASED', 'RUNNING')
-  -- The decision was taken on a read without locks: a cancel since then
-  -- makes it stale, and the caller decides again under FOR UPDATE.
-  AND j.cancel_requested = t.cancel_requested
-RETURNING j.*;
-
--- name: RecordRunResults :exec
-UPDATE job_runs r
-SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
-    oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
-FROM jsonb_to_recordset(@rows::jsonb) AS t(job_id uuid, attempt integer, exit_code integer, return_reason text,
-    host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
--- job_id = ANY(...) lets the planner probe the primary key: it takes
--- jsonb_to_recordset for 100 rows and otherwise hashes a scan of the whole
--- table, which grows without bound (1,441 scans in one benchmark).
-WHERE r.job_id = ANY(@job_ids::uuid[]) AND r.job_id = t.job_id AND r.attempt = t.attempt;
-
--- name: InsertJobEventRows :exec
-INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
-SELECT t.job_id, t.type, t.attempt, @runner_id, t.detail
-FROM jsonb_to_recordset(@rows::jsonb) AS t(job_id uuid, type text, attempt integer, detail text);
+-- Anything else matches no row, and the caller answers 409 for it. Each
+-- job it ends gets its run's outcome and its event in this one statement.
+-- (rows is decoded once, as the parameter; each jsonb_to_recordset walks
+-- the decoded value.)
+WITH done AS (
+    UPDATE jobs j
+    SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
+        available_at = coalesce(t.available_at, j.available_at)
+    FROM jsonb_to_recordset(@rows::jsonb)
+         AS t (id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
+    WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
+      AND j.state IN ('LEASED', 'RUNNING')
+      -- The decision was taken on a read without locks: a cancel since then
+      -- makes it stale, and the caller decides again under FOR UPDATE.
+      AND j.cancel_requested = t.cancel_requested
+    RETURNING j.*
+),
+run_rows AS (
+    UPDATE job_runs r
+    SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
+        oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
+    FROM done, jsonb_to_recordset(@rows::jsonb) AS t (id uuid, exit_code integer, return_reason text, host_fault boolean,
+        oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
+    -- job_id = ANY(...) lets the planner probe the primary key: it cannot
+    -- tell how many rows t has, and otherwise hashes a scan of the whole
+    -- table, which grows without bound (1,441 scans in one benchmark).
+    WHERE r.job_id = ANY(@ids::uuid[]) AND r.job_id = done.id AND r.attempt = done.attempt AND t.id = done.id
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+    SELECT done.id, t.event, done.attempt, @runner_id, t.state_reason
+    FROM done JOIN jsonb_to_recordset(@rows::jsonb) AS t (id uuid, event text, state_reason text) ON t.id = done.id
+)
+SELECT * FROM done;
 
 -- name: HeldAttempt :one
 -- Whether the runner holds the job at this attempt (log uploads).
@@ -304,9 +312,10 @@ FROM pools p WHERE p.id = ANY(@pool_ids::uuid[]);
 SELECT pg_notify(@channel::text, p) FROM unnest(@payloads::text[]) AS p;
 
 -- name: InsertJobs :many
--- A batch submission in one statement. Ids are chosen by the caller, so it
--- knows which row is which input. Keys already used in the pool insert
--- nothing; the caller reads those jobs back.
+-- A batch submission in one statement, with each new job's SUBMITTED event.
+-- Ids are chosen by the caller, so it knows which row is which input. Keys
+-- already used in the pool insert nothing; the caller reads those jobs back.
+WITH inserted AS (
 INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                   priority, max_attempts, idempotency_key, kind)
 SELECT v.id, @pool_id, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
@@ -315,7 +324,12 @@ FROM jsonb_to_recordset(@jobs::jsonb) AS v (
         id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *;
+RETURNING *
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted
+)
+SELECT * FROM inserted;
 
 -- name: JobEventsForJobs :many
 -- Several jobs' events in one statement (a job list showing them).

@@ -162,7 +162,8 @@ func newDatabase(t testing.TB, from string) string {
 // NewPool is a pool on a database of the test's own (see NewDatabase).
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), NewDatabase(t))
+	// store.Connect, as the server does: the same pool settings and types.
+	pool, err := store.Connect(context.Background(), NewDatabase(t))
 	if err != nil {
 		t.Fatalf("open pool: %v", err)
 	}
@@ -186,7 +187,7 @@ func Tx(t testing.TB) pgx.Tx {
 		var u string
 		u, sharedErr = cloneShared(t)
 		if sharedErr == nil {
-			sharedPool, sharedErr = pgxpool.New(context.Background(), u)
+			sharedPool, sharedErr = store.Connect(context.Background(), u)
 		}
 	})
 	if sharedErr != nil {

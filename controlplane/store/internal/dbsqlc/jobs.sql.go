@@ -15,19 +15,19 @@ import (
 const claimJobs = `-- name: ClaimJobs :many
 WITH r AS (
     SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
-           p.allow_unenforced_memory, coalesce(p.lease_seconds, $2::int) AS lease_seconds
+           p.allow_unenforced_memory, coalesce(p.lease_seconds, $1::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
-    WHERE ru.id = $3 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
+    WHERE ru.id = $2 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
       AND NOT ru.draining AND ru.retired_at IS NULL
 ),
 booked AS (
     SELECT coalesce(sum(cores), 0)::float8 AS cores, coalesce(sum(memory_mib), 0)::bigint AS memory_mib,
            coalesce(sum(gpus), 0)::int AS gpus
-    FROM jobs WHERE runner_id = $3 AND state IN ('LEASED', 'RUNNING')
+    FROM jobs WHERE runner_id = $2 AND state IN ('LEASED', 'RUNNING')
 ),
 held AS (
     SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
-    WHERE runner_id = $3 AND released_at IS NULL AND until > coalesce($1::timestamptz, now())
+    WHERE runner_id = $2 AND released_at IS NULL AND until > coalesce($3::timestamptz, now())
 ),
 room AS (
     SELECT least(r.cores - booked.cores, $4::float8) AS cores,
@@ -42,7 +42,7 @@ candidates AS (
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
     -- it read and sorted the whole queue (70 ms at 18k queued, not 1 ms).
     WHERE j.pool_id = (SELECT pool_id FROM r) AND j.state = 'QUEUED'
-      AND j.available_at <= coalesce($1::timestamptz, now())
+      AND j.available_at <= coalesce($3::timestamptz, now())
       AND j.kind = ANY($7::text[])
       AND j.cores <= least(room.cores, $8::float8)
       AND j.memory_mib <= least(room.memory_mib, $9::bigint)
@@ -59,19 +59,30 @@ fitting AS (
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
+),
+leased AS (
+    UPDATE jobs j
+    SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
+        lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
+    FROM fitting, r
+    WHERE j.id = fitting.id
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
+),
+run_rows AS (
+    INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
+    SELECT l.id, l.attempt, l.runner_id, r.name FROM leased l, r
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id)
+    SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-UPDATE jobs j
-SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
-    lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => r.lease_seconds)
-FROM fitting, r
-WHERE j.id = fitting.id
-RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, r.name AS runner_name
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM leased
 `
 
 type ClaimJobsParams struct {
-	Now                 *time.Time
 	DefaultLeaseSeconds int32
 	RunnerID            uuid.UUID
+	Now                 *time.Time
 	FreeCores           float64
 	FreeMemoryMib       int64
 	FreeGpus            int32
@@ -106,7 +117,6 @@ type ClaimJobsRow struct {
 	CancelRequested  bool
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
-	RunnerName       string
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -120,12 +130,14 @@ type ClaimJobsRow struct {
 // over rows another claim is taking instead of waiting on them; the winner
 // moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
 // share a SELECT with a window function: the running totals are taken over
-// the locked candidates in a second step.)
+// the locked candidates in a second step.) Each leased job's run record
+// and LEASED event are written by the same statement: no round trip more
+// while its rows are locked.
 func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := db.Query(ctx, claimJobs,
-		arg.Now,
 		arg.DefaultLeaseSeconds,
 		arg.RunnerID,
+		arg.Now,
 		arg.FreeCores,
 		arg.FreeMemoryMib,
 		arg.FreeGpus,
@@ -166,7 +178,6 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
-			&i.RunnerName,
 		); err != nil {
 			return nil, err
 		}
@@ -339,18 +350,37 @@ func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesPar
 }
 
 const finishAttempts = `-- name: FinishAttempts :many
-UPDATE jobs j
-SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
-    finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
-    available_at = coalesce(t.available_at, j.available_at)
-FROM jsonb_to_recordset($3::jsonb)
-     AS t(id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
-WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
-  AND j.state IN ('LEASED', 'RUNNING')
-  -- The decision was taken on a read without locks: a cancel since then
-  -- makes it stale, and the caller decides again under FOR UPDATE.
-  AND j.cancel_requested = t.cancel_requested
-RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
+WITH done AS (
+    UPDATE jobs j
+    SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
+        finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
+        available_at = coalesce(t.available_at, j.available_at)
+    FROM jsonb_to_recordset($3::jsonb)
+         AS t (id uuid, attempt integer, state text, state_reason text, available_at timestamptz, cancel_requested boolean)
+    WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
+      AND j.state IN ('LEASED', 'RUNNING')
+      -- The decision was taken on a read without locks: a cancel since then
+      -- makes it stale, and the caller decides again under FOR UPDATE.
+      AND j.cancel_requested = t.cancel_requested
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
+),
+run_rows AS (
+    UPDATE job_runs r
+    SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
+        oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
+    FROM done, jsonb_to_recordset($3::jsonb) AS t (id uuid, exit_code integer, return_reason text, host_fault boolean,
+        oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
+    -- job_id = ANY(...) lets the planner probe the primary key: it cannot
+    -- tell how many rows t has, and otherwise hashes a scan of the whole
+    -- table, which grows without bound (1,441 scans in one benchmark).
+    WHERE r.job_id = ANY($1::uuid[]) AND r.job_id = done.id AND r.attempt = done.attempt AND t.id = done.id
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+    SELECT done.id, t.event, done.attempt, $2, t.state_reason
+    FROM done JOIN jsonb_to_recordset($3::jsonb) AS t (id uuid, event text, state_reason text) ON t.id = done.id
+)
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM done
 `
 
 type FinishAttemptsParams struct {
@@ -359,17 +389,46 @@ type FinishAttemptsParams struct {
 	Rows     []byte
 }
 
+type FinishAttemptsRow struct {
+	ID               uuid.UUID
+	PoolID           uuid.UUID
+	SubmittedBy      uuid.NullUUID
+	Image            string
+	Command          []string
+	Env              []byte
+	Cores            float64
+	MemoryMib        int64
+	Gpus             int32
+	WallClockSeconds int32
+	Priority         int32
+	MaxAttempts      int32
+	IdempotencyKey   *string
+	Kind             string
+	State            string
+	StateReason      string
+	Attempt          int32
+	RunnerID         uuid.NullUUID
+	LeaseExpiresAt   *time.Time
+	AvailableAt      time.Time
+	CancelRequested  bool
+	SubmittedAt      time.Time
+	FinishedAt       *time.Time
+}
+
 // Fencing: only the runner holding a job at exactly the attempt may end it.
-// Anything else matches no row, and the caller answers 409 for it.
-func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttemptsParams) ([]Job, error) {
+// Anything else matches no row, and the caller answers 409 for it. Each
+// job it ends gets its run's outcome and its event in this one statement.
+// (rows is decoded once, as the parameter; each jsonb_to_recordset walks
+// the decoded value.)
+func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttemptsParams) ([]FinishAttemptsRow, error) {
 	rows, err := db.Query(ctx, finishAttempts, arg.Ids, arg.RunnerID, arg.Rows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []FinishAttemptsRow
 	for rows.Next() {
-		var i Job
+		var i FinishAttemptsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.PoolID,
@@ -557,88 +616,8 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 	return err
 }
 
-const insertJobEventRows = `-- name: InsertJobEventRows :exec
-INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
-SELECT t.job_id, t.type, t.attempt, $1, t.detail
-FROM jsonb_to_recordset($2::jsonb) AS t(job_id uuid, type text, attempt integer, detail text)
-`
-
-type InsertJobEventRowsParams struct {
-	RunnerID uuid.NullUUID
-	Rows     []byte
-}
-
-func (q *Queries) InsertJobEventRows(ctx context.Context, db DBTX, arg InsertJobEventRowsParams) error {
-	_, err := db.Exec(ctx, insertJobEventRows, arg.RunnerID, arg.Rows)
-	return err
-}
-
-const insertJobEvents = `-- name: InsertJobEvents :exec
-INSERT INTO job_events (job_id, type, attempt, runner_id)
-SELECT unnest($1::uuid[]), $2, unnest($3::int[]), $4
-`
-
-type InsertJobEventsParams struct {
-	JobIds   []uuid.UUID
-	Type     string
-	Attempts []int32
-	RunnerID uuid.NullUUID
-}
-
-func (q *Queries) InsertJobEvents(ctx context.Context, db DBTX, arg InsertJobEventsParams) error {
-	_, err := db.Exec(ctx, insertJobEvents,
-		arg.JobIds,
-		arg.Type,
-		arg.Attempts,
-		arg.RunnerID,
-	)
-	return err
-}
-
-const insertJobRun = `-- name: InsertJobRun :exec
-INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES ($1, $2, $3, $4)
-`
-
-type InsertJobRunParams struct {
-	JobID      uuid.UUID
-	Attempt    int32
-	RunnerID   uuid.UUID
-	RunnerName string
-}
-
-func (q *Queries) InsertJobRun(ctx context.Context, db DBTX, arg InsertJobRunParams) error {
-	_, err := db.Exec(ctx, insertJobRun,
-		arg.JobID,
-		arg.Attempt,
-		arg.RunnerID,
-		arg.RunnerName,
-	)
-	return err
-}
-
-const insertJobRuns = `-- name: InsertJobRuns :exec
-INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
-SELECT unnest($1::uuid[]), unnest($2::int[]), $3, $4
-`
-
-type InsertJobRunsParams struct {
-	JobIds     []uuid.UUID
-	Attempts   []int32
-	RunnerID   uuid.UUID
-	RunnerName string
-}
-
-func (q *Queries) InsertJobRuns(ctx context.Context, db DBTX, arg InsertJobRunsParams) error {
-	_, err := db.Exec(ctx, insertJobRuns,
-		arg.JobIds,
-		arg.Attempts,
-		arg.RunnerID,
-		arg.RunnerName,
-	)
-	return err
-}
-
 const insertJobs = `-- name: InsertJobs :many
+WITH inserted AS (
 INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                   priority, max_attempts, idempotency_key, kind)
 SELECT v.id, $1, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
@@ -648,6 +627,11 @@ FROM jsonb_to_recordset($2::jsonb) AS v (
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted
+)
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM inserted
 `
 
 type InsertJobsParams struct {
@@ -655,18 +639,44 @@ type InsertJobsParams struct {
 	Jobs   []byte
 }
 
-// A batch submission in one statement. Ids are chosen by the caller, so it
-// knows which row is which input. Keys already used in the pool insert
-// nothing; the caller reads those jobs back.
-func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]Job, error) {
+type InsertJobsRow struct {
+	ID               uuid.UUID
+	PoolID           uuid.UUID
+	SubmittedBy      uuid.NullUUID
+	Image            string
+	Command          []string
+	Env              []byte
+	Cores            float64
+	MemoryMib        int64
+	Gpus             int32
+	WallClockSeconds int32
+	Priority         int32
+	MaxAttempts      int32
+	IdempotencyKey   *string
+	Kind             string
+	State            string
+	StateReason      string
+	Attempt          int32
+	RunnerID         uuid.NullUUID
+	LeaseExpiresAt   *time.Time
+	AvailableAt      time.Time
+	CancelRequested  bool
+	SubmittedAt      time.Time
+	FinishedAt       *time.Time
+}
+
+// A batch submission in one statement, with each new job's SUBMITTED event.
+// Ids are chosen by the caller, so it knows which row is which input. Keys
+// already used in the pool insert nothing; the caller reads those jobs back.
+func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]InsertJobsRow, error) {
 	rows, err := db.Query(ctx, insertJobs, arg.PoolID, arg.Jobs)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []InsertJobsRow
 	for rows.Next() {
-		var i Job
+		var i InsertJobsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.PoolID,
@@ -1182,28 +1192,6 @@ func (q *Queries) RecordRecovery(ctx context.Context, db DBTX, arg RecordRecover
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const recordRunResults = `-- name: RecordRunResults :exec
-UPDATE job_runs r
-SET finished_at = now(), exit_code = t.exit_code, return_reason = t.return_reason, host_fault = t.host_fault,
-    oom = t.oom, peak_memory_mib = t.peak_memory_mib, image_digest = t.image_digest, runner_version = t.runner_version
-FROM jsonb_to_recordset($2::jsonb) AS t(job_id uuid, attempt integer, exit_code integer, return_reason text,
-    host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text)
-WHERE r.job_id = ANY($1::uuid[]) AND r.job_id = t.job_id AND r.attempt = t.attempt
-`
-
-type RecordRunResultsParams struct {
-	JobIds []uuid.UUID
-	Rows   []byte
-}
-
-// job_id = ANY(...) lets the planner probe the primary key: it takes
-// jsonb_to_recordset for 100 rows and otherwise hashes a scan of the whole
-// table, which grows without bound (1,441 scans in one benchmark).
-func (q *Queries) RecordRunResults(ctx context.Context, db DBTX, arg RecordRunResultsParams) error {
-	_, err := db.Exec(ctx, recordRunResults, arg.JobIds, arg.Rows)
-	return err
 }
 
 const releaseHold = `-- name: ReleaseHold :one
