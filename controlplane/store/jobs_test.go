@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -358,6 +359,33 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a refused batch queues nothing")
+}
+
+// What the API checks is checked again below it, and a refused job leaves
+// nothing behind: a kind outside the pattern (the job row's own check,
+// which lets the default kind skip the pattern), and a pool that does not
+// exist (the jobs table has no foreign key to pools: the store reads the
+// pool in the submitting transaction).
+func TestTheStoreRefusesBadKindsAndUnknownPools(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	for _, kind := range []string{"Batch", "-x", "a b", strings.Repeat("k", 64), ""} {
+		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
+		_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+		require.ErrorIs(t, err, store.ErrInvalid, "kind %q", kind)
+	}
+	n := store.NewJob{PoolID: uuid.New(), Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
+	_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Empty(t, jobs)
+	for _, kind := range []string{"default", "gpu.a100", "x"} {
+		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
+		_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+		require.NoError(t, err, "kind %q", kind)
+	}
 }
 
 // A result is decided on the job as read without locks; a cancel that
