@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +33,10 @@ type leaseOptions struct {
 	river riverSettings
 	// eachResult: a request per result instead of one per lease answer.
 	eachResult bool
+	// rounds of each throughput run; the medians are reported.
+	rounds int
+	// skipRiver runs runmesh alone (comparing two builds of it).
+	skipRiver bool
 	// pgStats prints, for each throughput run, the statements PostgreSQL
 	// spent its time on (pg_stat_statements) and the WAL it wrote, per job.
 	pgStats bool
@@ -46,7 +52,7 @@ const simInstance = "00000000-0000-4000-8000-00000000beef"
 func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	var settings []string
 	if o.pgStats {
-		settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+		settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "pg_stat_statements.track_planning=on"}
 	}
 	e, err := startEnv(ctx, settings...)
 	if err != nil {
@@ -161,105 +167,163 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	sortDurations(lat)
 
 	// Throughput: submitters and runners at once, until every job is done.
-	if err := resetPGStats(ctx, e, o.pgStats); err != nil {
-		return err
-	}
-	var submitted, done, finished atomic.Int64
-	cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
-	start := time.Now()
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for range o.submitters {
-		wg.Go(func() {
-			for {
-				end := submitted.Add(int64(o.batch))
-				n := min(int64(o.batch), int64(o.jobs)-(end-int64(o.batch)))
-				if n <= 0 {
-					return
-				}
-				if err := submitMany(int(n)); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		})
-	}
-	for _, c := range clients {
-		wg.Go(func() {
-			for done.Load() < int64(o.jobs) && firstErr.Load() == nil {
-				ls, err := lease(c, 1, runnerapi.MaxLeasesPerRequest)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				if !o.eachResult && len(ls) > 0 {
-					// No-op jobs end together: the runner reports them
-					// together, as an agent whose jobs end between two
-					// reports does.
-					if err := finishAll(c, ls); err != nil {
+	// Each round submits its own jobs; the figures are the rounds' medians,
+	// runmesh's and River's rounds taking turns on the same PostgreSQL.
+	ourRound := func() (float64, cores, error) {
+		var submitted, done, finished atomic.Int64
+		cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
+		start := time.Now()
+		var wg sync.WaitGroup
+		var firstErr atomic.Value
+		for range o.submitters {
+			wg.Go(func() {
+				for {
+					end := submitted.Add(int64(o.batch))
+					n := min(int64(o.batch), int64(o.jobs)-(end-int64(o.batch)))
+					if n <= 0 {
+						return
+					}
+					if err := submitMany(int(n)); err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
 					}
-					if done.Add(int64(len(ls))) == int64(o.jobs) {
-						finished.Store(time.Now().UnixNano())
-					}
-					continue
 				}
-				for _, l := range ls {
-					if err := finish(c, l); err != nil {
+			})
+		}
+		for _, c := range clients {
+			wg.Go(func() {
+				for done.Load() < int64(o.jobs) && firstErr.Load() == nil {
+					ls, err := lease(c, 1, runnerapi.MaxLeasesPerRequest)
+					if err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
 					}
-					if done.Add(1) == int64(o.jobs) {
-						finished.Store(time.Now().UnixNano())
+					if !o.eachResult && len(ls) > 0 {
+						// No-op jobs end together: the runner reports them
+						// together, as an agent whose jobs end between two
+						// reports does.
+						if err := finishAll(c, ls); err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							return
+						}
+						if done.Add(int64(len(ls))) == int64(o.jobs) {
+							finished.Store(time.Now().UnixNano())
+						}
+						continue
+					}
+					for _, l := range ls {
+						if err := finish(c, l); err != nil {
+							firstErr.CompareAndSwap(nil, err)
+							return
+						}
+						if done.Add(1) == int64(o.jobs) {
+							finished.Store(time.Now().UnixNano())
+						}
 					}
 				}
-			}
-		})
+			})
+		}
+		wg.Wait()
+		if err, ok := firstErr.Load().(error); ok {
+			return 0, cores{}, err
+		}
+		// Until the last result was accepted: runners still waiting for
+		// work after it only wait out their long-polls.
+		elapsed := time.Unix(0, finished.Load()).Sub(start)
+		return float64(o.jobs) / elapsed.Seconds(), coresOver(cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0), elapsed), nil
 	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		return err
+	riverRound := func() (float64, cores, error) {
+		cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
+		start := time.Now()
+		rate, err := benchRiver(ctx, e, o.jobs, o.batch, o.river)
+		if err != nil {
+			return 0, cores{}, fmt.Errorf("river: %w", err)
+		}
+		return rate, coresOver(cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0), time.Since(start)), nil
 	}
-	// Until the last result was accepted: runners still waiting for work
-	// after it only wait out their long-polls.
-	elapsed := time.Unix(0, finished.Load()).Sub(start)
-	ours := float64(o.jobs) / elapsed.Seconds()
-	cpu := cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0)
-	if err := writePGStats(ctx, e, o.pgStats, "runmesh", o.jobs, &report); err != nil {
-		return err
-	}
-
-	if err := resetPGStats(ctx, e, o.pgStats); err != nil {
-		return err
-	}
-	cpu0 = cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
-	riverStart := time.Now()
-	river, err := benchRiver(ctx, e, o.jobs, o.batch, o.river)
-	if err != nil {
-		return fmt.Errorf("river: %w", err)
-	}
-	riverElapsed := time.Since(riverStart)
-	riverCPU := cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0)
-	if err := writePGStats(ctx, e, o.pgStats, "River", o.jobs, &report); err != nil {
-		return err
+	var ours, river []round
+	for i := range o.rounds {
+		// -pgstats reports the first round of each.
+		walStart, err := resetPGStats(ctx, e, o.pgStats && i == 0)
+		if err != nil {
+			return err
+		}
+		rate, cpu, err := ourRound()
+		if err != nil {
+			return err
+		}
+		ours = append(ours, round{rate, cpu})
+		if err := writePGStats(ctx, e, o.pgStats && i == 0, walStart, "runmesh", o.jobs, &report); err != nil {
+			return err
+		}
+		if o.skipRiver {
+			continue
+		}
+		if walStart, err = resetPGStats(ctx, e, o.pgStats && i == 0); err != nil {
+			return err
+		}
+		rate, cpu, err = riverRound()
+		if err != nil {
+			return err
+		}
+		river = append(river, round{rate, cpu})
+		if err := writePGStats(ctx, e, o.pgStats && i == 0, walStart, "River", o.jobs, &report); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(out, "runmesh-bench lease — %s; PostgreSQL durable (fsync on); server in this process\n", machine())
 	reporting := "the results of each lease answer in one POST /v1/results"
 	if o.eachResult {
 		reporting = "each result in a request of its own"
 	}
+	m := median(ours)
 	fmt.Fprintf(out, "submit → lease → result, %d jobs, %d submitters (submitJobs, %d a batch), %d runners over mTLS (up to %d leases per request; %s): %.0f jobs/s\n",
-		o.jobs, o.submitters, o.batch, o.runners, runnerapi.MaxLeasesPerRequest, reporting, ours)
-	fmt.Fprintf(out, "  CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n", cpu.self.Seconds()/elapsed.Seconds(), cpu.postgres.Seconds()/elapsed.Seconds())
+		o.jobs, o.submitters, o.batch, o.runners, runnerapi.MaxLeasesPerRequest, reporting, m.rate)
+	fmt.Fprintf(out, "  median of %d rounds (%s); CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n",
+		len(ours), rates(ours), m.cpu.self, m.cpu.postgres)
 	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",
 		len(lat), pct(lat, 50), pct(lat, 99), verdict(pct(lat, 50) < 10*time.Millisecond), verdict(pct(lat, 99) < 50*time.Millisecond))
+	if o.skipRiver {
+		fmt.Fprint(out, report.String())
+		return nil
+	}
+	r := median(river)
 	fmt.Fprintf(out, "River v0.51.2, same PostgreSQL, inserting (InsertMany, %d a batch) and working %d no-op jobs in process:\n", o.batch, o.jobs)
-	fmt.Fprintf(out, "  MaxWorkers %d, FetchCooldown %v, FetchPollInterval %v: %.0f jobs/s\n", o.river.workers, o.river.cooldown, o.river.poll, river)
-	fmt.Fprintf(out, "  CPU: River and this process %.2f cores, PostgreSQL %.2f cores\n", riverCPU.self.Seconds()/riverElapsed.Seconds(), riverCPU.postgres.Seconds()/riverElapsed.Seconds())
-	fmt.Fprintf(out, "ratio runmesh / River: %.2f (goal ≥ 1: %s)\n", ours/river, verdict(ours/river >= 1))
+	fmt.Fprintf(out, "  MaxWorkers %d, FetchCooldown %v, FetchPollInterval %v: %.0f jobs/s\n", o.river.workers, o.river.cooldown, o.river.poll, r.rate)
+	fmt.Fprintf(out, "  median of %d rounds (%s); CPU: River and this process %.2f cores, PostgreSQL %.2f cores\n",
+		len(river), rates(river), r.cpu.self, r.cpu.postgres)
+	fmt.Fprintf(out, "ratio runmesh / River: %.2f (goal ≥ 1: %s)\n", m.rate/r.rate, verdict(m.rate/r.rate >= 1))
 	fmt.Fprint(out, report.String())
 	return nil
+}
+
+// round is one throughput run: jobs per second, and the cores used.
+type round struct {
+	rate float64
+	cpu  cores
+}
+
+// cores is CPU time over a run's wall time: this process's, PostgreSQL's.
+type cores struct{ self, postgres float64 }
+
+func coresOver(u cpuUse, d time.Duration) cores {
+	return cores{u.self.Seconds() / d.Seconds(), u.postgres.Seconds() / d.Seconds()}
+}
+
+// median is the round with the median rate (the lower middle one of an
+// even count).
+func median(rs []round) round {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b round) int { return cmp.Compare(a.rate, b.rate) })
+	return s[(len(s)-1)/2]
+}
+
+func rates(rs []round) string {
+	parts := make([]string, len(rs))
+	for i, r := range rs {
+		parts[i] = fmt.Sprintf("%.0f", r.rate)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // NoopArgs is River's benchmark job.
@@ -342,43 +406,44 @@ func sortDurations(d []time.Duration) {
 	}
 }
 
-func resetPGStats(ctx context.Context, e *benchEnv, on bool) error {
+// resetPGStats starts a report's count: it returns where the WAL is now.
+func resetPGStats(ctx context.Context, e *benchEnv, on bool) (walStart string, err error) {
 	if !on {
-		return nil
+		return "", nil
 	}
-	_, err := e.pool.Exec(ctx, `SELECT pg_stat_statements_reset(), pg_stat_reset_shared('wal')`)
-	return err
+	err = e.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text FROM pg_stat_statements_reset()`).Scan(&walStart)
+	return walStart, err
 }
 
 // writePGStats reports what PostgreSQL did for one throughput run, per job:
-// WAL records and bytes, and the statements that took the most time.
-func writePGStats(ctx context.Context, e *benchEnv, on bool, name string, jobs int, w io.Writer) error {
+// the WAL it wrote, and the statements that took the most time (planning
+// and executing; with the CPU busy, time waiting for it is counted too).
+func writePGStats(ctx context.Context, e *benchEnv, on bool, walStart, name string, jobs int, w io.Writer) error {
 	if !on {
 		return nil
 	}
 	n := float64(jobs)
-	var records, fpi int64
-	var bytes float64
-	if err := e.pool.QueryRow(ctx, `SELECT wal_records, wal_fpi, wal_bytes::float8 FROM pg_stat_wal`).Scan(&records, &fpi, &bytes); err != nil {
+	var wal float64
+	if err := e.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)`, walStart).Scan(&wal); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s, per job: %.1f WAL records (%.2f full pages), %.0f WAL bytes\n", name, float64(records)/n, float64(fpi)/n, bytes/n)
+	fmt.Fprintf(w, "%s: %.0f WAL bytes per job\n", name, wal/n)
 	rows, err := e.pool.Query(ctx, `
-		SELECT total_exec_time, calls, rows, shared_blks_hit + shared_blks_read + shared_blks_dirtied, left(regexp_replace(query, '\s+', ' ', 'g'), 90)
-		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC LIMIT 12`)
+		SELECT total_plan_time, total_exec_time, calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintf(w, "  %9s %8s %8s %9s  %s\n", "µs/job", "calls", "rows", "blks/job", "statement")
+	fmt.Fprintf(w, "  %8s %8s %10s %7s %7s  %s\n", "plan", "execute", "per call", "calls", "rows", "statement (µs per job, then per call)")
 	for rows.Next() {
-		var ms float64
-		var calls, nrows, blocks int64
+		var plan, exec float64
+		var calls, nrows int64
 		var query string
-		if err := rows.Scan(&ms, &calls, &nrows, &blocks, &query); err != nil {
+		if err := rows.Scan(&plan, &exec, &calls, &nrows, &query); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "  %9.1f %8d %8d %9.1f  %s\n", ms*1000/n, calls, nrows, float64(blocks)/n, query)
+		fmt.Fprintf(w, "  %8.1f %8.1f %10.0f %7d %7d  %s\n", plan*1000/n, exec*1000/n, (plan+exec)*1000/float64(calls), calls, nrows, query)
 	}
 	return rows.Err()
 }
