@@ -218,6 +218,15 @@ func TestExpiredLeasesFailAfterMaxAttempts(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.JobFailed, got.State)
 	require.Equal(t, "lease of attempt 2 expired; 2 of 2 attempts used", got.StateReason)
+	// Each attempt's run ends with the lease, not with a report.
+	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{j.ID})
+	require.NoError(t, err)
+	require.Len(t, runs[j.ID], 2)
+	for _, run := range runs[j.ID] {
+		require.NotNil(t, run.FinishedAt, "attempt %d", run.Attempt)
+		require.Equal(t, "lease expired", *run.ReturnReason, "attempt %d", run.Attempt)
+		require.Nil(t, run.ExitCode)
+	}
 }
 
 func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {

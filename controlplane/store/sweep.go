@@ -53,6 +53,9 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 		for _, row := range expired {
 			j := jobFromRow(row)
 			reason := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
+			if err := s.q.EndExpiredRun(ctx, s.conn(ctx), dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
+				return mapErr(err)
+			}
 			if j.Attempt >= j.MaxAttempts {
 				if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed),
 					StateReason: fmt.Sprintf("%s; %d of %d attempts used", reason, j.Attempt, j.MaxAttempts)}); err != nil {

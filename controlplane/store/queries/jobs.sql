@@ -264,6 +264,11 @@ WHERE j.state = 'BLOCKED'
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 
+-- name: EndExpiredRun :exec
+-- An attempt whose lease ran out ends without a report from its runner.
+UPDATE job_runs SET finished_at = now(), return_reason = 'lease expired'
+WHERE job_id = @job_id AND attempt = @attempt AND finished_at IS NULL;
+
 -- name: RequeueJob :exec
 UPDATE jobs
 SET state = 'QUEUED', state_reason = @state_reason, runner_id = NULL, lease_expires_at = NULL, available_at = @available_at

@@ -230,6 +230,22 @@ func (q *Queries) CreateHold(ctx context.Context, db DBTX, arg CreateHoldParams)
 	return i, err
 }
 
+const endExpiredRun = `-- name: EndExpiredRun :exec
+UPDATE job_runs SET finished_at = now(), return_reason = 'lease expired'
+WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL
+`
+
+type EndExpiredRunParams struct {
+	JobID   uuid.UUID
+	Attempt int32
+}
+
+// An attempt whose lease ran out ends without a report from its runner.
+func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunParams) error {
+	_, err := db.Exec(ctx, endExpiredRun, arg.JobID, arg.Attempt)
+	return err
+}
+
 const expiredLeases = `-- name: ExpiredLeases :many
 SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs
 WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < coalesce($1::timestamptz, now())
