@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -74,4 +76,59 @@ func TestConcurrentMigrationsApplyEachVersionOnce(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 	require.Equal(t, store.LatestVersion(), sum)
+}
+
+// Migration 10 on a database with data: a run left open by an expired
+// lease ends when its expiry was recorded, a running attempt's run stays
+// open, and a finished job can no longer keep a runner.
+func TestHeldMeansARunnerMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, storetest.NewEmptyDatabase(t))
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(ctx, `CREATE TABLE runmesh_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	for _, m := range store.Migrations()[:9] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+		_, err = pool.Exec(ctx, `INSERT INTO runmesh_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		require.NoError(t, err)
+	}
+	poolID, runner := uuid.New(), uuid.New()
+	expired, held := uuid.New(), uuid.New()
+	expiredAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// One statement (parameters allow no more); nothing checks a key here.
+	_, err = pool.Exec(ctx, `
+		WITH a AS (
+			INSERT INTO jobs (id, pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, attempt)
+			VALUES ($1, $3, 'x', 1, 0, 0, 60, 1)
+		), b AS (
+			INSERT INTO jobs (id, pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, attempt, state, runner_id, lease_expires_at)
+			VALUES ($2, $3, 'x', 1, 0, 0, 60, 1, 'RUNNING', $4, now() + interval '1 minute')
+		), c AS (
+			INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) VALUES ($1, 1, $4, 'r'), ($2, 1, $4, 'r')
+		)
+		INSERT INTO job_events (job_id, type, attempt, at) VALUES ($1, 'LEASE_EXPIRED', 1, $5)`,
+		expired, held, poolID, runner, expiredAt)
+	require.NoError(t, err)
+
+	applied, err := store.Migrate(ctx, pool)
+	require.NoError(t, err)
+	require.Equal(t, []int{10}, applied)
+
+	var finished *time.Time
+	var reason *string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT finished_at, return_reason FROM job_runs WHERE job_id = $1`, expired).Scan(&finished, &reason))
+	require.NotNil(t, finished)
+	require.True(t, expiredAt.Equal(*finished), "ended at %v", finished)
+	require.Equal(t, "lease expired", *reason)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT finished_at, return_reason FROM job_runs WHERE job_id = $1`, held).Scan(&finished, &reason))
+	require.Nil(t, finished, "the attempt still running keeps its run open")
+	require.Nil(t, reason)
+
+	_, err = pool.Exec(ctx, `UPDATE jobs SET runner_id = $2 WHERE id = $1`, expired, runner)
+	require.ErrorContains(t, err, "jobs_held_check", "a job that is not held has no runner")
+	_, err = pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = NULL WHERE id = $1`, held)
+	require.ErrorContains(t, err, "jobs_held_check", "a held job has a lease expiry")
 }
