@@ -169,9 +169,17 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	// Throughput: submitters and runners at once, until every job is done.
 	// Each round submits its own jobs; the figures are the rounds' medians,
 	// runmesh's and River's rounds taking turns on the same PostgreSQL.
+	sample := func() cpuUse { return cpuSample(cpuPIDs{postmaster: e.cluster.PID()}) }
 	ourRound := func() (float64, cores, error) {
-		var submitted, done, finished atomic.Int64
-		cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
+		var submitted, done atomic.Int64
+		// The clock and the CPU stop at the last accepted result: runners
+		// still waiting for work after it only wait out their long-polls.
+		var finished time.Time
+		var cpuEnd cpuUse
+		last := func() {
+			finished, cpuEnd = time.Now(), sample()
+		}
+		cpu0 := sample()
 		start := time.Now()
 		var wg sync.WaitGroup
 		var firstErr atomic.Value
@@ -207,7 +215,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 							return
 						}
 						if done.Add(int64(len(ls))) == int64(o.jobs) {
-							finished.Store(time.Now().UnixNano())
+							last()
 						}
 						continue
 					}
@@ -217,7 +225,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 							return
 						}
 						if done.Add(1) == int64(o.jobs) {
-							finished.Store(time.Now().UnixNano())
+							last()
 						}
 					}
 				}
@@ -227,48 +235,56 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 		if err, ok := firstErr.Load().(error); ok {
 			return 0, cores{}, err
 		}
-		// Until the last result was accepted: runners still waiting for
-		// work after it only wait out their long-polls.
-		elapsed := time.Unix(0, finished.Load()).Sub(start)
-		return float64(o.jobs) / elapsed.Seconds(), coresOver(cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0), elapsed), nil
+		elapsed := finished.Sub(start) // wg.Wait: finished was set
+		return float64(o.jobs) / elapsed.Seconds(), coresOver(cpuEnd.sub(cpu0), elapsed), nil
 	}
 	riverRound := func() (float64, cores, error) {
-		cpu0 := cpuSample(cpuPIDs{postmaster: e.cluster.PID()})
-		start := time.Now()
-		rate, err := benchRiver(ctx, e, o.jobs, o.batch, o.river)
+		elapsed, cpu, err := benchRiver(ctx, e, o.jobs, o.batch, o.river, sample)
 		if err != nil {
 			return 0, cores{}, fmt.Errorf("river: %w", err)
 		}
-		return rate, coresOver(cpuSample(cpuPIDs{postmaster: e.cluster.PID()}).sub(cpu0), time.Since(start)), nil
+		return float64(o.jobs) / elapsed.Seconds(), coresOver(cpu, elapsed), nil
 	}
 	var ours, river []round
+	// measure runs one round of one side, starting from the same state as
+	// the other side's: the dead rows of the rounds before vacuumed, and a
+	// checkpoint behind, so that neither pays for the other's.
+	measure := func(name string, first bool, run func() (float64, cores, error), into *[]round) error {
+		if _, err := e.pool.Exec(ctx, "VACUUM ANALYZE"); err != nil {
+			return err
+		}
+		if _, err := e.pool.Exec(ctx, "CHECKPOINT"); err != nil {
+			return err
+		}
+		walStart, err := resetPGStats(ctx, e, o.pgStats && first)
+		if err != nil {
+			return err
+		}
+		rate, cpu, err := run()
+		if err != nil {
+			return err
+		}
+		*into = append(*into, round{rate, cpu})
+		return writePGStats(ctx, e, o.pgStats && first, walStart, name, o.jobs, &report)
+	}
 	for i := range o.rounds {
-		// -pgstats reports the first round of each.
-		walStart, err := resetPGStats(ctx, e, o.pgStats && i == 0)
-		if err != nil {
-			return err
+		// The sides take turns going first; -pgstats reports each one's
+		// first round.
+		ourTurn := func() error { return measure("runmesh", i == 0, ourRound, &ours) }
+		riverTurn := func() error {
+			if o.skipRiver {
+				return nil
+			}
+			return measure("River", i == 0, riverRound, &river)
 		}
-		rate, cpu, err := ourRound()
-		if err != nil {
-			return err
+		turns := []func() error{ourTurn, riverTurn}
+		if i%2 == 1 {
+			turns[0], turns[1] = turns[1], turns[0]
 		}
-		ours = append(ours, round{rate, cpu})
-		if err := writePGStats(ctx, e, o.pgStats && i == 0, walStart, "runmesh", o.jobs, &report); err != nil {
-			return err
-		}
-		if o.skipRiver {
-			continue
-		}
-		if walStart, err = resetPGStats(ctx, e, o.pgStats && i == 0); err != nil {
-			return err
-		}
-		rate, cpu, err = riverRound()
-		if err != nil {
-			return err
-		}
-		river = append(river, round{rate, cpu})
-		if err := writePGStats(ctx, e, o.pgStats && i == 0, walStart, "River", o.jobs, &report); err != nil {
-			return err
+		for _, turn := range turns {
+			if err := turn(); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Fprintf(out, "runmesh-bench lease — %s; PostgreSQL durable (fsync on); server in this process\n", machine())
@@ -348,15 +364,16 @@ type riverSettings struct {
 }
 
 // benchRiver inserts n no-op jobs with InsertMany, batch at a time, and
-// works them, returning jobs per second.
-func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings) (float64, error) {
+// works them. It returns the time from the client's start to the last
+// completion and the CPU used meanwhile (sample reads it).
+func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings, sample func() cpuUse) (time.Duration, cpuUse, error) {
 	driver := riverpgxv5.New(e.pool)
 	m, err := rivermigrate.New(driver, nil)
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &noopWorker{})
@@ -367,15 +384,15 @@ func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings)
 		FetchPollInterval: s.poll,
 	})
 	if err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	// A channel that holds every completion: River drops events that do
 	// not fit (its default holds 1,000), and the count would never end.
 	completed, cancel := client.SubscribeConfig(&river.SubscribeConfig{ChanSize: n, Kinds: []river.EventKind{river.EventKindJobCompleted}})
 	defer cancel()
-	start := time.Now()
+	cpu0, start := sample(), time.Now()
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return 0, cpuUse{}, err
 	}
 	defer client.Stop(context.WithoutCancel(ctx))
 	for sent := 0; sent < n; {
@@ -384,7 +401,7 @@ func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings)
 			params[i] = river.InsertManyParams{Args: NoopArgs{}}
 		}
 		if _, err := client.InsertMany(ctx, params); err != nil {
-			return 0, err
+			return 0, cpuUse{}, err
 		}
 		sent += len(params)
 	}
@@ -392,10 +409,10 @@ func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings)
 		select {
 		case <-completed:
 		case <-time.After(time.Minute):
-			return 0, fmt.Errorf("only %d of %d River jobs completed", got, n)
+			return 0, cpuUse{}, fmt.Errorf("only %d of %d River jobs completed", got, n)
 		}
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	return time.Since(start), sample().sub(cpu0), nil
 }
 
 func sortDurations(d []time.Duration) {
