@@ -631,9 +631,8 @@ func procParent(pid int) (int, bool) {
 	return p, err == nil
 }
 
-// procCPU is utime+stime; the kernel counts in clock ticks of 1/100 s.
 // procReapedCPU is the CPU time of pid's children that have ended and
-// been waited for.
+// been waited for (cutime+cstime).
 func procReapedCPU(pid int) time.Duration {
 	f := procStat(pid)
 	if len(f) < 15 {
@@ -644,6 +643,7 @@ func procReapedCPU(pid int) time.Duration {
 	return time.Duration(ut+stt) * 10 * time.Millisecond
 }
 
+// procCPU is utime+stime; the kernel counts in clock ticks of 1/100 s.
 func procCPU(pid int) time.Duration {
 	f := procStat(pid)
 	if len(f) < 13 {
