@@ -633,23 +633,19 @@ func procParent(pid int) (int, bool) {
 
 // procReapedCPU is the CPU time of pid's children that have ended and
 // been waited for (cutime+cstime).
-func procReapedCPU(pid int) time.Duration {
-	f := procStat(pid)
-	if len(f) < 15 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[13], 10, 64)
-	stt, _ := strconv.ParseInt(f[14], 10, 64)
-	return time.Duration(ut+stt) * 10 * time.Millisecond
-}
+func procReapedCPU(pid int) time.Duration { return procTicks(pid, 13) }
 
-// procCPU is utime+stime; the kernel counts in clock ticks of 1/100 s.
-func procCPU(pid int) time.Duration {
+// procCPU is utime+stime.
+func procCPU(pid int) time.Duration { return procTicks(pid, 11) }
+
+// procTicks sums two adjacent /proc/pid/stat fields of clock ticks (1/100 s),
+// the first at index i after the command name.
+func procTicks(pid, i int) time.Duration {
 	f := procStat(pid)
-	if len(f) < 13 {
+	if len(f) < i+2 {
 		return 0
 	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	stt, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+stt) * 10 * time.Millisecond
+	a, _ := strconv.ParseInt(f[i], 10, 64)
+	b, _ := strconv.ParseInt(f[i+1], 10, 64)
+	return time.Duration(a+b) * 10 * time.Millisecond
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/store"
@@ -16,9 +15,7 @@ import (
 func TestMigrateFromEmpty(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, storetest.NewEmptyDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := storetest.NewEmptyPool(t)
 
 	v, err := store.SchemaVersion(ctx, pool)
 	require.NoError(t, err)
@@ -56,9 +53,7 @@ func TestNewerSchemaIsRefusedAndLeftAlone(t *testing.T) {
 func TestConcurrentMigrationsApplyEachVersionOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, storetest.NewEmptyDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := storetest.NewEmptyPool(t)
 
 	const n = 4
 	total := make(chan int, n)
@@ -84,10 +79,8 @@ func TestConcurrentMigrationsApplyEachVersionOnce(t *testing.T) {
 func TestHeldMeansARunnerMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, storetest.NewEmptyDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, `CREATE TABLE runmesh_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	pool := storetest.NewEmptyPool(t)
+	_, err := pool.Exec(ctx, `CREATE TABLE runmesh_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
 	require.NoError(t, err)
 	for _, m := range store.Migrations()[:9] {
 		_, err := pool.Exec(ctx, m.SQL)

@@ -171,6 +171,18 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// NewEmptyPool is a pool on an empty database of the test's own, with no
+// migrations applied (see NewEmptyDatabase).
+func NewEmptyPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := store.Connect(context.Background(), NewEmptyDatabase(t))
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
 var (
 	sharedOnce sync.Once
 	sharedPool *pgxpool.Pool
