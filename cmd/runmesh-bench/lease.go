@@ -33,6 +33,8 @@ type leaseOptions struct {
 	river riverSettings
 	// eachResult: a request per result instead of one per lease answer.
 	eachResult bool
+	// leaseMax is what each simulated runner asks for in a lease request.
+	leaseMax int
 	// rounds of each throughput run; the medians are reported.
 	rounds int
 	// skipRiver runs runmesh alone (comparing two builds of it).
@@ -201,7 +203,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 		for _, c := range clients {
 			wg.Go(func() {
 				for done.Load() < int64(o.jobs) && firstErr.Load() == nil {
-					ls, err := lease(c, 1, runnerapi.MaxLeasesPerRequest)
+					ls, err := lease(c, 1, o.leaseMax)
 					if err != nil {
 						firstErr.CompareAndSwap(nil, err)
 						return
@@ -294,7 +296,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	}
 	m := median(ours)
 	fmt.Fprintf(out, "submit → lease → result, %d jobs, %d submitters (submitJobs, %d a batch), %d runners over mTLS (up to %d leases per request; %s): %.0f jobs/s\n",
-		o.jobs, o.submitters, o.batch, o.runners, runnerapi.MaxLeasesPerRequest, reporting, m.rate)
+		o.jobs, o.submitters, o.batch, o.runners, o.leaseMax, reporting, m.rate)
 	fmt.Fprintf(out, "  median of %d rounds (%s); CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n",
 		len(ours), rates(ours), m.cpu.self, m.cpu.postgres)
 	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",

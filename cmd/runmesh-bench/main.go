@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 )
 
@@ -97,12 +98,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.DurationVar(&o.river.cooldown, "river-cooldown", 2*time.Millisecond, "River's FetchCooldown (its default is 100ms, which caps it at 10 jobs/s per worker)")
 		fs.DurationVar(&o.river.poll, "river-poll", 20*time.Millisecond, "River's FetchPollInterval")
 		fs.BoolVar(&o.eachResult, "each-result", false, "runners report each result in a request of its own (default: one POST /v1/results per lease answer)")
+		fs.IntVar(&o.leaseMax, "lease-max", runnerapi.MaxLeasesPerRequest, "leases each simulated runner asks for at a time (the agent asks for at most 4)")
 		fs.IntVar(&o.rounds, "rounds", 3, "throughput rounds of each (runmesh's and River's taking turns); the medians are reported")
 		fs.BoolVar(&o.skipRiver, "no-river", false, "run runmesh alone, without River and the ratio (to compare two builds)")
 		fs.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements and print, per job, the WAL and the statements PostgreSQL spent its time on")
 		cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (server, runners, submitters, River) to FILE")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
+		}
+		if o.leaseMax < 1 || o.leaseMax > runnerapi.MaxLeasesPerRequest {
+			return fmt.Errorf("-lease-max: 1 to %d", runnerapi.MaxLeasesPerRequest)
 		}
 		if o.rounds < 1 {
 			return fmt.Errorf("-rounds: at least 1")
