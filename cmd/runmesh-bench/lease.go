@@ -448,21 +448,21 @@ func writePGStats(ctx context.Context, e *benchEnv, on bool, walStart, name stri
 	}
 	fmt.Fprintf(w, "%s: %.0f WAL bytes per job\n", name, wal/n)
 	rows, err := e.pool.Query(ctx, `
-		SELECT total_plan_time, total_exec_time, calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		SELECT total_plan_time, total_exec_time, plans, calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
 		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintf(w, "  %8s %8s %10s %7s %7s  %s\n", "plan", "execute", "per call", "calls", "rows", "statement (µs per job, then per call)")
+	fmt.Fprintf(w, "  %8s %8s %10s %7s %7s %7s  %s\n", "plan", "execute", "per call", "plans", "calls", "rows", "statement (µs per job, then per call)")
 	for rows.Next() {
 		var plan, exec float64
-		var calls, nrows int64
+		var plans, calls, nrows int64
 		var query string
-		if err := rows.Scan(&plan, &exec, &calls, &nrows, &query); err != nil {
+		if err := rows.Scan(&plan, &exec, &plans, &calls, &nrows, &query); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "  %8.1f %8.1f %10.0f %7d %7d  %s\n", plan*1000/n, exec*1000/n, (plan+exec)*1000/float64(calls), calls, nrows, query)
+		fmt.Fprintf(w, "  %8.1f %8.1f %10.0f %7d %7d %7d  %s\n", plan*1000/n, exec*1000/n, (plan+exec)*1000/float64(calls), plans, calls, nrows, query)
 	}
 	return rows.Err()
 }
