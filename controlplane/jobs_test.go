@@ -521,6 +521,33 @@ func TestBatchResults(t *testing.T) {
 	require.Equal(t, "exited with code 7", data["job"].(map[string]any)["stateReason"])
 }
 
+// Failures in a row follow a batch's results in order: an exit code then a
+// host fault leaves one, not a reset.
+func TestHostFaultsInABatchCountInOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	runnerID, c, _ := b.approvedRunner(t, measured(8))
+	for range 2 {
+		_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+		require.Empty(t, code)
+	}
+	req := anyWork(0)
+	req.Max = 2
+	held := b.lease(t, c, req)
+	require.Len(t, held, 2)
+	reason := "image would not pull"
+	body, _ := json.Marshal(runnerapi.ResultsRequest{Results: []runnerapi.LeaseResult{
+		{LeaseID: held[0].LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}},
+		{LeaseID: held[1].LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: 1, ReturnReason: &reason, HostFault: true}},
+	}})
+	r := b.call(t, c, http.MethodPost, runnerapi.PathResults, body)
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	var failures int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT failures_in_a_row FROM runners WHERE id = $1`, runnerID).Scan(&failures))
+	require.Equal(t, 1, failures)
+}
+
 // Requests for work that could not be meant are refused and lease nothing.
 func TestImpossibleLeaseRequestsLeaseNothing(t *testing.T) {
 	t.Parallel()

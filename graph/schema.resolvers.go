@@ -7,7 +7,6 @@ package graph
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sort"
 	"strconv"
@@ -642,11 +641,8 @@ func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) 
 
 // Recovery is the resolver for the recovery field.
 func (r *runnerResolver) Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error) {
-	if obj.Recovery == nil || obj.RecoveryAt == nil {
-		return nil, nil
-	}
-	var p runnerapi.RecoveryProof
-	if err := json.Unmarshal(obj.Recovery, &p); err != nil {
+	p, ok, err := fleet.Recovery(*obj)
+	if !ok || err != nil || obj.RecoveryAt == nil {
 		return nil, err
 	}
 	return &model.RecoveryProof{

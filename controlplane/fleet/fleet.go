@@ -67,6 +67,18 @@ func GPUs(r store.Runner) ([]runnerapi.GPU, error) {
 	return gpus, nil
 }
 
+// Recovery reads back the runner's latest recovery proof; ok is false
+// before its agent sent one.
+func Recovery(r store.Runner) (proof runnerapi.RecoveryProof, ok bool, err error) {
+	if r.Recovery == nil {
+		return proof, false, nil
+	}
+	if err := json.Unmarshal(r.Recovery, &proof); err != nil {
+		return proof, false, fmt.Errorf("runner %s recovery proof: %w", r.ID, err)
+	}
+	return proof, true, nil
+}
+
 // Inventory is what an administrator approved: the GPUs by UUID with their
 // memory, and the host's memory.
 type Inventory struct {
@@ -181,8 +193,9 @@ func TakingWork(r store.Runner, now time.Time) bool {
 	if r.Status != store.RunnerApproved || r.QuarantinedAt != nil || r.Draining || r.RetiredAt != nil {
 		return false
 	}
-	var proof runnerapi.RecoveryProof
-	if r.Recovery == nil || json.Unmarshal(r.Recovery, &proof) != nil || !proof.Proves(proof.AgentInstance) {
+	// The proof is for the agent instance that sent it; whether a request
+	// comes from that instance is the lease handler's check.
+	if proof, ok, err := Recovery(r); !ok || err != nil || !proof.Proves(proof.AgentInstance) {
 		return false
 	}
 	recent := func(t *time.Time) bool { return t != nil && now.Sub(*t) < recentActivity }

@@ -1,7 +1,6 @@
 package runnerserver
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -53,13 +52,14 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Work only after this agent instance proved, in a heartbeat, that no
-	// job from before its start runs unknown to the server.
-	var recovery runnerapi.RecoveryProof
-	if proof != nil {
-		if err := json.Unmarshal(proof, &recovery); err != nil {
-			s.internal(w, r, "leases", err)
-			return
-		}
+	// job from before its start runs unknown to the server. (The proof as
+	// read now, not as the caller's runner row had it.)
+	runner := c.runner
+	runner.Recovery = proof
+	recovery, _, err := fleet.Recovery(runner)
+	if err != nil {
+		s.internal(w, r, "leases", err)
+		return
 	}
 	if !recovery.Proves(req.AgentInstance) {
 		writeError(w, http.StatusConflict, runnerapi.CodeRecoveryRequired,
@@ -119,8 +119,11 @@ func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
 	return id, true
 }
 
+// staleMessage says why a result was refused as stale.
+const staleMessage = "this attempt is no longer the runner's: nothing was recorded"
+
 func (s *Server) stale(w http.ResponseWriter) {
-	writeError(w, http.StatusConflict, runnerapi.CodeStaleAttempt, "this attempt is no longer the runner's: nothing was recorded")
+	writeError(w, http.StatusConflict, runnerapi.CodeStaleAttempt, staleMessage)
 }
 
 // logs stores a chunk of a lease's output, fenced by the attempt.
@@ -221,7 +224,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(req.Results) == 0 || len(req.Results) > runnerapi.MaxResultsPerRequest {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "results: 1 to 128")
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("results: 1 to %d", runnerapi.MaxResultsPerRequest))
 		return
 	}
 	outcomes := make([]store.Outcome, len(req.Results))
@@ -246,7 +249,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 	for i, d := range done {
 		out.Results[i].LeaseID = req.Results[i].LeaseID
 		if d.Err != nil {
-			out.Results[i].Error = &runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: "this attempt is no longer the runner's: nothing was recorded"}
+			out.Results[i].Error = &runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: staleMessage}
 			continue
 		}
 		out.Results[i].State = string(d.Job.State)

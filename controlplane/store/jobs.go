@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -293,35 +292,23 @@ type ClaimRequest struct {
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
 // together, at most max of them (none when nothing fits).
 func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
-	var out []Job
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		rows, err := s.q.ClaimJobs(ctx, s.conn(ctx), dbsqlc.ClaimJobsParams{
-			Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
-			FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
-			MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
-		})
-		if err != nil {
-			return mapErr(err)
-		}
-		if len(rows) == 0 {
-			return nil
-		}
-		payloads := make([]string, len(rows))
-		for i, row := range rows {
-			out = append(out, jobFromRow(dbsqlc.Job(row)))
-			payloads[i] = row.ID.String()
-		}
-		// Best first, as the claim ranked them.
-		sort.SliceStable(out, func(a, b int) bool {
-			if out[a].Priority != out[b].Priority {
-				return out[a].Priority > out[b].Priority
-			}
-			return out[a].SubmittedAt.Before(out[b].SubmittedAt)
-		})
-		s.notifyJobChanges(ctx, payloads...)
-		return nil
+	// One statement, so no transaction of its own: the notification goes
+	// once it has committed.
+	rows, err := s.q.ClaimJobs(ctx, s.conn(ctx), dbsqlc.ClaimJobsParams{
+		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
+		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
+		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
 	})
-	return out, err
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Job, len(rows))
+	payloads := make([]string, len(rows))
+	for i, row := range rows {
+		out[i], payloads[i] = jobFromRow(dbsqlc.Job(row)), row.ID.String()
+	}
+	s.notifyJobChanges(ctx, payloads...)
+	return out, nil
 }
 
 // ClaimJob leases the best job that fits, if any (false when none does).
@@ -334,22 +321,11 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 }
 
 // TouchWorkRequest records that the runner asked for work and returns its
-// latest recovery proof (JSON; nil before its agent sent one).
-//
-// The time is a hint for views (takingWork), not a record: its commit does
-// not wait for the WAL to reach the disk, which would otherwise cost every
-// request for work an fsync of its own.
+// latest recovery proof (JSON; nil before its agent sent one). One
+// statement, which writes at most every 30 seconds a runner (see the query).
 func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) ([]byte, error) {
-	var proof []byte
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		if _, err := s.conn(ctx).Exec(ctx, "SET LOCAL synchronous_commit = off"); err != nil {
-			return mapErr(err)
-		}
-		var err error
-		proof, err = s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
-		return mapErr(err)
-	})
-	return proof, err
+	proof, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+	return proof, mapErr(err)
 }
 
 // RecordRecovery stores the recovery proof (JSON) a runner's agent sent

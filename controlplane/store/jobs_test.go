@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/store"
@@ -17,6 +18,7 @@ import (
 )
 
 type jobsBundle struct {
+	db    *pgxpool.Pool
 	store *store.Store
 	org   store.Organisation
 	pool  store.Pool
@@ -25,12 +27,13 @@ type jobsBundle struct {
 func jobsSetup(t *testing.T) jobsBundle {
 	t.Helper()
 	ctx := context.Background()
-	s := store.New(storetest.NewPool(t))
+	db := storetest.NewPool(t)
+	s := store.New(db)
 	org, err := s.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
 	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
 	require.NoError(t, err)
-	return jobsBundle{store: s, org: org, pool: p}
+	return jobsBundle{db: db, store: s, org: org, pool: p}
 }
 
 // runner adds an approved runner with cores, memory and GPUs.
@@ -395,6 +398,32 @@ func TestTheStoreRefusesBadKindsAndUnknownPools(t *testing.T) {
 		_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
 		require.NoError(t, err, "kind %q", kind)
 	}
+}
+
+// A request for work is recorded, but rewritten only once the record is 30
+// seconds old: most requests write nothing.
+func TestTouchWorkRequestWritesAtMostEvery30Seconds(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	seen := func() time.Time {
+		got, err := b.store.Runner(ctx, store.AllOrganisations(), r)
+		require.NoError(t, err)
+		require.NotNil(t, got.LastWorkRequestAt)
+		return *got.LastWorkRequestAt
+	}
+	_, err := b.store.TouchWorkRequest(ctx, r)
+	require.NoError(t, err)
+	first := seen()
+	_, err = b.store.TouchWorkRequest(ctx, r)
+	require.NoError(t, err)
+	require.Equal(t, first, seen(), "a second request within 30 s writes nothing")
+	_, err = b.db.Exec(ctx, `UPDATE runners SET last_work_request_at = now() - interval '31 seconds' WHERE id = $1`, r)
+	require.NoError(t, err)
+	_, err = b.store.TouchWorkRequest(ctx, r)
+	require.NoError(t, err)
+	require.WithinDuration(t, time.Now(), seen(), 10*time.Second, "an older record is rewritten")
 }
 
 // A result is decided on the job as read without locks; a cancel that

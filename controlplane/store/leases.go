@@ -210,7 +210,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		// FinishAttempts wrote each accepted outcome's run and event.
 		// Failures in a row follow the outcomes in order. A run of results
 		// that are not counted host faults is one reset.
-		pendingReset := false
+		pendingReset, faulted := false, false
 		requeued := map[string]bool{}
 		changes := make([]string, 0, len(outcomes))
 		for i, t := range transitions {
@@ -235,14 +235,18 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			if err := s.setFailures(ctx, runnerID, true, quarantineAfter); err != nil {
 				return err
 			}
-			// failuresInARow changed, and may have quarantined the runner.
-			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), runnerID.String()); err != nil {
-				return mapErr(err)
-			}
+			faulted = true
 		}
 		if pendingReset {
 			if err := s.setFailures(ctx, runnerID, false, quarantineAfter); err != nil {
 				return err
+			}
+		}
+		if faulted {
+			// failuresInARow changed, and may have quarantined the runner:
+			// one notification for the batch.
+			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), runnerID.String()); err != nil {
+				return mapErr(err)
 			}
 		}
 		s.notifyJobChanges(ctx, changes...)

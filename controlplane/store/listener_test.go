@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/store"
@@ -20,9 +19,7 @@ func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pool, err := pgxpool.New(ctx, storetest.NewDatabase(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := storetest.NewPool(t)
 	l := store.NewListener(pool, slog.New(slog.DiscardHandler))
 	go l.Run(ctx)
 	<-l.Ready()

@@ -38,6 +38,8 @@ func TestUUIDsRoundTrip(t *testing.T) {
 		var valid uuid.NullUUID
 		require.NoError(t, pool.QueryRow(ctx, `SELECT $1::uuid`, mode, a).Scan(&valid), mode)
 		require.Equal(t, uuid.NullUUID{UUID: a, Valid: true}, valid, mode)
+		// Without the codec (store.Connect registers it), pgx scans through
+		// sql.Scanner, which leaves the zero id for a NULL: this is what fails.
 		var notNull uuid.UUID
 		require.ErrorContains(t, pool.QueryRow(ctx, `SELECT NULL::uuid`, mode).Scan(&notNull), "NULL", mode)
 	}

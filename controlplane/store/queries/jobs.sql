@@ -118,19 +118,22 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT * FROM leased;
+SELECT * FROM leased ORDER BY priority DESC, submitted_at, id; -- best first, as the claim ranked them
 
 -- name: TouchWorkRequest :one
 -- Records that the runner asked for work and returns its recovery proof.
-UPDATE runners SET last_work_request_at = now() WHERE id = @id RETURNING recovery;
+-- The time is a hint for takingWork (asked within three minutes), so it is
+-- rewritten only once it is 30 seconds old: most requests for work write
+-- nothing and wait for no WAL flush. (The SELECT sees the row as the
+-- statement began; the UPDATE does not change the proof.)
+WITH touched AS (
+    UPDATE runners t SET last_work_request_at = now()
+    WHERE t.id = @id AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds')
+)
+SELECT r.recovery FROM runners r WHERE r.id = @id;
 
 -- name: RecordRecovery :execrows
 UPDATE runners SET recovery = @recovery, recovery_at = now() WHERE id = @id;
-
--- name: RunnerLeases :many
--- Every job a runner holds now (runner_id is set exactly while it is held).
-SELECT id, attempt, state, cancel_requested FROM jobs
-WHERE runner_id = @runner_id;
 
 -- name: ExtendLeases :many
 -- A heartbeat extends the leases it names that the runner still holds, at

@@ -76,7 +76,7 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM leased
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM leased ORDER BY priority DESC, submitted_at, id
 `
 
 type ClaimJobsParams struct {
@@ -1307,44 +1307,6 @@ func (q *Queries) RunnerBookings(ctx context.Context, db DBTX, runnerIds []uuid.
 	return items, nil
 }
 
-const runnerLeases = `-- name: RunnerLeases :many
-SELECT id, attempt, state, cancel_requested FROM jobs
-WHERE runner_id = $1
-`
-
-type RunnerLeasesRow struct {
-	ID              uuid.UUID
-	Attempt         int32
-	State           string
-	CancelRequested bool
-}
-
-// Every job a runner holds now (runner_id is set exactly while it is held).
-func (q *Queries) RunnerLeases(ctx context.Context, db DBTX, runnerID uuid.NullUUID) ([]RunnerLeasesRow, error) {
-	rows, err := db.Query(ctx, runnerLeases, runnerID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []RunnerLeasesRow
-	for rows.Next() {
-		var i RunnerLeasesRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.Attempt,
-			&i.State,
-			&i.CancelRequested,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const setFailuresInARow = `-- name: SetFailuresInARow :exec
 UPDATE runners
 SET failures_in_a_row = CASE WHEN $1::boolean THEN failures_in_a_row + 1 ELSE 0 END,
@@ -1450,10 +1412,20 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 }
 
 const touchWorkRequest = `-- name: TouchWorkRequest :one
-UPDATE runners SET last_work_request_at = now() WHERE id = $1 RETURNING recovery
+
+WITH touched AS (
+    UPDATE runners t SET last_work_request_at = now()
+    WHERE t.id = $1 AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds')
+)
+SELECT r.recovery FROM runners r WHERE r.id = $1
 `
 
+// best first, as the claim ranked them
 // Records that the runner asked for work and returns its recovery proof.
+// The time is a hint for takingWork (asked within three minutes), so it is
+// rewritten only once it is 30 seconds old: most requests for work write
+// nothing and wait for no WAL flush. (The SELECT sees the row as the
+// statement began; the UPDATE does not change the proof.)
 func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) ([]byte, error) {
 	row := db.QueryRow(ctx, touchWorkRequest, id)
 	var recovery []byte
