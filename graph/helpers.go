@@ -199,7 +199,7 @@ func newJob(in model.SubmitJobInput) (store.NewJob, error) {
 		return store.NewJob{}, badInputf("idempotencyKey: 1 to 200 characters")
 	}
 	// The spec travels whole in every lease answer (up to 128 of them),
-	// so it is bounded: an agent reads at most runnerapi.MaxLeaseAnswerBytes.
+	// so it is bounded: an agent reads at most runnerapi.LeaseAnswerBytes.
 	size := len(in.Image)
 	for _, a := range in.Command {
 		size += len(a)

@@ -83,8 +83,8 @@ func Load(path, stateDir string) (Config, error) {
 	if c.Podman != "" && !filepath.IsAbs(c.Podman) {
 		return Config{}, fmt.Errorf("config %s: invalid setting podman: %q is not an absolute path", path, c.Podman)
 	}
-	if len(c.Kinds) == 0 || len(c.Kinds) > 16 {
-		return Config{}, fmt.Errorf("config %s: invalid setting kinds: 1 to 16 job kinds", path)
+	if len(c.Kinds) == 0 || len(c.Kinds) > runnerapi.MaxKinds {
+		return Config{}, fmt.Errorf("config %s: invalid setting kinds: 1 to %d job kinds", path, runnerapi.MaxKinds)
 	}
 	for _, k := range c.Kinds {
 		if !runnerapi.ValidKind(k) {

@@ -63,12 +63,15 @@ func (l *Loop) init() {
 }
 
 // Once sends one beat now (Observe sees it too) and returns its error.
-func (l *Loop) Once(ctx context.Context) error {
+func (l *Loop) Once(ctx context.Context) error { return l.observed(ctx).Err }
+
+// observed sends one beat and shows it to Observe.
+func (l *Loop) observed(ctx context.Context) Beat {
 	b := l.beat(ctx)
 	if l.Observe != nil {
 		l.Observe(b)
 	}
-	return b.Err
+	return b
 }
 
 // Run beats until ctx ends.
@@ -80,10 +83,7 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 	failures := 0
 	for {
-		b := l.beat(ctx)
-		if l.Observe != nil {
-			l.Observe(b)
-		}
+		b := l.observed(ctx)
 		next := interval
 		if b.Err == nil {
 			failures = 0

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 )
 
 // ImageError says why a job's image could not be had, and whose fault
@@ -75,10 +76,7 @@ var jobFaults = []string{
 func ClassifyPullError(image, stderr string) *ImageError {
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	last := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "Error: ")
-	if len(last) > 300 {
-		last = last[:300]
-	}
-	e := &ImageError{Image: image, Detail: strings.ToValidUTF8(last, "")}
+	e := &ImageError{Image: image, Detail: runnerapi.Clip(strings.ToValidUTF8(last, ""), 300)}
 	if strings.HasPrefix(image, "localhost/") {
 		return e // this host's own image, which it should have had
 	}

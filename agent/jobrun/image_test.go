@@ -1,7 +1,9 @@
 package jobrun_test
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/runmesh/runmesh/agent/jobrun"
 )
@@ -23,12 +25,15 @@ func TestClassifyPullError(t *testing.T) {
 		{"localhost/absent:latest", `time="…" level=warning msg="Failed, retrying in 1s ... (1/3)."
 Error: initializing source docker://localhost/absent:latest: pinging container registry localhost: Get "https://localhost/v2/": dial tcp 127.0.0.1:443: connect: connection refused`, false},
 		{"localhost/absent:latest", "Error: reading manifest latest in localhost/absent: manifest unknown", false},
+		// A line longer than the detail may be, with a character of three
+		// bytes across the cut.
+		{"docker.io/x", "Error: " + strings.Repeat("é", 149) + "x€€€ no space left on device", false},
 	} {
 		e := jobrun.ClassifyPullError(c.image, c.stderr)
 		if e.JobFault != c.jobFault {
 			t.Errorf("%s: %s: job fault %v, want %v", c.image, c.stderr, e.JobFault, c.jobFault)
 		}
-		if e.Detail == "" || len(e.Detail) > 300 {
+		if e.Detail == "" || len(e.Detail) > 300 || !utf8.ValidString(e.Detail) {
 			t.Errorf("%s: detail %q", c.image, e.Detail)
 		}
 	}

@@ -112,8 +112,30 @@ type Status struct {
 	OOM bool
 }
 
-// Status reads a unit's state.
+// Status reads a unit's state. The worker asks every second of every job,
+// so a running unit costs two small calls (its states, its memory); only an
+// ended one has all its properties read, for how it ended.
 func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
+	units, err := r.conn.ListUnitsByNamesContext(ctx, []string{unit})
+	if err != nil {
+		return Status{}, err
+	}
+	if len(units) != 1 || units[0].LoadState == "not-found" {
+		return Status{}, ErrNoUnit
+	}
+	state, sub := units[0].ActiveState, units[0].SubState
+	// RemainAfterExit keeps an ended job's unit active in SubState exited.
+	s := Status{Ended: state == "inactive" || state == "failed" || sub == "exited"}
+	if !s.Ended {
+		m, err := r.conn.GetServicePropertyContext(ctx, unit, "MemoryCurrent")
+		if err != nil {
+			return Status{}, err
+		}
+		if v, ok := m.Value.Value().(uint64); ok && v != math.MaxUint64 {
+			s.MemoryBytes = v
+		}
+		return s, nil
+	}
 	p, err := r.conn.GetUnitTypePropertiesContext(ctx, unit, "Service")
 	if err != nil {
 		return Status{}, err
@@ -122,13 +144,6 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	state, _ := u["ActiveState"].(string)
-	sub, _ := u["SubState"].(string)
-	if u["LoadState"] == "not-found" {
-		return Status{}, ErrNoUnit
-	}
-	// RemainAfterExit keeps an ended job's unit active in SubState exited.
-	s := Status{Ended: state == "inactive" || state == "failed" || sub == "exited"}
 	s.Result, _ = p["Result"].(string)
 	s.OOM = s.Result == "oom-kill"
 	if m, ok := p["MemoryCurrent"].(uint64); ok && m != math.MaxUint64 {

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/runmesh/runmesh/controlplane/runnerapi"
 )
 
 // ParsePodmanInfo reads the facts rendering needs from `podman info
@@ -40,10 +42,7 @@ func ProbePodman(ctx context.Context, path string) (PodmanFacts, error) {
 	cmd := exec.CommandContext(ctx, path, "info", "--format", "json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if len(msg) > 200 {
-			msg = msg[:200] + "…"
-		}
+		msg := runnerapi.Clip(strings.TrimSpace(stderr.String()), 200)
 		return PodmanFacts{}, fmt.Errorf("%s info: %w: %s", path, err, msg)
 	}
 	return ParsePodmanInfo(stdout.Bytes())

@@ -73,6 +73,14 @@ func (e *APIError) Error() string {
 // Do sends in as JSON (nil: no body) and decodes the answer into out. A
 // non-2xx answer is an *APIError.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	return c.do(ctx, method, path, in, out, maxAnswerBytes)
+}
+
+// maxAnswerBytes bounds what the agent reads of an answer, lease answers
+// aside (see Lease).
+const maxAnswerBytes = 4 << 20
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any, limit int) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -93,9 +101,9 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return err
 	}
 	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, runnerapi.MaxLeaseAnswerBytes+1))
-	if err == nil && len(raw) > runnerapi.MaxLeaseAnswerBytes {
-		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, runnerapi.MaxLeaseAnswerBytes)
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	if err == nil && len(raw) > limit {
+		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, limit)
 	}
 	if err != nil {
 		return err
@@ -155,7 +163,8 @@ func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
 // Lease asks for work; it long-polls up to req.WaitSeconds.
 func (c *Client) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error) {
 	var out runnerapi.LeaseResponse
-	err := c.Do(ctx, http.MethodPost, runnerapi.PathLeases, req, &out)
+	// Up to req.Max full job specs, which can outgrow other answers.
+	err := c.do(ctx, http.MethodPost, runnerapi.PathLeases, req, &out, max(runnerapi.LeaseAnswerBytes(req.Max), maxAnswerBytes))
 	return out.Leases, err
 }
 

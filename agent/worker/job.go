@@ -67,18 +67,19 @@ func (w *Worker) save(j *job) error {
 	return os.Rename(tmp, w.recordPath(j.paths))
 }
 
-func (w *Worker) load(j *job) bool {
+// load fills in an adopted job from its record; without a readable record
+// it stays as the unit names it, booking no cores, memory or GPUs.
+func (w *Worker) load(j *job) {
 	b, err := os.ReadFile(w.recordPath(j.paths))
 	if err != nil {
-		return false
+		return
 	}
 	var r record
 	if json.Unmarshal(b, &r) != nil || r.Lease.LeaseID != j.lease.LeaseID || r.Lease.Attempt != j.lease.Attempt {
-		return false
+		return
 	}
 	j.lease, j.gpus, j.digest, j.log = r.Lease, r.GPUs, r.Digest, r.Log
 	j.pending = r.Log.Seq >= 0 && r.Log.To > r.Log.From
-	return true
 }
 
 // start takes a new lease: it is held (and heartbeated) from here on.
@@ -331,7 +332,12 @@ func nextChunk(path string, prev chunk) (chunk, bool) {
 		return prev, false
 	}
 	defer f.Close()
-	buf := make([]byte, maxRaw)
+	// Most ticks find nothing new: no read, no parse.
+	st, err := f.Stat()
+	if err != nil || st.Size() <= prev.To {
+		return prev, false
+	}
+	buf := make([]byte, min(maxRaw, st.Size()-prev.To))
 	n, err := f.ReadAt(buf, prev.To)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return prev, false

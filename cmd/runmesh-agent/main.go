@@ -286,6 +286,9 @@ type podmanProbe struct {
 }
 
 func probePodman(ctx context.Context, cfg config.Config) podmanProbe {
+	// Every command that asks podman (run, enrol, capacity) asks it in the
+	// same environment, so they report the same limits.
+	userRuntimeDir()
 	p := podmanProbe{path: cfg.Podman}
 	if p.path == "" {
 		if p.path, p.err = exec.LookPath("podman"); p.err != nil {
@@ -301,10 +304,10 @@ func probePodman(ctx context.Context, cfg config.Config) podmanProbe {
 // not show is reported as not enforced, with the reason.
 func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
 	if p.err != nil {
-		return &runnerapi.LimitEnforcement{Reason: clip(p.err.Error(), 512)}
+		return &runnerapi.LimitEnforcement{Reason: runnerapi.Clip(p.err.Error(), 512)}
 	}
 	e := jobunit.DetectEnforcement(p.facts)
-	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: clip(e.Reason, 512)}
+	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: runnerapi.Clip(e.Reason, 512)}
 }
 
 // openRuntime connects to the user's systemd manager when podman answers
@@ -312,7 +315,7 @@ func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
 // condition says why it takes no work.
 func openRuntime(ctx context.Context, cfg config.Config, p podmanProbe) (*jobrun.Runtime, runnerapi.Condition) {
 	bad := func(why string) (*jobrun.Runtime, runnerapi.Condition) {
-		return nil, runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: clip("cannot run jobs: "+why, 200)}
+		return nil, runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: runnerapi.Clip("cannot run jobs: "+why, 200)}
 	}
 	switch {
 	case p.err != nil:
@@ -341,14 +344,6 @@ func userRuntimeDir() {
 	if st, err := os.Stat(dir); err == nil && st.IsDir() {
 		os.Setenv("XDG_RUNTIME_DIR", dir)
 	}
-}
-
-// clip shortens s to at most n bytes without splitting a character.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
 }
 
 // daemon runs the agent. The first SIGINT or SIGTERM drains it: no more
@@ -386,7 +381,6 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	log.Info("agent starting", "version", version, "runner_id", who.RunnerID, "name", who.Name, "pool_id", who.PoolID,
 		"certificate_serial", who.CertificateSerial, "certificate_not_after", who.CertificateNotAfter)
 
-	userRuntimeDir()
 	podman := probePodman(ctx, cfg)
 	collector, closeGPUs := newCollector(cfg, podman.limits())
 	defer closeGPUs()
@@ -434,6 +428,7 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	var lastBeat, beatEvery atomic.Int64
 	lastBeat.Store(time.Now().UnixNano())
 	beatEvery.Store(int64(10 * time.Second))
+	// The latest beat, for the READY status line.
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
 		Client: c, Collector: collector, RunnerID: who.RunnerID, Version: version, Log: log.With("component", "heartbeat"),
@@ -455,6 +450,12 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 				c := b.Capacity
 				measured.Store(&c)
 				w.Answer(b.Response, b.Proof)
+			}
+			// Replace an unread beat: READY must not show a stale one
+			// (the first beat, say, sent before the survivor check).
+			select {
+			case <-beats:
+			default:
 			}
 			select {
 			case beats <- b:

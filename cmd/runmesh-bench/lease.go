@@ -44,13 +44,13 @@ type leaseOptions struct {
 	pgStats bool
 }
 
+// simInstance is the agent instance every simulated runner leases as.
+const simInstance = "00000000-0000-4000-8000-00000000beef"
+
 // benchLease measures the queue against a real control plane and a durable
 // PostgreSQL: submit → lease → result throughput with simulated runners
 // over mutual TLS; submit-to-lease latency with a runner already waiting;
 // and, on the same PostgreSQL, River inserting and working no-op jobs.
-// simInstance is the agent instance every simulated runner leases as.
-const simInstance = "00000000-0000-4000-8000-00000000beef"
-
 func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	var settings []string
 	if o.pgStats {
@@ -166,7 +166,7 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 			return err
 		}
 	}
-	sortDurations(lat)
+	slices.Sort(lat)
 
 	// Throughput: submitters and runners at once, until every job is done.
 	// Each round submits its own jobs; the figures are the rounds' medians,
@@ -415,14 +415,6 @@ func benchRiver(ctx context.Context, e *benchEnv, n, batch int, s riverSettings,
 		}
 	}
 	return time.Since(start), sample().sub(cpu0), nil
-}
-
-func sortDurations(d []time.Duration) {
-	for i := 1; i < len(d); i++ {
-		for j := i; j > 0 && d[j] < d[j-1]; j-- {
-			d[j], d[j-1] = d[j-1], d[j]
-		}
-	}
 }
 
 // resetPGStats starts a report's count: it returns where the WAL is now.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,8 +66,8 @@ func benchStart(ctx context.Context, rounds int, podman, image string, out io.Wr
 			ours, plain = append(ours, took), append(plain, tookPlain)
 		}
 	}
-	sortDurations(ours)
-	sortDurations(plain)
+	slices.Sort(ours)
+	slices.Sort(plain)
 	fmt.Fprintf(out, "runmesh-bench start — %s; rootless podman (cgroup %s) in a systemd user manager, %s\n", machine(), facts.CgroupVersion, image)
 	fmt.Fprintf(out, "lease held → container running (transient unit, podman run --sdnotify=conmon), n=%d: p50 %v  p99 %v\n",
 		len(ours), pct(ours, 50).Round(time.Millisecond), pct(ours, 99).Round(time.Millisecond))

@@ -143,6 +143,16 @@ func CheckText(name, v string, max int) error {
 	return nil
 }
 
+// Clip shortens s to at most n bytes, marking the cut with "…" and never
+// splitting a character: text from a tool (podman's stderr, say) made fit
+// a bounded field.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
+
 // CheckCapacity refuses impossible values: negative or non-finite numbers,
 // more than MaxGPUs GPUs, more than a PiB of memory on one GPU, used and
 // free memory above total, duplicate GPU UUIDs or indices, and text that is

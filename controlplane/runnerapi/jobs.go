@@ -67,17 +67,21 @@ func ValidKind(k string) bool { return kindName.MatchString(k) }
 
 var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
+// MaxKinds bounds the job kinds a runner runs (LeaseRequest.Kinds, and the
+// agent's kinds setting).
+const MaxKinds = 16
+
 // MaxLeasesPerRequest bounds LeaseRequest.Max.
 const MaxLeasesPerRequest = 128
 
 // MaxJobSpecBytes bounds a job's image, command and env together, so that
-// a lease answer stays under MaxLeaseAnswerBytes.
+// a lease answer stays under LeaseAnswerBytes.
 const MaxJobSpecBytes = 64 << 10
 
-// MaxLeaseAnswerBytes is what an agent reads of an answer at most:
-// MaxLeasesPerRequest full specs, each escaped at worst to six bytes a
-// byte (\u0000), with 4 KiB a lease for the rest.
-const MaxLeaseAnswerBytes = MaxLeasesPerRequest * (6*MaxJobSpecBytes + 4<<10)
+// LeaseAnswerBytes is the most an answer granting up to max leases can
+// take: max full specs, each escaped at worst to six bytes a byte
+// (\u0000), with 4 KiB a lease for the rest.
+func LeaseAnswerBytes(max int) int { return max * (6*MaxJobSpecBytes + 4<<10) }
 
 // Lease is a job the runner now holds, at an attempt.
 type Lease struct {

@@ -27,8 +27,8 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	if req.Max == 0 {
 		req.Max = 1
 	}
-	if req.Max < 0 || req.Max > runnerapi.MaxLeasesPerRequest || len(req.Kinds) == 0 || len(req.Kinds) > 16 {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("max: 1 to %d; kinds: 1 to 16 names", runnerapi.MaxLeasesPerRequest))
+	if req.Max < 0 || req.Max > runnerapi.MaxLeasesPerRequest || len(req.Kinds) == 0 || len(req.Kinds) > runnerapi.MaxKinds {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("max: 1 to %d; kinds: 1 to %d names", runnerapi.MaxLeasesPerRequest, runnerapi.MaxKinds))
 		return
 	}
 	for _, k := range req.Kinds {

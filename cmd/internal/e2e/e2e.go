@@ -325,6 +325,6 @@ func StartDev(t testing.TB, serverBin string, args ...string) Dev {
 	p := Start(t, []string{notify.Env()}, serverBin, append([]string{"dev", "--state-dir", state,
 		"--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}, args...)...)
 	notify.WaitFor(t, "READY=1", 90*time.Second)
-	envFile := filepath.Join(state, "dev.env")
+	envFile := filepath.Join(state, devenv.FileName)
 	return Dev{Proc: p, State: state, EnvFile: envFile, Env: ReadEnvFile(t, envFile)}
 }
