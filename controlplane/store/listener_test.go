@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,55 @@ func TestJobChangedReadsPackedIDs(t *testing.T) {
 		if got := store.JobChanged(c.payload, a); got != c.want {
 			t.Errorf("JobChanged(%q) = %v", c.payload, got)
 		}
+	}
+}
+
+// A transaction's job changes go out together, packed: a sweep that takes
+// back 250 leases sends two notifications, not 250 (which would also
+// overflow a subscriber).
+func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := jobsSetup(t)
+	r := b.runner(t, 1e5, 1<<30, 0)
+	const jobs = 250
+	batch := make([]store.NewJob, jobs)
+	for i := range batch {
+		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	}
+	_, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+	require.NoError(t, err)
+	claimed, err := b.store.ClaimJobs(ctx, anything(r), jobs)
+	require.NoError(t, err)
+	require.Len(t, claimed, jobs)
+
+	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
+	go l.Run(ctx)
+	<-l.Ready()
+	sub := l.Subscribe(store.ChannelJobChanges)
+	defer sub.Close()
+	later := time.Now().Add(time.Hour)
+	res, err := b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, jobs, res.Requeued)
+
+	var got []string
+	ids := map[string]bool{}
+	for len(ids) < jobs {
+		select {
+		case p := <-sub.C:
+			require.NotEmpty(t, p, "no overflow")
+			got = append(got, p)
+			for id := range strings.SplitSeq(p, ",") {
+				ids[id] = true
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d notifications, %d ids", len(got), len(ids))
+		}
+	}
+	require.Len(t, got, 2)
+	for _, j := range claimed {
+		require.True(t, ids[j.ID.String()])
 	}
 }

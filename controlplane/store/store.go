@@ -140,8 +140,9 @@ type txState struct {
 	over   atomic.Bool
 	parent *txState // the enclosing transaction of a savepoint
 
-	mu          sync.Mutex // guards afterCommit
+	mu          sync.Mutex // guards afterCommit and notes
 	afterCommit []func()
+	notes       map[string][]string // payloads by channel, sent after the commit
 }
 
 // WithTx runs fn in one transaction: every store call made with the context
@@ -167,8 +168,9 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	if parent == nil {
 		state.over.Store(true)
 		state.mu.Lock()
-		hooks := state.afterCommit
+		hooks, notes := state.afterCommit, state.notes
 		state.mu.Unlock()
+		s.send(notes)
 		for _, f := range hooks {
 			f()
 		}
@@ -237,36 +239,67 @@ func firstNonEmpty(s ...string) string {
 }
 
 // notifyAfterCommit sends payloads on channel once the transaction in ctx
-// has committed. PostgreSQL holds an exclusive lock on its notification
-// queue through the commit of every transaction that notified, WAL flush
-// included, so notifying inside busy write transactions makes their
-// commits take turns. Wake-ups need not be atomic with the change: whoever
-// wakes re-reads the state, and a waiter that missed one wakes at its own
-// timeout.
-// notifyJobChanges announces that jobs changed: their ids go comma-joined,
-// as few notifications as fit (PostgreSQL takes payloads under 8000
-// bytes), because a notification per job cost as much as the job's own
-// writes when jobs are leased and finished by the hundred.
-func (s *Store) notifyJobChanges(ctx context.Context, ids ...string) {
-	var packed []string
-	for len(ids) > 0 {
-		n := min(len(ids), jobChangesPerNotification)
-		packed = append(packed, strings.Join(ids[:n], ","))
-		ids = ids[n:]
-	}
-	s.notifyAfterCommit(ctx, ChannelJobChanges, packed...)
-}
-
-// jobChangesPerNotification: 36-byte ids and commas, inside 8000 bytes.
-const jobChangesPerNotification = 200
-
+// has committed (at once outside one). PostgreSQL holds an exclusive lock
+// on its notification queue through the commit of every transaction that
+// notified, WAL flush included, so notifying inside busy write transactions
+// makes their commits take turns. Wake-ups need not be atomic with the
+// change: whoever wakes re-reads the state, and a waiter that missed one
+// wakes at its own timeout. A transaction's notifications are gathered and
+// sent in one statement per channel, each payload once.
 func (s *Store) notifyAfterCommit(ctx context.Context, channel string, payloads ...string) {
 	if len(payloads) == 0 {
 		return // nothing to say: no round trip
 	}
-	s.AfterCommit(ctx, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = s.q.Notify(ctx, s.db, dbsqlc.NotifyParams{Channel: channel, Payloads: payloads})
-	})
+	state, _ := ctx.Value(txKey{}).(*txState)
+	for state != nil && state.parent != nil {
+		state = state.parent
+	}
+	if state == nil || state.over.Load() {
+		s.send(map[string][]string{channel: payloads})
+		return
+	}
+	state.mu.Lock()
+	if state.notes == nil {
+		state.notes = map[string][]string{}
+	}
+	state.notes[channel] = append(state.notes[channel], payloads...)
+	state.mu.Unlock()
+}
+
+// notifyJobChanges announces that jobs changed (their ids).
+func (s *Store) notifyJobChanges(ctx context.Context, ids ...string) {
+	s.notifyAfterCommit(ctx, ChannelJobChanges, ids...)
+}
+
+// jobChangesPerNotification: 36-byte ids and commas, inside the 8000 bytes
+// PostgreSQL takes in a payload.
+const jobChangesPerNotification = 200
+
+// send notifies, one statement per channel. Job changes go comma-joined,
+// as few notifications as fit, because a notification per job cost as
+// much as the job's own writes when jobs are leased and finished by the
+// hundred.
+func (s *Store) send(notes map[string][]string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for channel, payloads := range notes {
+		seen := make(map[string]bool, len(payloads))
+		distinct := payloads[:0:0]
+		for _, p := range payloads {
+			if !seen[p] {
+				seen[p] = true
+				distinct = append(distinct, p)
+			}
+		}
+		if channel == ChannelJobChanges {
+			var packed []string
+			for len(distinct) > 0 {
+				n := min(len(distinct), jobChangesPerNotification)
+				packed = append(packed, strings.Join(distinct[:n], ","))
+				distinct = distinct[n:]
+			}
+			distinct = packed
+		}
+		_ = s.q.Notify(ctx, s.db, dbsqlc.NotifyParams{Channel: channel, Payloads: distinct})
+	}
 }
