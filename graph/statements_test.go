@@ -105,6 +105,8 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) SELECT id, 1, 0, 'hello' FROM jobs`)
 		require.NoError(t, err)
+		_, err = pool.Exec(ctx, `INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) SELECT id, 1, gen_random_uuid(), 'r' FROM jobs`)
+		require.NoError(t, err)
 		token, digest := tokens.Admin.New()
 		_, err = s.CreateAdminWithToken(ctx, store.NewAdmin{Name: "a", Role: store.RoleOrgMember, OrganisationID: &org.ID, TokenHash: digest})
 		require.NoError(t, err)
@@ -118,9 +120,11 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 		first := listed[0].(map[string]any)
 		require.Equal(t, []any{map[string]any{"type": "SUBMITTED"}}, first["events"])
 		require.Equal(t, "hello", first["logs"])
+		require.Equal(t, []any{map[string]any{"attempt": 1.0}}, first["runs"])
 		return counter.n.Load()
 	}
 	few, many := count(10), count(500)
 	t.Logf("%d statements for 10 jobs, %d for 500", few, many)
 	require.Equal(t, few, many)
+	require.LessOrEqual(t, many, int64(5), "the caller, the list, and its events, runs and logs")
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
+	"github.com/runmesh/runmesh/controlplane/devenv"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 )
@@ -52,21 +53,17 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func devArgs(state string) []string {
-	return []string{"dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}
-}
-
 func TestDevEndToEnd(t *testing.T) {
 	t.Parallel()
 	state := e2e.StateDir(t)
 	notify := e2e.NewNotify(t)
 	env := []string{notify.Env()}
 
-	p := e2e.Start(t, env, server(t), devArgs(state)...)
+	p := e2e.Start(t, env, server(t), e2e.DevArgs(state)...)
 	notify.WaitFor(t, "READY=1", 90*time.Second)
 
 	// READY=1 comes only once the listeners are bound and the schema is in place.
-	envPath := filepath.Join(state, "dev.env")
+	envPath := filepath.Join(state, devenv.FileName)
 	fi, err := os.Stat(envPath)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "dev.env holds a token")
@@ -102,7 +99,7 @@ func TestDevEndToEnd(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist, "dev stops its PostgreSQL on the way out")
 
 	// A second run keeps the data and the CA, and does not print the token again.
-	p = e2e.Start(t, env, server(t), devArgs(state)...)
+	p = e2e.Start(t, env, server(t), e2e.DevArgs(state)...)
 	notify.WaitFor(t, "READY=1", 90*time.Second)
 	e2e.Eventually(t, 10*time.Second, "banner printed", func() bool { return strings.Contains(p.Stdout.String(), "/playground") })
 	require.NotContains(t, p.Stdout.String(), token)

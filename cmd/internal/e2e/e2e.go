@@ -315,6 +315,12 @@ func (d Dev) GraphQL(t testing.TB, query string, vars map[string]any) map[string
 	return out.Data
 }
 
+// DevArgs runs `runmesh-server dev` on state with both listeners on free
+// loopback ports.
+func DevArgs(state string) []string {
+	return []string{"dev", "--state-dir", state, "--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}
+}
+
 // StartDev runs `runmesh-server dev` in a fresh state directory with both
 // listeners on free loopback ports, plus args, and returns once it has
 // sent READY=1.
@@ -322,8 +328,7 @@ func StartDev(t testing.TB, serverBin string, args ...string) Dev {
 	t.Helper()
 	state := StateDir(t)
 	notify := NewNotify(t)
-	p := Start(t, []string{notify.Env()}, serverBin, append([]string{"dev", "--state-dir", state,
-		"--admin-addr", "127.0.0.1:0", "--runner-addr", "127.0.0.1:0"}, args...)...)
+	p := Start(t, []string{notify.Env()}, serverBin, append(DevArgs(state), args...)...)
 	notify.WaitFor(t, "READY=1", 90*time.Second)
 	envFile := filepath.Join(state, devenv.FileName)
 	return Dev{Proc: p, State: state, EnvFile: envFile, Env: ReadEnvFile(t, envFile)}
