@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -35,8 +36,10 @@ type fakeRuntime struct {
 }
 
 func newRuntime(t *testing.T) *fakeRuntime {
-	dir := t.TempDir()
-	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: dir, LogDir: dir},
+	// Apart, as on a host: the survivor check clears the env directory of
+	// files no held job owns.
+	env, logs := t.TempDir(), t.TempDir()
+	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: env, LogDir: logs},
 		units: map[string]*fakeUnit{}, containers: map[string]jobrun.Container{}, stuck: map[string]bool{}}
 }
 
@@ -141,7 +144,10 @@ type fakeAPI struct {
 	leases      chan []runnerapi.Lease
 	results     map[string]runnerapi.ResultRequest
 	asked       chan runnerapi.LeaseRequest
-	failResults int // this many results fail with a 500 first
+	failResults int  // this many results fail with a 500 first
+	failLogs    bool // output uploads fail with a 500
+	logTries    int
+	logs        []runnerapi.LogUpload // the uploads accepted
 }
 
 func newAPI() *fakeAPI {
@@ -158,7 +164,16 @@ func (a *fakeAPI) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runn
 	}
 }
 
-func (a *fakeAPI) UploadLog(context.Context, string, runnerapi.LogUpload) error { return nil }
+func (a *fakeAPI) UploadLog(_ context.Context, _ string, u runnerapi.LogUpload) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.logTries++
+	if a.failLogs {
+		return &runnerclient.APIError{Status: 500, Code: runnerapi.CodeInternal, Msg: "internal error"}
+	}
+	a.logs = append(a.logs, u)
+	return nil
+}
 
 func (a *fakeAPI) Result(_ context.Context, lease string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error) {
 	a.mu.Lock()
@@ -382,4 +397,65 @@ func TestAResultIsSentUntilTheServerHasIt(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	eventually(t, "the unit forgotten after the result", func() bool { return !rt.has(unit) })
+}
+
+// Output is written down before it is sent: an agent that dies with an
+// upload unanswered sends the very same chunk after its restart, under the
+// same sequence number, however much the job wrote meanwhile.
+func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	const lease = "aaaaaaaa-0000-4000-8000-000000000003"
+	rt.addUnit(lease, 1)
+	logPath := rt.host.Paths(lease, 1).Log
+	write := func(s string) {
+		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(s)
+		f.Close()
+	}
+	write(criLine("stdout", "F", "first"))
+	api.failLogs = true
+
+	first := newWorker(t, rt, api)
+	ctx, die := context.WithCancel(context.Background())
+	if _, err := first.Recover(ctx, answer(first, nil)); err != nil {
+		t.Fatal(err)
+	}
+	answer(first, nil)(ctx)
+	eventually(t, "an upload tried", func() bool {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return api.logTries > 0
+	})
+	die()
+	time.Sleep(50 * time.Millisecond) // its follower notices
+	write(criLine("stdout", "F", "second"))
+
+	api.mu.Lock()
+	api.failLogs = false
+	api.mu.Unlock()
+	again := newWorker(t, rt, api)
+	again.Dir = first.Dir
+	ctx2, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := again.Recover(ctx2, answer(again, nil)); err != nil {
+		t.Fatal(err)
+	}
+	answer(again, nil)(ctx2)
+	eventually(t, "both chunks accepted", func() bool {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return len(api.logs) >= 2
+	})
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if got := api.logs[0]; got.Seq != 0 || string(got.Data) != "first\n" {
+		t.Fatalf("first upload accepted: seq %d %q, want the unanswered chunk 0 unchanged", got.Seq, got.Data)
+	}
+	if got := api.logs[1]; got.Seq != 1 || string(got.Data) != "second\n" {
+		t.Fatalf("second upload accepted: seq %d %q", got.Seq, got.Data)
+	}
 }
