@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/capacity"
@@ -46,7 +47,34 @@ type Loop struct {
 
 	once    sync.Once
 	kick    chan struct{}
-	beating sync.Mutex // one beat at a time
+	beating sync.Mutex   // one beat at a time
+	last    atomic.Int64 // when the last beat was attempted (Unix ns)
+	every   atomic.Int64 // the interval the server last asked for
+}
+
+// Alive says whether beats are still being attempted: within three
+// intervals and a minute of the last (for the systemd watchdog, which then
+// restarts a wedged agent; its jobs go on in their units).
+func (l *Loop) Alive(context.Context) error {
+	every := time.Duration(l.every.Load())
+	if every == 0 {
+		every = l.first()
+	}
+	last := l.last.Load()
+	if last == 0 {
+		return nil // not started yet
+	}
+	if since := time.Since(time.Unix(0, last)); since > 3*every+time.Minute {
+		return fmt.Errorf("no heartbeat attempted for %s", since.Round(time.Second))
+	}
+	return nil
+}
+
+func (l *Loop) first() time.Duration {
+	if l.First == 0 {
+		return 10 * time.Second
+	}
+	return l.First
 }
 
 // Kick asks for a beat now rather than at the next interval.
@@ -68,6 +96,10 @@ func (l *Loop) Once(ctx context.Context) error { return l.observed(ctx).Err }
 // observed sends one beat and shows it to Observe.
 func (l *Loop) observed(ctx context.Context) Beat {
 	b := l.beat(ctx)
+	l.last.Store(time.Now().UnixNano())
+	if s := b.Response.NextHeartbeatSeconds; b.Err == nil && s > 0 {
+		l.every.Store(int64(time.Duration(s) * time.Second))
+	}
 	if l.Observe != nil {
 		l.Observe(b)
 	}
@@ -77,10 +109,8 @@ func (l *Loop) observed(ctx context.Context) Beat {
 // Run beats until ctx ends.
 func (l *Loop) Run(ctx context.Context) {
 	l.init()
-	interval := l.First
-	if interval == 0 {
-		interval = 10 * time.Second
-	}
+	l.last.Store(time.Now().UnixNano())
+	interval := l.first()
 	failures := 0
 	for {
 		b := l.observed(ctx)

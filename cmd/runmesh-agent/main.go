@@ -423,11 +423,6 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(filepath.Join(string(dir), "leases"), 0o700); err != nil {
 		return err
 	}
-	// The watchdog is fed while heartbeats are attempted: a wedged loop
-	// gets the agent restarted by systemd (its jobs go on in their units).
-	var lastBeat, beatEvery atomic.Int64
-	lastBeat.Store(time.Now().UnixNano())
-	beatEvery.Store(int64(10 * time.Second))
 	// The latest beat, for the READY status line.
 	beats := make(chan heartbeat.Beat, 1)
 	loop := &heartbeat.Loop{
@@ -438,10 +433,6 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		Leases:   w.Held,
 		Recovery: w.Recovery,
 		Observe: func(b heartbeat.Beat) {
-			lastBeat.Store(time.Now().UnixNano())
-			if s := b.Response.NextHeartbeatSeconds; b.Err == nil && s > 0 {
-				beatEvery.Store(int64(time.Duration(s) * time.Second))
-			}
 			if b.Err != nil {
 				m.Heartbeat("error")
 			} else {
@@ -464,13 +455,8 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 		},
 	}
 	w.Kick = loop.Kick
-	go sdnotify.Watchdog(ctx, func(context.Context) error {
-		limit := 3*time.Duration(beatEvery.Load()) + time.Minute
-		if since := time.Since(time.Unix(0, lastBeat.Load())); since > limit {
-			return fmt.Errorf("no heartbeat attempted for %s", since.Round(time.Second))
-		}
-		return nil
-	})
+	// The watchdog is fed while heartbeats are attempted.
+	go sdnotify.Watchdog(ctx, loop.Alive)
 
 	// Heartbeats from the start: they keep the leases of adopted jobs
 	// alive while the survivor check runs (and runs again).
