@@ -7,6 +7,19 @@ import (
 	"testing"
 )
 
+// appendTo adds s to the file at path, as a job's output grows.
+func appendTo(t *testing.T, path, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func criLine(stream, tag, text string) string {
 	return "2026-11-30T12:00:00.000000000+00:00 " + stream + " " + tag + " " + text + "\n"
 }
@@ -17,14 +30,7 @@ func criLine(stream, tag, text string) string {
 func TestChunksAreWholeRecordsAndRepeatable(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "job.log")
-	write := func(s string) {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString(s)
-		f.Close()
-	}
+	write := func(s string) { appendTo(t, path, s) }
 	if _, ok := nextChunk(path, chunk{Seq: -1}); ok {
 		t.Fatal("a chunk from a file that is not there")
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -408,14 +407,7 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 	const lease = "aaaaaaaa-0000-4000-8000-000000000003"
 	rt.addUnit(lease, 1)
 	logPath := rt.host.Paths(lease, 1).Log
-	write := func(s string) {
-		f, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString(s)
-		f.Close()
-	}
+	write := func(s string) { appendTo(t, logPath, s) }
 	write(criLine("stdout", "F", "first"))
 	api.failLogs = true
 
