@@ -1,6 +1,7 @@
 package controlplane_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -571,4 +572,61 @@ func TestImpossibleLeaseRequestsLeaseNothing(t *testing.T) {
 		require.Equal(t, 1, b.count(t, "SELECT count(*) FROM jobs WHERE id = '"+id+"' AND state = 'QUEUED'"), name)
 	}
 	require.Len(t, b.lease(t, c, anyWork(0)), 1, "a sound request gets the job")
+}
+
+// A lease granted as the runner stops asking (an agent draining, a dropped
+// connection) never reaches it: the server gives it back at once, and it
+// costs the job no try.
+func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	runnerID, c, _ := b.approvedRunner(t, measured(0))
+	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) { in["maxAttempts"] = 1 }))
+	require.Empty(t, code)
+
+	// Hold the claim inside its statement (it writes the run) until the
+	// request it serves has ended.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "LOCK TABLE job_runs IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	reqCtx, cancel := context.WithCancel(ctx)
+	body, _ := json.Marshal(anyWork(30))
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, b.runnerURL+runnerapi.PathLeases, bytes.NewReader(body))
+	require.NoError(t, err)
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
+	}()
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM pg_locks WHERE relation = 'job_runs'::regclass AND NOT granted") == 1
+	}, 10*time.Second, 10*time.Millisecond, "the claim waits")
+	cancel()
+	require.Error(t, <-answered, "the runner stopped asking")
+	time.Sleep(200 * time.Millisecond) // for the server to see the request end
+	require.NoError(t, tx.Commit(ctx))
+
+	// The claim ran to its end, leased attempt 1, and gave it back.
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM jobs WHERE id = $1 AND state = 'QUEUED' AND attempt = 1 AND undelivered = 1", id) == 1
+	}, 10*time.Second, 10*time.Millisecond, "back in the queue long before its lease would run out")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM job_runs WHERE job_id = $1 AND attempt = 1 AND return_reason = 'not delivered' AND finished_at IS NOT NULL", id))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM job_events WHERE job_id = $1 AND attempt = 1 AND type = 'REQUEUED'", id))
+
+	// Its one try is still to come.
+	l := b.lease(t, c, anyWork(0))
+	require.Len(t, l, 1)
+	require.Equal(t, 2, l[0].Attempt)
+	r := b.result(t, c, l[0], runnerapi.ResultRequest{Attempt: 2, ReturnReason: ptr("image would not pull"), HostFault: true})
+	require.JSONEq(t, `{"state":"FAILED"}`, r.Body)
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { stateReason } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, "host fault: image would not pull; 1 of 1 attempts used", data["job"].(map[string]any)["stateReason"])
+	require.Equal(t, 1, b.count(t, "SELECT failures_in_a_row FROM runners WHERE id = $1", runnerID), "a host fault on the job's first try")
 }

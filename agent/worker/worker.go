@@ -212,8 +212,8 @@ func (w *Worker) Run(ctx context.Context) {
 			continue
 		}
 		// A drain cancels the wait for work. Leases granted before it
-		// took effect are ours and run; one the server grants just as the
-		// request is cancelled is never seen and expires back to the queue.
+		// took effect are ours and run; those the server grants as the
+		// request is cancelled it gives back to the queue itself.
 		lctx, cancel := context.WithCancel(ctx)
 		w.mu.Lock()
 		w.stopAsking, w.asking = cancel, true

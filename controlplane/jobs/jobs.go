@@ -45,13 +45,16 @@ func Decide(o store.Outcome, held store.Job, now time.Time) store.Transition {
 	if !o.HostFault {
 		return store.Transition{State: store.JobFailed, Reason: reason}
 	}
-	t := store.Transition{Reason: "host fault: " + reason, CountsAsHostFault: held.Attempt == 1}
-	if held.Attempt >= held.MaxAttempts {
+	// Tries, not attempt numbers: a lease that never reached a runner
+	// (store.ReturnUndelivered) took a number but was no try.
+	tries := held.Tries()
+	t := store.Transition{Reason: "host fault: " + reason, CountsAsHostFault: tries == 1}
+	if tries >= held.MaxAttempts {
 		t.State = store.JobFailed
-		t.Reason += fmt.Sprintf("; %d of %d attempts used", held.Attempt, held.MaxAttempts)
+		t.Reason += fmt.Sprintf("; %d of %d attempts used", tries, held.MaxAttempts)
 		return t
 	}
-	at := now.Add(Backoff(held.Attempt))
+	at := now.Add(Backoff(tries))
 	t.State, t.AvailableAt = store.JobQueued, &at
 	return t
 }

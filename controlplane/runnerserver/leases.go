@@ -1,6 +1,7 @@
 package runnerserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -70,13 +71,13 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	deadline := time.NewTimer(time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second)
 	defer deadline.Stop()
 	for {
-		granted, err := s.claim(r, c, req, leaseSeconds)
+		jobs, err := s.claim(ctx, c, req)
 		if err != nil {
 			s.internal(w, r, "leases", err)
 			return
 		}
-		if len(granted) > 0 {
-			writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: granted})
+		if len(jobs) > 0 {
+			s.deliver(w, r, c, jobs, leaseSeconds)
 			return
 		}
 		select {
@@ -93,21 +94,53 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (s *Server) claim(r *http.Request, c caller, req runnerapi.LeaseRequest, leaseSeconds int) ([]runnerapi.Lease, error) {
-	jobs, err := s.o.Store.ClaimJobs(r.Context(), store.ClaimRequest{
+// claimTimeout bounds a claim that no longer follows its request.
+const claimTimeout = 30 * time.Second
+
+// claim leases what fits the request. It runs to its end even when the
+// request ends meanwhile: a claim cancelled while it commits could lease
+// jobs that nobody hears of. deliver gives back what cannot be handed over.
+func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest) ([]store.Job, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	return s.o.Store.ClaimJobs(ctx, store.ClaimRequest{
 		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds,
 		Free:    store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)
-	out := make([]runnerapi.Lease, 0, len(jobs))
-	for _, j := range jobs {
-		out = append(out, runnerapi.Lease{
-			LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
-			Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
-			WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
-		})
+}
+
+// deliver answers a lease request with the jobs leased for it. When the
+// request has already ended (the agent drained and stopped asking, or the
+// connection dropped) or the answer cannot be written, the runner never
+// sees these leases: they go back to the queue at once instead of waiting
+// out their lease and costing each job a try. (An answer lost after it
+// was written is beyond the server's sight; the lease expires as before.)
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs []store.Job, leaseSeconds int) {
+	if r.Context().Err() == nil {
+		out := make([]runnerapi.Lease, 0, len(jobs))
+		for _, j := range jobs {
+			out = append(out, runnerapi.Lease{
+				LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
+				Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
+				WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
+			})
+		}
+		writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: out})
+		// A writer that cannot flush leaves the answer to the server's
+		// own flush at the end: it counts as delivered.
+		if err := http.NewResponseController(w).Flush(); err == nil || errors.Is(err, http.ErrNotSupported) {
+			return
+		}
 	}
-	return out, err
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), claimTimeout)
+	defer cancel()
+	n, err := s.o.Store.ReturnUndelivered(ctx, c.runner.ID, jobs)
+	if err != nil {
+		s.o.Log.Error("leases not delivered, and not given back: they expire", "runner", c.runner.ID, "leases", len(jobs), "err", err)
+		return
+	}
+	s.o.Log.Info("leases not delivered: given back", "runner", c.runner.ID, "leases", n)
 }
 
 func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {

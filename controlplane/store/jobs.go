@@ -45,20 +45,23 @@ type Claim struct {
 
 // Job is a unit of work in a pool.
 type Job struct {
-	ID              uuid.UUID
-	PoolID          uuid.UUID
-	SubmittedBy     *uuid.UUID
-	Image           string
-	Command         []string
-	Env             map[string]string
-	Claim           Claim
-	Priority        int
-	MaxAttempts     int
-	IdempotencyKey  *string
-	Kind            string
-	State           JobState
-	StateReason     string
-	Attempt         int
+	ID             uuid.UUID
+	PoolID         uuid.UUID
+	SubmittedBy    *uuid.UUID
+	Image          string
+	Command        []string
+	Env            map[string]string
+	Claim          Claim
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey *string
+	Kind           string
+	State          JobState
+	StateReason    string
+	Attempt        int
+	// Undelivered counts the attempts whose lease never reached the runner
+	// (see ReturnUndelivered): taken numbers, but not tries.
+	Undelivered     int
 	RunnerID        *uuid.UUID
 	LeaseExpiresAt  *time.Time
 	AvailableAt     time.Time
@@ -67,6 +70,9 @@ type Job struct {
 	FinishedAt      *time.Time
 }
 
+// Tries is how many attempts reached a runner: what maxAttempts bounds.
+func (j Job) Tries() int { return j.Attempt - j.Undelivered }
+
 func jobFromRow(r dbsqlc.Job) Job {
 	env := map[string]string{}
 	_ = json.Unmarshal(r.Env, &env)
@@ -74,8 +80,8 @@ func jobFromRow(r dbsqlc.Job) Job {
 		ID: r.ID, PoolID: r.PoolID, SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
 		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
 		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
-		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID),
-		LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
+		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		RunnerID: uuidPtr(r.RunnerID), LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
 		SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
 	}
 }

@@ -456,3 +456,102 @@ func TestACancelDuringAResultIsNotLost(t *testing.T) {
 	require.Equal(t, 2, decisions)
 	require.Equal(t, store.JobCancelled, fin.State)
 }
+
+// A lease that never reached its runner goes back at once, fenced like a
+// result, and is no try: the job keeps all its attempts.
+func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r, other := b.runner(t, 8, 65536, 0), b.runner(t, 8, 65536, 0)
+	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
+	leased, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, 1, leased.Attempt)
+
+	// Another runner's, or another attempt's, return changes nothing.
+	stale := leased
+	stale.Attempt = 2
+	for _, try := range []struct {
+		runner uuid.UUID
+		job    store.Job
+	}{{other, leased}, {r, stale}} {
+		n, err := b.store.ReturnUndelivered(ctx, try.runner, []store.Job{try.job})
+		require.NoError(t, err)
+		require.Zero(t, n)
+	}
+	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobLeased, got.State)
+	require.Zero(t, got.Undelivered)
+
+	n, err := b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	// Twice is once.
+	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobQueued, got.State)
+	require.Nil(t, got.RunnerID)
+	require.Nil(t, got.LeaseExpiresAt)
+	require.Equal(t, 1, got.Attempt, "the number stays taken")
+	require.Equal(t, 1, got.Undelivered)
+	require.Zero(t, got.Tries())
+	require.False(t, got.AvailableAt.After(time.Now()), "no backoff: it can run at once")
+	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{j.ID})
+	require.NoError(t, err)
+	require.Len(t, runs[j.ID], 1)
+	require.NotNil(t, runs[j.ID][0].FinishedAt)
+	require.Equal(t, "not delivered", *runs[j.ID][0].ReturnReason)
+	events, err := b.store.JobEvents(ctx, j.ID, 0)
+	require.NoError(t, err)
+	require.Len(t, events, 3)
+	require.Equal(t, "REQUEUED", events[2].Type)
+	require.Equal(t, 1, events[2].Attempt)
+	require.Contains(t, events[2].Detail, "not delivered")
+
+	// Both its tries are still to come: attempts 2 and 3. When their
+	// leases run out, the first is requeued and the second fails it.
+	at := time.Now()
+	for attempt := 2; attempt <= 3; attempt++ {
+		req := anything(r)
+		req.Now = &at
+		again, ok, err := b.store.ClaimJob(ctx, req)
+		require.NoError(t, err)
+		require.True(t, ok, "attempt %d", attempt)
+		require.Equal(t, attempt, again.Attempt)
+		at = at.Add(time.Hour)
+		_, err = b.store.Sweep(ctx, store.SweepOptions{Now: &at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
+		require.NoError(t, err)
+		got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
+		require.NoError(t, err)
+		if attempt == 2 {
+			require.Equal(t, store.JobQueued, got.State, "1 of 2 tries used")
+		}
+	}
+	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, "lease of attempt 3 expired; 2 of 2 attempts used", got.StateReason)
+
+	// Cancelled while its lease was on the way: it ends CANCELLED.
+	c := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	leased, ok, err = b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, c.ID, leased.ID)
+	_, err = b.store.CancelJob(ctx, store.AllOrganisations(), c.ID)
+	require.NoError(t, err)
+	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got, err = b.store.Job(ctx, store.AllOrganisations(), c.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobCancelled, got.State)
+	require.NotNil(t, got.FinishedAt)
+	events, err = b.store.JobEvents(ctx, c.ID, 0)
+	require.NoError(t, err)
+	require.Equal(t, "CANCELLED", events[len(events)-1].Type)
+}

@@ -261,6 +261,46 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 	return out, nil
 }
 
+// ReturnUndelivered gives back leases (as ClaimJobs returned them) granted
+// to a request that ended before the answer reached the runner: each job is QUEUED again at once
+// (CANCELLED if a cancel came meanwhile), its run ends "not delivered",
+// and the attempt is not counted as a try. Only the runner's own leases
+// at exactly the attempt, still LEASED, are returned; it reports how many
+// were. The runner's failures in a row are left alone: it ran nothing.
+func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job) (int, error) {
+	if len(leased) == 0 {
+		return 0, nil
+	}
+	ids := make([]uuid.UUID, len(leased))
+	attempts := make([]int32, len(leased))
+	for i, j := range leased {
+		ids[i], attempts[i] = j.ID, int32(j.Attempt)
+	}
+	var n int
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		back, err := s.q.ReturnUndelivered(ctx, s.conn(ctx), dbsqlc.ReturnUndeliveredParams{
+			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
+		if err != nil {
+			return mapErr(err)
+		}
+		n = len(back)
+		changes := make([]string, len(back))
+		pools := map[uuid.UUID]bool{}
+		for i, b := range back {
+			changes[i] = b.ID.String()
+			if JobState(b.State) == JobQueued {
+				pools[b.PoolID] = true
+			}
+		}
+		s.notifyJobChanges(ctx, changes...)
+		for p := range pools {
+			s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+		}
+		return nil
+	})
+	return n, err
+}
+
 func (s *Store) setFailures(ctx context.Context, runnerID uuid.UUID, hostFault bool, quarantineAfter int) error {
 	return mapErr(s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
 		ID: runnerID, HostFault: hostFault, LimitFailures: int32(quarantineAfter),

@@ -56,9 +56,9 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 			if err := s.q.EndExpiredRun(ctx, s.conn(ctx), dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
 				return mapErr(err)
 			}
-			if j.Attempt >= j.MaxAttempts {
+			if j.Tries() >= j.MaxAttempts {
 				if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed),
-					StateReason: fmt.Sprintf("%s; %d of %d attempts used", reason, j.Attempt, j.MaxAttempts)}); err != nil {
+					StateReason: fmt.Sprintf("%s; %d of %d attempts used", reason, j.Tries(), j.MaxAttempts)}); err != nil {
 					return mapErr(err)
 				}
 				res.Failed++
@@ -67,7 +67,7 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 				}
 				continue
 			}
-			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: reason, AvailableAt: now.Add(o.Backoff(j.Attempt))}); err != nil {
+			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: reason, AvailableAt: now.Add(o.Backoff(j.Tries()))}); err != nil {
 				return mapErr(err)
 			}
 			res.Requeued++

@@ -1983,7 +1983,10 @@ type Job {
   claim: JobClaim!
   priority: Int!
   maxAttempts: Int!
-  "The newest attempt (0 before the first lease)."
+  """
+  The newest attempt (0 before the first lease). A lease that never reached its runner
+  (its request ended first) takes a number but is not counted against maxAttempts.
+  """
   attempt: Int!
   idempotencyKey: String
   kind: String!

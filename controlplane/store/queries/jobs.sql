@@ -271,6 +271,36 @@ WHERE j.state = 'BLOCKED'
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 
+-- name: ReturnUndelivered :many
+-- Leases granted to a request that ended before its answer went out: the
+-- runner never saw them, so each job goes back to the queue at once (or
+-- ends CANCELLED when a cancel came meanwhile), its run ends "not
+-- delivered", and the attempt does not count as a try. Fenced like a
+-- result: only the runner's own lease at exactly that attempt, still
+-- LEASED (a job it reported RUNNING was delivered), is returned.
+WITH back AS (
+    UPDATE jobs j
+    SET state = CASE WHEN j.cancel_requested THEN 'CANCELLED' ELSE 'QUEUED' END,
+        state_reason = CASE WHEN j.cancel_requested THEN 'cancelled before it reached a runner' ELSE '' END,
+        finished_at = CASE WHEN j.cancel_requested THEN now() END,
+        runner_id = NULL, lease_expires_at = NULL, undelivered = j.undelivered + 1
+    FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@attempts::int[])) AS t (id, attempt)
+    WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
+      AND j.state = 'LEASED'
+    RETURNING j.id, j.pool_id, j.attempt, j.state
+),
+run_rows AS (
+    UPDATE job_runs r SET finished_at = now(), return_reason = 'not delivered'
+    FROM back WHERE r.job_id = ANY(@ids::uuid[]) AND r.job_id = back.id AND r.attempt = back.attempt
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+    SELECT id, CASE WHEN state = 'CANCELLED' THEN 'CANCELLED' ELSE 'REQUEUED' END, attempt, @runner_id,
+           'lease not delivered: the runner''s request ended before the answer'
+    FROM back
+)
+SELECT id, pool_id, state FROM back;
+
 -- name: EndExpiredRun :exec
 -- An attempt whose lease ran out ends without a report from its runner.
 UPDATE job_runs SET finished_at = now(), return_reason = 'lease expired'

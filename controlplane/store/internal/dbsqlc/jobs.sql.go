@@ -66,7 +66,7 @@ leased AS (
         lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM fitting, r
     WHERE j.id = fitting.id
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name)
@@ -76,7 +76,7 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM leased ORDER BY priority DESC, submitted_at, id
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM leased ORDER BY priority DESC, submitted_at, id
 `
 
 type ClaimJobsParams struct {
@@ -117,6 +117,7 @@ type ClaimJobsRow struct {
 	CancelRequested  bool
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
+	Undelivered      int32
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -183,6 +184,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -247,7 +249,7 @@ func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunP
 }
 
 const expiredLeases = `-- name: ExpiredLeases :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
 WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < coalesce($1::timestamptz, now())
 ORDER BY lease_expires_at
 LIMIT $2
@@ -294,6 +296,7 @@ func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesP
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -383,7 +386,7 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered
 ),
 run_rows AS (
     UPDATE job_runs r
@@ -401,7 +404,7 @@ event_rows AS (
     SELECT done.id, t.event, done.attempt, $2, t.state_reason
     FROM done JOIN jsonb_to_recordset($3::jsonb) AS t (id uuid, event text, state_reason text) ON t.id = done.id
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM done
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM done
 `
 
 type FinishAttemptsParams struct {
@@ -434,6 +437,7 @@ type FinishAttemptsRow struct {
 	CancelRequested  bool
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
+	Undelivered      int32
 }
 
 // Fencing: only the runner holding a job at exactly the attempt may end it.
@@ -474,6 +478,7 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -506,7 +511,7 @@ func (q *Queries) GetHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, 
 }
 
 const getJob = `-- name: GetJob :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
 `
@@ -544,12 +549,13 @@ func (q *Queries) GetJob(ctx context.Context, db DBTX, arg GetJobParams) (Job, e
 		&i.CancelRequested,
 		&i.SubmittedAt,
 		&i.FinishedAt,
+		&i.Undelivered,
 	)
 	return i, err
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
 FOR UPDATE OF j
@@ -588,6 +594,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, db DBTX, arg GetJobForUpd
 		&i.CancelRequested,
 		&i.SubmittedAt,
 		&i.FinishedAt,
+		&i.Undelivered,
 	)
 	return i, err
 }
@@ -647,12 +654,12 @@ FROM jsonb_to_recordset($2::jsonb) AS v (
         id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
         wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
 ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at
+RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM inserted
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM inserted
 `
 
 type InsertJobsParams struct {
@@ -684,6 +691,7 @@ type InsertJobsRow struct {
 	CancelRequested  bool
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
+	Undelivered      int32
 }
 
 // A batch submission in one statement, with each new job's SUBMITTED event.
@@ -722,6 +730,7 @@ func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams)
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -759,7 +768,7 @@ func (q *Queries) InsertLogChunk(ctx context.Context, db DBTX, arg InsertLogChun
 }
 
 const jobByIdempotencyKey = `-- name: JobByIdempotencyKey :one
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs WHERE pool_id = $1 AND idempotency_key = $2
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs WHERE pool_id = $1 AND idempotency_key = $2
 `
 
 type JobByIdempotencyKeyParams struct {
@@ -794,6 +803,7 @@ func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIde
 		&i.CancelRequested,
 		&i.SubmittedAt,
 		&i.FinishedAt,
+		&i.Undelivered,
 	)
 	return i, err
 }
@@ -981,7 +991,7 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR j.pool_id = $3)
   AND ($4::text IS NULL OR j.state = $4)
@@ -1036,6 +1046,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -1048,7 +1059,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 }
 
 const lockJobs = `-- name: LockJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 `
 
 // The jobs a batch of results ends, locked in one order (id) so that
@@ -1086,6 +1097,7 @@ func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -1149,7 +1161,7 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 }
 
 const readJobs = `-- name: ReadJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at FROM jobs WHERE id = ANY($1::uuid[])
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs WHERE id = ANY($1::uuid[])
 `
 
 // The jobs a batch of results ends, read without locks: FinishAttempts
@@ -1191,6 +1203,7 @@ func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -1265,6 +1278,69 @@ type RequeueJobParams struct {
 func (q *Queries) RequeueJob(ctx context.Context, db DBTX, arg RequeueJobParams) error {
 	_, err := db.Exec(ctx, requeueJob, arg.StateReason, arg.AvailableAt, arg.ID)
 	return err
+}
+
+const returnUndelivered = `-- name: ReturnUndelivered :many
+WITH back AS (
+    UPDATE jobs j
+    SET state = CASE WHEN j.cancel_requested THEN 'CANCELLED' ELSE 'QUEUED' END,
+        state_reason = CASE WHEN j.cancel_requested THEN 'cancelled before it reached a runner' ELSE '' END,
+        finished_at = CASE WHEN j.cancel_requested THEN now() END,
+        runner_id = NULL, lease_expires_at = NULL, undelivered = j.undelivered + 1
+    FROM ROWS FROM (unnest($1::uuid[]), unnest($3::int[])) AS t (id, attempt)
+    WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
+      AND j.state = 'LEASED'
+    RETURNING j.id, j.pool_id, j.attempt, j.state
+),
+run_rows AS (
+    UPDATE job_runs r SET finished_at = now(), return_reason = 'not delivered'
+    FROM back WHERE r.job_id = ANY($1::uuid[]) AND r.job_id = back.id AND r.attempt = back.attempt
+),
+event_rows AS (
+    INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
+    SELECT id, CASE WHEN state = 'CANCELLED' THEN 'CANCELLED' ELSE 'REQUEUED' END, attempt, $2,
+           'lease not delivered: the runner''s request ended before the answer'
+    FROM back
+)
+SELECT id, pool_id, state FROM back
+`
+
+type ReturnUndeliveredParams struct {
+	Ids      []uuid.UUID
+	RunnerID uuid.NullUUID
+	Attempts []int32
+}
+
+type ReturnUndeliveredRow struct {
+	ID     uuid.UUID
+	PoolID uuid.UUID
+	State  string
+}
+
+// Leases granted to a request that ended before its answer went out: the
+// runner never saw them, so each job goes back to the queue at once (or
+// ends CANCELLED when a cancel came meanwhile), its run ends "not
+// delivered", and the attempt does not count as a try. Fenced like a
+// result: only the runner's own lease at exactly that attempt, still
+// LEASED (a job it reported RUNNING was delivered), is returned.
+func (q *Queries) ReturnUndelivered(ctx context.Context, db DBTX, arg ReturnUndeliveredParams) ([]ReturnUndeliveredRow, error) {
+	rows, err := db.Query(ctx, returnUndelivered, arg.Ids, arg.RunnerID, arg.Attempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ReturnUndeliveredRow
+	for rows.Next() {
+		var i ReturnUndeliveredRow
+		if err := rows.Scan(&i.ID, &i.PoolID, &i.State); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const runnerBookings = `-- name: RunnerBookings :many
@@ -1356,7 +1432,7 @@ func (q *Queries) SetJobState(ctx context.Context, db DBTX, arg SetJobStateParam
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.state IN ('QUEUED', 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
       < coalesce($2::timestamptz, now())
@@ -1404,6 +1480,7 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -1438,7 +1515,7 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const unblockable = `-- name: Unblockable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
@@ -1483,6 +1560,7 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}
@@ -1495,7 +1573,7 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unplaceable = `-- name: Unplaceable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
@@ -1543,6 +1621,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.CancelRequested,
 			&i.SubmittedAt,
 			&i.FinishedAt,
+			&i.Undelivered,
 		); err != nil {
 			return nil, err
 		}

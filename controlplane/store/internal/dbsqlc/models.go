@@ -104,6 +104,7 @@ type Job struct {
 	CancelRequested  bool
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
+	Undelivered      int32
 }
 
 type JobEvent struct {
