@@ -70,7 +70,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	leaseSeconds := fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds)
 	deadline := time.NewTimer(time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second)
 	defer deadline.Stop()
-	for {
+	for ctx.Err() == nil { // no claim for a request already gone
 		jobs, err := s.claim(ctx, c, req)
 		if err != nil {
 			s.internal(w, r, "leases", err)
