@@ -630,3 +630,33 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 	require.Equal(t, "host fault: image would not pull; 1 of 1 attempts used", data["job"].(map[string]any)["stateReason"])
 	require.Equal(t, 1, b.count(t, "SELECT failures_in_a_row FROM runners WHERE id = $1", runnerID), "a host fault on the job's first try")
 }
+
+// An attempt's output is kept up to a bound: a chunk past it is refused
+// with log_limit and dropped, and the logs end with one note saying so.
+// Fencing comes first: a stale attempt past the bound is still a 409.
+func TestOutputPastTheBoundIsNotKept(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	l := b.lease(t, c, anyWork(0))[0]
+	upload := func(attempt, seq int, data string) reply {
+		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: attempt, Seq: seq, Data: []byte(data)})
+		return b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body)
+	}
+	last := runnerapi.MaxLogChunksPerAttempt - 1
+	require.Equal(t, http.StatusNoContent, upload(1, 0, "first\n").Status)
+	require.Equal(t, http.StatusNoContent, upload(1, last, "last kept\n").Status)
+	stale := upload(2, last+1, "not held")
+	require.Equal(t, http.StatusConflict, stale.Status)
+	require.Equal(t, runnerapi.CodeStaleAttempt, stale.Code)
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM job_logs WHERE job_id = $1", id), "a stale chunk past the bound leaves no note")
+	for _, seq := range []int{last + 1, last + 7, last + 1} {
+		r := upload(1, seq, "dropped\n")
+		require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, "seq %d", seq)
+		require.Equal(t, runnerapi.CodeLogLimit, r.Code, "seq %d", seq)
+	}
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, "first\nlast kept\n"+runnerapi.LogLimitNote, data["job"].(map[string]any)["logs"])
+}

@@ -30,6 +30,7 @@ type job struct {
 	peak     uint64
 	log      chunk  // the last chunk sent, or being sent
 	pending  bool   // log was written down but not yet accepted
+	logFull  bool   // the server keeps no more of this attempt's output
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
 }
@@ -280,8 +281,11 @@ const maxRaw = runnerapi.MaxLogChunk
 
 // sendOutput sends what the job wrote since the last chunk, and reports
 // whether all of it is sent (false: try again later). Only follow, one
-// goroutine per job, touches j.log and j.pending.
+// goroutine per job, touches j.log, j.pending and j.logFull.
 func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
+	if j.logFull {
+		return true // nothing more of it is wanted
+	}
 	for ctx.Err() == nil {
 		if !j.pending {
 			next, ok := nextChunk(j.paths.Log, j.log)
@@ -304,6 +308,13 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 			return false
 		}
 		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
+		if runnerclient.Code(err) == runnerapi.CodeLogLimit {
+			// The rest stays in the file on this host only. (An agent
+			// restarted later learns this again from its next chunk.)
+			w.Log.Warn("job output over the server's bound: no more of it is sent", "lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt)
+			j.logFull, j.pending = true, false
+			return true
+		}
 		if runnerclient.Code(err) == runnerapi.CodeStaleAttempt {
 			w.mu.Lock()
 			j.gone = true

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -145,6 +146,7 @@ type fakeAPI struct {
 	asked       chan runnerapi.LeaseRequest
 	failResults int  // this many results fail with a 500 first
 	failLogs    bool // output uploads fail with a 500
+	logLimit    int  // from this sequence number on, uploads are refused with log_limit (0: never)
 	logTries    int
 	logs        []runnerapi.LogUpload // the uploads accepted
 }
@@ -169,6 +171,9 @@ func (a *fakeAPI) UploadLog(_ context.Context, _ string, u runnerapi.LogUpload) 
 	a.logTries++
 	if a.failLogs {
 		return &runnerclient.APIError{Status: 500, Code: runnerapi.CodeInternal, Msg: "internal error"}
+	}
+	if a.logLimit > 0 && u.Seq >= a.logLimit {
+		return &runnerclient.APIError{Status: 413, Code: runnerapi.CodeLogLimit, Msg: "over the bound"}
 	}
 	a.logs = append(a.logs, u)
 	return nil
@@ -449,5 +454,42 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 	}
 	if got := api.logs[1]; got.Seq != 1 || string(got.Data) != "second\n" {
 		t.Fatalf("second upload accepted: seq %d %q", got.Seq, got.Data)
+	}
+}
+
+// Once the server keeps no more of an attempt's output, the agent stops
+// sending it, however much more the job writes, and the job's result
+// still goes out.
+func TestOutputPastTheServersBoundIsNotSent(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	api.logLimit = 1
+	w := newWorker(t, rt, api)
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	const id = "dddddddd-0000-4000-8000-000000000001"
+	<-api.asked
+	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}}}
+	p := rt.host.Paths(id, 1)
+	eventually(t, "the unit", func() bool { return rt.has(p.Unit) })
+	tries := func() int {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return api.logTries
+	}
+	appendTo(t, p.Log, criLine("stdout", "F", "kept"))
+	eventually(t, "chunk 0 sent", func() bool { return tries() == 1 })
+	appendTo(t, p.Log, criLine("stdout", "F", "refused"))
+	eventually(t, "chunk 1 refused", func() bool { return tries() == 2 })
+	for i := range 5 {
+		appendTo(t, p.Log, criLine("stdout", "F", fmt.Sprintf("more %d", i)))
+		time.Sleep(30 * time.Millisecond) // three polls each
+	}
+	rt.end(p.Unit, 0)
+	eventually(t, "the result", func() bool { _, ok := api.result(id); return ok })
+	if n := tries(); n != 2 {
+		t.Fatalf("%d uploads: after the refusal nothing more should be sent", n)
 	}
 }

@@ -138,6 +138,20 @@ type LogUpload struct {
 // MaxLogChunk bounds one chunk.
 const MaxLogChunk = 32 << 10
 
+// MaxLogChunksPerAttempt bounds what the server keeps of one attempt's
+// output: sequence numbers 0 to 2,047, at most 64 MiB. A chunk past it is
+// refused with CodeLogLimit, and in its place a note that the rest was not
+// kept is stored, once. One job that writes without end cannot fill the
+// database.
+const MaxLogChunksPerAttempt = 2048
+
+// CodeLogLimit: the attempt's output is past MaxLogChunksPerAttempt; the
+// runner sends no more of it.
+const CodeLogLimit = "log_limit"
+
+// LogLimitNote is what the logs of an attempt cut at the bound end with.
+const LogLimitNote = "[runmesh: output beyond this point was not kept (64 MiB per attempt)]\n"
+
 // ResultRequest says how an attempt ended: ExitCode when the job's process
 // ran to an end, otherwise ReturnReason (the runner gives the job back).
 type ResultRequest struct {

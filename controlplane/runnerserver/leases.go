@@ -174,12 +174,22 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "attempt ≥ 1, seq ≥ 0, data at most 32 KiB")
 		return
 	}
-	err := s.o.Store.AppendLog(r.Context(), id, req.Attempt, c.runner.ID, req.Seq, req.Data)
+	seq, data, full := req.Seq, req.Data, req.Seq >= runnerapi.MaxLogChunksPerAttempt
+	if full {
+		// Past the bound: the note takes the first place past it (a
+		// chunk stored before under a sequence number is kept, so it is
+		// written once) and the chunk itself is dropped.
+		seq, data = runnerapi.MaxLogChunksPerAttempt, []byte(runnerapi.LogLimitNote)
+	}
+	err := s.o.Store.AppendLog(r.Context(), id, req.Attempt, c.runner.ID, seq, data)
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt):
 		s.stale(w)
 	case err != nil:
 		s.internal(w, r, "logs", err)
+	case full:
+		writeError(w, http.StatusRequestEntityTooLarge, runnerapi.CodeLogLimit,
+			fmt.Sprintf("this attempt's output is over the bound of %d chunks: nothing more of it is kept", runnerapi.MaxLogChunksPerAttempt))
 	default:
 		w.WriteHeader(http.StatusNoContent)
 	}
