@@ -660,3 +660,26 @@ func TestOutputPastTheBoundIsNotKept(t *testing.T) {
 	require.Empty(t, code)
 	require.Equal(t, "first\nlast kept\n"+runnerapi.LogLimitNote, data["job"].(map[string]any)["logs"])
 }
+
+// The sweeper of a running server prunes jobs past the retention (here
+// all finished ones: the retention is a nanosecond) and nothing else.
+func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *controlplane.Options) {
+		o.SweepInterval, o.JobRetention = 20*time.Millisecond, time.Nanosecond
+	})
+	done, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	waiting, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state } }`, map[string]any{"id": done})
+	require.Empty(t, code)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM jobs WHERE id = $1", done) == 0
+	}, 10*time.Second, 20*time.Millisecond, "the cancelled job pruned")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM job_events WHERE job_id = $1", done))
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": done})
+	require.Empty(t, code)
+	require.Nil(t, data["job"], "no such job any more")
+	data, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": waiting})
+	require.Empty(t, code)
+	require.Equal(t, "QUEUED", data["job"].(map[string]any)["state"])
+}

@@ -48,7 +48,8 @@ type testBundle struct {
 	poolB     store.Pool
 }
 
-func setup(t *testing.T) *testBundle {
+// setup starts a server on a fresh database; mods change its options.
+func setup(t *testing.T, mods ...func(*controlplane.Options)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{pool: storetest.NewPool(t)}
@@ -56,10 +57,14 @@ func setup(t *testing.T) *testBundle {
 	keys, _, err := ca.Init(t.TempDir(), "test")
 	require.NoError(t, err)
 	b.keys = keys
-	b.srv, err = controlplane.New(controlplane.Options{
+	o := controlplane.Options{
 		Pool: b.pool, Store: b.store, AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0",
 		CA: keys, RunnerNames: []string{"127.0.0.1"},
-	})
+	}
+	for _, m := range mods {
+		m(&o)
+	}
+	b.srv, err = controlplane.New(o)
 	require.NoError(t, err)
 	require.NoError(t, b.srv.Start(ctx))
 	t.Cleanup(func() {

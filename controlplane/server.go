@@ -54,6 +54,8 @@ type Options struct {
 	// SweepInterval is how often the sweeper applies the queue's time rules
 	// (expired leases, queue timeouts, blocked jobs). Default 1 s.
 	SweepInterval time.Duration
+	// JobRetention is how long finished jobs are kept (0: 90 days).
+	JobRetention time.Duration
 }
 
 // Server is a running control plane. Start it, then Stop it.
@@ -150,7 +152,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.runnerAPI.Run(bg) })
 	sweeper := &jobs.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
-		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours}
+		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention}
 	s.goBackground(func() { sweeper.Run(bg) })
 	select {
 	case <-s.listener.Ready():

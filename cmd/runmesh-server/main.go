@@ -130,6 +130,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		AdminAddr:          cfg.Admin.Listen,
 		AdminTLS:           tlsCfg,
 		Defaults:           graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
+		JobRetention:       time.Duration(cfg.Jobs.RetentionDays) * 24 * time.Hour,
 		CA:                 keys,
 		RunnerAddr:         cfg.Runner.Listen,
 		RunnerNames:        cfg.Runner.Names,

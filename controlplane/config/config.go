@@ -28,6 +28,7 @@ type Config struct {
 	Admin    Admin    `yaml:"admin"`
 	Runner   Runner   `yaml:"runner"`
 	Pools    Pools    `yaml:"pools"`
+	Jobs     Jobs     `yaml:"jobs"`
 	Log      Log      `yaml:"log"`
 }
 
@@ -65,6 +66,13 @@ func (r Runner) CertLifetime() time.Duration {
 type Pools struct {
 	DefaultLeaseSeconds      int `yaml:"default_lease_seconds"`
 	DefaultQueueTimeoutHours int `yaml:"default_queue_timeout_hours"`
+}
+
+// Jobs says how long finished jobs are kept.
+type Jobs struct {
+	// RetentionDays: a job that ended longer ago is deleted, with its
+	// events, runs and output.
+	RetentionDays int `yaml:"retention_days"`
 }
 
 // Log configures logging.
@@ -173,6 +181,11 @@ func (c *Config) check() error {
 		c.Pools.DefaultQueueTimeoutHours = 24
 	} else if c.Pools.DefaultQueueTimeoutHours < 1 || c.Pools.DefaultQueueTimeoutHours > 8760 {
 		return &InvalidError{Field: "pools.default_queue_timeout_hours", Reason: "between 1 and 8760"}
+	}
+	if c.Jobs.RetentionDays == 0 {
+		c.Jobs.RetentionDays = 90
+	} else if c.Jobs.RetentionDays < 1 || c.Jobs.RetentionDays > 36500 {
+		return &InvalidError{Field: "jobs.retention_days", Reason: "between 1 and 36500"}
 	}
 	switch c.Log.Level {
 	case "":

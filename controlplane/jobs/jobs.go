@@ -66,7 +66,18 @@ type Sweeper struct {
 	Log                      *slog.Logger
 	Interval                 time.Duration
 	DefaultQueueTimeoutHours int
+	// Retention is how long a finished job is kept, with its events, runs
+	// and output (0: DefaultRetention).
+	Retention time.Duration
 }
+
+// DefaultRetention keeps finished jobs 90 days.
+const DefaultRetention = 90 * 24 * time.Hour
+
+// pruneBatch and pruneBatches bound the pruning of one full sweep: each
+// batch is a transaction of its own, so that deleting a backlog never
+// holds many locks or one long transaction.
+const pruneBatch, pruneBatches = 1000, 10
 
 // fullSweepEvery: one pass in this many also checks queue timeouts and
 // blocked jobs (they read the whole queue; expired leases are indexed).
@@ -94,5 +105,33 @@ func (s *Sweeper) Run(ctx context.Context) {
 		if res != (store.SweepResult{}) {
 			s.Log.Info("swept", "requeued", res.Requeued, "failed", res.Failed, "expired", res.Expired, "blocked", res.Blocked, "unblocked", res.Unblocked)
 		}
+		if pass%fullSweepEvery == 0 {
+			s.prune(ctx)
+		}
+	}
+}
+
+// prune deletes jobs finished longer ago than the retention.
+func (s *Sweeper) prune(ctx context.Context) {
+	keep := s.Retention
+	if keep == 0 {
+		keep = DefaultRetention
+	}
+	total := 0
+	for range pruneBatches {
+		n, err := s.Store.PruneJobs(ctx, time.Now().Add(-keep), pruneBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.Log.Error("pruning finished jobs", "err", err)
+			}
+			break
+		}
+		total += n
+		if n < pruneBatch {
+			break
+		}
+	}
+	if total > 0 {
+		s.Log.Info("pruned finished jobs", "jobs", total, "finished_before", time.Now().Add(-keep).UTC().Format(time.RFC3339))
 	}
 }

@@ -555,3 +555,64 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "CANCELLED", events[len(events)-1].Type)
 }
+
+// Jobs that ended before the cutoff go with their events, runs and output;
+// jobs still queued or held stay, however old, and so does everything of
+// a job that ended after it.
+func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	succeed := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
+	zero := 0
+	var finished []uuid.UUID
+	for range 3 {
+		j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+		_, ok, err := b.store.ClaimJob(ctx, anything(r))
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, b.store.AppendLog(ctx, j.ID, 1, r, 0, []byte("out\n")))
+		_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 1, RunnerID: r, ExitCode: &zero}, 3, succeed)
+		require.NoError(t, err)
+		finished = append(finished, j.ID)
+	}
+	cancelled := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	_, err := b.store.CancelJob(ctx, store.AllOrganisations(), cancelled.ID)
+	require.NoError(t, err)
+	finished = append(finished, cancelled.ID)
+	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	_, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	queued := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	kept := []uuid.UUID{held.ID, queued.ID}
+
+	rows := func(ids []uuid.UUID) (n int) {
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs WHERE id = ANY($1))
+			+ (SELECT count(*) FROM job_events WHERE job_id = ANY($1)) + (SELECT count(*) FROM job_runs WHERE job_id = ANY($1))
+			+ (SELECT count(*) FROM job_logs WHERE job_id = ANY($1))`, ids).Scan(&n))
+		return n
+	}
+	keptRows := rows(kept)
+
+	// All of them ended after a cutoff an hour ago.
+	n, err := b.store.PruneJobs(ctx, time.Now().Add(-time.Hour), 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	// A cutoff after they ended: a batch at a time, oldest first.
+	later := time.Now().Add(time.Hour)
+	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, 0, rows(finished[:3]), "the three oldest, with their events, runs and output")
+	require.NotZero(t, rows(finished[3:]))
+	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 0, rows(finished))
+	require.Equal(t, keptRows, rows(kept), "queued and held jobs stay, with all they have")
+	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

@@ -137,3 +137,32 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 	})
 	return res, err
 }
+
+// PruneJobs deletes up to max jobs that ended before the cutoff, with
+// their events, runs and output, in one transaction; it returns how many.
+// Jobs still queued or held are never touched, however old.
+func (s *Store) PruneJobs(ctx context.Context, before time.Time, max int) (int, error) {
+	var n int
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		ids, err := s.q.PrunableJobs(ctx, s.conn(ctx), dbsqlc.PrunableJobsParams{
+			Below: uuidV7Floor(before), Before: before, MaxRows: int32(max)})
+		if err != nil || len(ids) == 0 {
+			return mapErr(err)
+		}
+		deleted, err := s.q.DeleteJobs(ctx, s.conn(ctx), ids)
+		n = int(deleted)
+		return mapErr(err)
+	})
+	return n, err
+}
+
+// uuidV7Floor is the smallest UUIDv7 of the millisecond t: every job
+// submitted before t has a smaller id.
+func uuidV7Floor(t time.Time) uuid.UUID {
+	var u uuid.UUID
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		u[i] = byte(ms >> (8 * (5 - i)))
+	}
+	return u
+}

@@ -387,3 +387,29 @@ SELECT * FROM job_runs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, att
 
 -- name: JobLogsForJobs :many
 SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt, seq;
+
+-- name: PrunableJobs :many
+-- Jobs that ended before the cutoff, oldest first, locked for the pruning
+-- (SKIP LOCKED: the sweepers of several replicas share the work). Job ids
+-- are UUIDv7, ordered by submission, and a job ends after it was submitted:
+-- the walk is along the primary key up to the cutoff's ids, not through the
+-- whole table.
+SELECT id FROM jobs
+WHERE id < @below::uuid AND finished_at < @before::timestamptz
+ORDER BY id
+LIMIT @max_rows
+FOR UPDATE SKIP LOCKED;
+
+-- name: DeleteJobs :execrows
+-- Jobs and everything they left: events, runs, output. (= ANY(...) lets
+-- the planner probe each primary key by job.)
+WITH events AS (
+    DELETE FROM job_events WHERE job_id = ANY(@ids::uuid[])
+),
+runs AS (
+    DELETE FROM job_runs WHERE job_id = ANY(@ids::uuid[])
+),
+logs AS (
+    DELETE FROM job_logs WHERE job_id = ANY(@ids::uuid[])
+)
+DELETE FROM jobs WHERE id = ANY(@ids::uuid[]);

@@ -232,6 +232,29 @@ func (q *Queries) CreateHold(ctx context.Context, db DBTX, arg CreateHoldParams)
 	return i, err
 }
 
+const deleteJobs = `-- name: DeleteJobs :execrows
+WITH events AS (
+    DELETE FROM job_events WHERE job_id = ANY($1::uuid[])
+),
+runs AS (
+    DELETE FROM job_runs WHERE job_id = ANY($1::uuid[])
+),
+logs AS (
+    DELETE FROM job_logs WHERE job_id = ANY($1::uuid[])
+)
+DELETE FROM jobs WHERE id = ANY($1::uuid[])
+`
+
+// Jobs and everything they left: events, runs, output. (= ANY(...) lets
+// the planner probe each primary key by job.)
+func (q *Queries) DeleteJobs(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
+	result, err := db.Exec(ctx, deleteJobs, ids)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const endExpiredRun = `-- name: EndExpiredRun :exec
 UPDATE job_runs SET finished_at = now(), return_reason = 'lease expired'
 WHERE job_id = $1 AND attempt = $2 AND finished_at IS NULL
@@ -1153,6 +1176,45 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const prunableJobs = `-- name: PrunableJobs :many
+SELECT id FROM jobs
+WHERE id < $1::uuid AND finished_at < $2::timestamptz
+ORDER BY id
+LIMIT $3
+FOR UPDATE SKIP LOCKED
+`
+
+type PrunableJobsParams struct {
+	Below   uuid.UUID
+	Before  time.Time
+	MaxRows int32
+}
+
+// Jobs that ended before the cutoff, oldest first, locked for the pruning
+// (SKIP LOCKED: the sweepers of several replicas share the work). Job ids
+// are UUIDv7, ordered by submission, and a job ends after it was submitted:
+// the walk is along the primary key up to the cutoff's ids, not through the
+// whole table.
+func (q *Queries) PrunableJobs(ctx context.Context, db DBTX, arg PrunableJobsParams) ([]uuid.UUID, error) {
+	rows, err := db.Query(ctx, prunableJobs, arg.Below, arg.Before, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
