@@ -372,22 +372,30 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 	}
 }
 
+// runOne starts a worker that is given one lease (attempt 1) and returns
+// once its unit runs; the worker stops with the test.
+func runOne(t *testing.T, rt *fakeRuntime, api *fakeAPI, id string) jobunit.Paths {
+	t.Helper()
+	w := newWorker(t, rt, api)
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go w.Run(ctx)
+	<-api.asked
+	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}}}
+	p := rt.host.Paths(id, 1)
+	eventually(t, "the unit", func() bool { return rt.has(p.Unit) })
+	return p
+}
+
 // A result the server fails to take (a 500, a proxy's 502) is sent again,
 // not dropped: the job cannot produce it twice.
 func TestAResultIsSentUntilTheServerHasIt(t *testing.T) {
 	t.Parallel()
 	rt, api := newRuntime(t), newAPI()
 	api.failResults = 2
-	w := newWorker(t, rt, api)
-	ready(t, w)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
 	const id = "cccccccc-0000-4000-8000-000000000001"
-	<-api.asked
-	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}}}
-	unit := rt.host.Paths(id, 1).Unit
-	eventually(t, "the unit", func() bool { return rt.has(unit) })
+	unit := runOne(t, rt, api, id).Unit
 	rt.end(unit, 0)
 	// Retries back off from 1 s.
 	deadline := time.Now().Add(10 * time.Second)
@@ -464,16 +472,8 @@ func TestOutputPastTheServersBoundIsNotSent(t *testing.T) {
 	t.Parallel()
 	rt, api := newRuntime(t), newAPI()
 	api.logLimit = 1
-	w := newWorker(t, rt, api)
-	ready(t, w)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
 	const id = "dddddddd-0000-4000-8000-000000000001"
-	<-api.asked
-	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}}}
-	p := rt.host.Paths(id, 1)
-	eventually(t, "the unit", func() bool { return rt.has(p.Unit) })
+	p := runOne(t, rt, api, id)
 	tries := func() int {
 		api.mu.Lock()
 		defer api.mu.Unlock()
