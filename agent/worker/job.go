@@ -33,6 +33,10 @@ type job struct {
 	logFull  bool   // the server keeps no more of this attempt's output
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
+	// unknown: adopted without a readable record, so what it books (its
+	// claim, its GPUs) is not known here. While it runs the whole host is
+	// taken to be booked: a GPU it uses is never handed to another job.
+	unknown bool
 }
 
 // chunk is a piece of the output file: bytes [From, To) of the log are
@@ -69,16 +73,20 @@ func (w *Worker) save(j *job) error {
 }
 
 // load fills in an adopted job from its record; without a readable record
-// it stays as the unit names it, booking no cores, memory or GPUs.
+// it stays as the unit names it, and unknown.
 func (w *Worker) load(j *job) {
+	j.unknown = true
 	b, err := os.ReadFile(w.recordPath(j.paths))
 	if err != nil {
+		w.Log.Warn("an adopted job has no lease record: no new work until it ends", "lease_id", j.lease.LeaseID, "err", err)
 		return
 	}
 	var r record
 	if json.Unmarshal(b, &r) != nil || r.Lease.LeaseID != j.lease.LeaseID || r.Lease.Attempt != j.lease.Attempt {
+		w.Log.Warn("an adopted job's lease record is unreadable: no new work until it ends", "lease_id", j.lease.LeaseID)
 		return
 	}
+	j.unknown = false
 	j.lease, j.gpus, j.digest, j.log = r.Lease, r.GPUs, r.Digest, r.Log
 	j.pending = r.Log.Seq >= 0 && r.Log.To > r.Log.From
 }

@@ -253,6 +253,7 @@ func (w *Worker) Run(ctx context.Context) {
 }
 
 // request is what to ask for: the kinds, the largest job, what is free.
+// There is no room while a job of unknown claim runs.
 func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 	c, ok := w.Capacity()
 	if !ok {
@@ -261,15 +262,16 @@ func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 	total := runnerapi.Resources{Cores: c.Host.Cores, MemoryMiB: c.Host.MemoryMiB, GPUs: len(healthyGPUs(c))}
 	free := total
 	w.mu.Lock()
-	n := len(w.held)
+	n, unknown := len(w.held), false
 	for _, j := range w.held {
 		free.Cores -= j.lease.Claim.Cores
 		free.MemoryMiB -= j.lease.Claim.MemoryMiB
 		free.GPUs -= len(j.gpus)
+		unknown = unknown || j.unknown
 	}
 	w.mu.Unlock()
 	free.Cores, free.MemoryMiB, free.GPUs = max(free.Cores, 0), max(free.MemoryMiB, 0), max(free.GPUs, 0)
-	if n >= MaxJobs || free.Cores < 0.001 {
+	if n >= MaxJobs || free.Cores < 0.001 || unknown {
 		return runnerapi.LeaseRequest{}, false
 	}
 	return runnerapi.LeaseRequest{
@@ -296,6 +298,10 @@ func (w *Worker) freeGPUs(n int) []string {
 	taken := map[string]bool{}
 	w.mu.Lock()
 	for _, j := range w.held {
+		if j.unknown {
+			w.mu.Unlock()
+			return nil // any GPU may be its
+		}
 		for _, g := range j.gpus {
 			taken[g] = true
 		}

@@ -493,3 +493,35 @@ func TestOutputPastTheServersBoundIsNotSent(t *testing.T) {
 		t.Fatalf("%d uploads: after the refusal nothing more should be sent", n)
 	}
 }
+
+// A job adopted without its lease record books an unknown share of the
+// host (its GPUs included): no work is asked for until it ends.
+func TestAnAdoptedJobWithoutItsRecordBooksTheHost(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	const id = "eeeeeeee-0000-4000-8000-000000000001"
+	unit := rt.addUnit(id, 1) // a unit, and no record of its lease
+	w := newWorker(t, rt, api)
+	w.Capacity = func() (runnerapi.Capacity, bool) {
+		return runnerapi.Capacity{Host: runnerapi.HostCapacity{Cores: 8, MemoryMiB: 16384}, GPUs: []runnerapi.GPU{{UUID: "GPU-1", Healthy: true}}}, true
+	}
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	select {
+	case req := <-api.asked:
+		t.Fatalf("asked for work (%+v) while a job of unknown claim runs", req.Free)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if w.freeGPUs(1) != nil {
+		t.Fatal("a GPU handed out while a job that may use it runs")
+	}
+	rt.end(unit, 0)
+	eventually(t, "its result", func() bool { _, ok := api.result(id); return ok })
+	select {
+	case <-api.asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no work asked for once it ended")
+	}
+}
