@@ -668,6 +668,9 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 	b := setup(t, func(o *controlplane.Options) {
 		o.SweepInterval, o.JobRetention = 20*time.Millisecond, time.Nanosecond
 	})
+	_, c, _ := b.approvedRunner(t, measured(0))
+	held, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	require.Len(t, b.lease(t, c, anyWork(0)), 1)
 	done, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	waiting, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state } }`, map[string]any{"id": done})
@@ -679,7 +682,11 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": done})
 	require.Empty(t, code)
 	require.Nil(t, data["job"], "no such job any more")
-	data, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": waiting})
-	require.Empty(t, code)
-	require.Equal(t, "QUEUED", data["job"].(map[string]any)["state"])
+	// Several passes later, the queued and the held job are still there.
+	time.Sleep(500 * time.Millisecond)
+	for id, state := range map[string]string{waiting: "QUEUED", held: "LEASED"} {
+		data, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})
+		require.Empty(t, code)
+		require.Equal(t, state, data["job"].(map[string]any)["state"])
+	}
 }

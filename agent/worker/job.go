@@ -316,10 +316,12 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 			return false
 		}
 		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
-		if runnerclient.Code(err) == runnerapi.CodeLogLimit {
-			// The rest stays in the file on this host only. (An agent
+		if refusedForGood(err) {
+			// The rest stays in the file on this host only: output is
+			// never worth holding back the job's result for. (An agent
 			// restarted later learns this again from its next chunk.)
-			w.Log.Warn("job output over the server's bound: no more of it is sent", "lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt)
+			w.Log.Warn("the server takes no more of this job's output: none is sent", "lease_id", j.lease.LeaseID,
+				"attempt", j.lease.Attempt, "err", err)
 			j.logFull, j.pending = true, false
 			return true
 		}
@@ -334,6 +336,17 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 			return false // the same chunk again next time
 		}
 		j.pending = false
+	}
+	return false
+}
+
+// refusedForGood: an answer to a chunk that sending it again cannot change
+// (past the server's bound, or refused as malformed), unlike a stale attempt
+// (the job is gone) or a failure of the server or the network.
+func refusedForGood(err error) bool {
+	switch runnerclient.Code(err) {
+	case runnerapi.CodeLogLimit, runnerapi.CodeBadRequest, runnerapi.CodeTooLarge:
+		return true
 	}
 	return false
 }

@@ -212,8 +212,10 @@ func (w *Worker) Run(ctx context.Context) {
 			continue
 		}
 		// A drain cancels the wait for work. Leases granted before it
-		// took effect are ours and run; those the server grants as the
-		// request is cancelled it gives back to the queue itself.
+		// took effect are ours and run. Those the server grants as the
+		// request is cancelled it gives back to the queue itself, when it
+		// sees the request end before its answer goes out; an answer lost
+		// after that expires with its lease.
 		lctx, cancel := context.WithCancel(ctx)
 		w.mu.Lock()
 		w.stopAsking, w.asking = cancel, true

@@ -7,7 +7,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/store"
 )
@@ -74,17 +77,25 @@ type Sweeper struct {
 // DefaultRetention keeps finished jobs 90 days.
 const DefaultRetention = 90 * 24 * time.Hour
 
-// pruneBatch and pruneBatches bound the pruning of one full sweep: each
-// batch is a transaction of its own, so that deleting a backlog never
-// holds many locks or one long transaction.
-const pruneBatch, pruneBatches = 1000, 10
-
 // fullSweepEvery: one pass in this many also checks queue timeouts and
 // blocked jobs (they read the whole queue; expired leases are indexed).
 const fullSweepEvery = 10
 
-// Run sweeps until ctx ends.
+// Pruning runs beside the sweep, every fullSweepEvery intervals: deleting
+// a backlog of finished jobs never delays the requeueing of expired leases.
+// Each batch is a transaction of its own (a job may carry up to 64 MiB of
+// output per attempt), and a pass stops after pruneBudget, leaving the
+// rest to the next one.
+const (
+	pruneBatch  = 500
+	pruneBudget = 2 * time.Second
+)
+
+// Run sweeps, and prunes, until ctx ends.
 func (s *Sweeper) Run(ctx context.Context) {
+	var pruning sync.WaitGroup
+	defer pruning.Wait()
+	pruning.Go(func() { s.pruneEvery(ctx, fullSweepEvery*s.Interval) })
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
 	for pass := 0; ; pass++ {
@@ -105,33 +116,49 @@ func (s *Sweeper) Run(ctx context.Context) {
 		if res != (store.SweepResult{}) {
 			s.Log.Info("swept", "requeued", res.Requeued, "failed", res.Failed, "expired", res.Expired, "blocked", res.Blocked, "unblocked", res.Unblocked)
 		}
-		if pass%fullSweepEvery == 0 {
-			s.prune(ctx)
+	}
+}
+
+// pruneEvery prunes at once, then every interval, until ctx ends.
+func (s *Sweeper) pruneEvery(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		s.prune(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
 
-// prune deletes jobs finished longer ago than the retention.
+// prune deletes jobs that ended longer ago than the retention, batch by
+// batch, for at most pruneBudget.
 func (s *Sweeper) prune(ctx context.Context) {
 	keep := s.Retention
 	if keep == 0 {
 		keep = DefaultRetention
 	}
-	total := 0
-	for range pruneBatches {
-		n, err := s.Store.PruneJobs(ctx, time.Now().Add(-keep), pruneBatch)
+	start, total, after := time.Now(), 0, uuid.Nil
+	for {
+		n, last, err := s.Store.PruneJobs(ctx, keep, after, pruneBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.Log.Error("pruning finished jobs", "err", err)
 			}
-			break
+			return
 		}
-		total += n
+		total, after = total+n, last
 		if n < pruneBatch {
 			break
 		}
+		if time.Since(start) > pruneBudget {
+			s.Log.Warn("finished jobs past their retention remain; pruning goes on at the next pass", "pruned", total)
+			return
+		}
 	}
 	if total > 0 {
-		s.Log.Info("pruned finished jobs", "jobs", total, "finished_before", time.Now().Add(-keep).UTC().Format(time.RFC3339))
+		s.Log.Info("pruned finished jobs", "jobs", total, "retention", keep.String())
 	}
 }

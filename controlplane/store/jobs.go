@@ -71,7 +71,11 @@ type Job struct {
 }
 
 // Tries is how many attempts reached a runner: what maxAttempts bounds.
-func (j Job) Tries() int { return j.Attempt - j.Undelivered }
+// Only the first maxUndelivered leases that never reached one are
+// forgiven, so a job whose answers keep getting lost still comes to an end.
+func (j Job) Tries() int { return j.Attempt - min(j.Undelivered, maxUndelivered) }
+
+const maxUndelivered = 3
 
 func jobFromRow(r dbsqlc.Job) Job {
 	env := map[string]string{}

@@ -556,9 +556,9 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	require.Equal(t, "CANCELLED", events[len(events)-1].Type)
 }
 
-// Jobs that ended before the cutoff go with their events, runs and output;
-// jobs still queued or held stay, however old, and so does everything of
-// a job that ended after it.
+// Jobs that ended before the cutoff go with their events, runs and output,
+// a batch at a time in id order; jobs still queued or held stay, however
+// old, and so does everything of a job that ended after the cutoff.
 func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -567,7 +567,7 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	succeed := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
 	zero := 0
 	var finished []uuid.UUID
-	for range 3 {
+	for range 4 {
 		j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 		_, ok, err := b.store.ClaimJob(ctx, anything(r))
 		require.NoError(t, err)
@@ -586,33 +586,69 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	queued := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	kept := []uuid.UUID{held.ID, queued.ID}
+	// Submitted with the others, but ended (as if) two hours from now.
+	late := finished[1]
+	_, err = b.db.Exec(ctx, `UPDATE jobs SET finished_at = now() + interval '2 hours' WHERE id = $1`, late)
+	require.NoError(t, err)
+	kept := []uuid.UUID{held.ID, queued.ID, late}
+	gone := []uuid.UUID{finished[0], finished[2], finished[3], cancelled.ID}
 
-	rows := func(ids []uuid.UUID) (n int) {
+	rows := func(ids ...uuid.UUID) (n int) {
 		require.NoError(t, b.db.QueryRow(ctx, `SELECT (SELECT count(*) FROM jobs WHERE id = ANY($1))
 			+ (SELECT count(*) FROM job_events WHERE job_id = ANY($1)) + (SELECT count(*) FROM job_runs WHERE job_id = ANY($1))
 			+ (SELECT count(*) FROM job_logs WHERE job_id = ANY($1))`, ids).Scan(&n))
 		return n
 	}
-	keptRows := rows(kept)
+	keptRows := rows(kept...)
 
-	// All of them ended after a cutoff an hour ago.
-	n, err := b.store.PruneJobs(ctx, time.Now().Add(-time.Hour), 100)
+	// Kept an hour: all of them ended since.
+	n, last, err := b.store.PruneJobs(ctx, time.Hour, uuid.Nil, 100)
 	require.NoError(t, err)
 	require.Zero(t, n)
-	// A cutoff after they ended: a batch at a time, oldest first.
-	later := time.Now().Add(time.Hour)
-	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.Equal(t, uuid.Nil, last)
+	// Cut off an hour from now: a batch at a time, oldest first, each
+	// batch going on after the last.
+	n, last, err = b.store.PruneJobs(ctx, -time.Hour, uuid.Nil, 2)
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	require.Equal(t, 0, rows(finished[:3]), "the three oldest, with their events, runs and output")
-	require.NotZero(t, rows(finished[3:]))
-	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.Equal(t, 2, n)
+	require.Equal(t, finished[2], last, "the first two that ended before the cutoff")
+	require.Zero(t, rows(finished[0], finished[2]), "with their events, runs and output")
+	require.NotZero(t, rows(finished[3]))
+	n, last, err = b.store.PruneJobs(ctx, -time.Hour, last, 2)
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	require.Equal(t, 0, rows(finished))
-	require.Equal(t, keptRows, rows(kept), "queued and held jobs stay, with all they have")
-	n, err = b.store.PruneJobs(ctx, later, 3)
+	require.Equal(t, 2, n)
+	require.Equal(t, cancelled.ID, last)
+	require.Zero(t, rows(gone...))
+	require.Equal(t, keptRows, rows(kept...), "queued, held and later-ended jobs stay, with all they have")
+	n, _, err = b.store.PruneJobs(ctx, -time.Hour, uuid.Nil, 2)
 	require.NoError(t, err)
 	require.Zero(t, n)
+}
+
+// Jobs inserted without an id get a UUIDv7 from the database, in time
+// order with the store's: the pruning's walk finds them too.
+func TestJobIdsAreTimeOrdered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	before := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	time.Sleep(2 * time.Millisecond)
+	var id uuid.UUID
+	require.NoError(t, b.db.QueryRow(ctx, `INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
+		VALUES ($1, 'x', 1, 0, 0, 60) RETURNING id`, b.pool.ID).Scan(&id))
+	time.Sleep(2 * time.Millisecond)
+	after := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	require.Equal(t, uuid.Version(7), id.Version())
+	require.Equal(t, uuid.RFC4122, id.Variant())
+	require.Less(t, before.ID.String(), id.String())
+	require.Less(t, id.String(), after.ID.String())
+}
+
+// Undelivered leases are forgiven up to three: a job whose answers keep
+// getting lost still comes to an end.
+func TestTriesForgiveThreeUndeliveredLeases(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ attempt, undelivered, tries int }{{1, 0, 1}, {3, 2, 1}, {4, 3, 1}, {10, 5, 7}} {
+		require.Equal(t, c.tries, store.Job{Attempt: c.attempt, Undelivered: c.undelivered}.Tries(), "%+v", c)
+	}
 }

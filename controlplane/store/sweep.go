@@ -15,7 +15,7 @@ type SweepOptions struct {
 	Now                      *time.Time // nil: the database's clock
 	DefaultQueueTimeoutHours int
 	// Backoff is how long a job whose lease expired waits before it may be
-	// leased again, given the attempt that expired.
+	// leased again, given the tries it has had (Job.Tries).
 	Backoff func(attempt int) time.Duration
 	Batch   int
 	// LeasesOnly skips the queue-timeout and blocked checks, which read
@@ -138,27 +138,34 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 	return res, err
 }
 
-// PruneJobs deletes up to max jobs that ended before the cutoff, with
-// their events, runs and output, in one transaction; it returns how many.
+// PruneJobs deletes up to max jobs that ended longer than keep ago (by the
+// database's clock), with their events, runs and output, in one
+// transaction. It walks jobs in id order after the id after (uuid.Nil: from
+// the first) and returns how many it deleted and the id to go on after.
 // Jobs still queued or held are never touched, however old.
-func (s *Store) PruneJobs(ctx context.Context, before time.Time, max int) (int, error) {
+func (s *Store) PruneJobs(ctx context.Context, keep time.Duration, after uuid.UUID, max int) (int, uuid.UUID, error) {
 	var n int
+	last := after
 	err := s.WithTx(ctx, func(ctx context.Context) error {
+		// The ids are stamped by the clocks of the servers that took the
+		// jobs, the cutoff by the database's: the hour of slack keeps a
+		// skewed clock from hiding a job from the walk.
 		ids, err := s.q.PrunableJobs(ctx, s.conn(ctx), dbsqlc.PrunableJobsParams{
-			Below: uuidV7Floor(before), Before: before, MaxRows: int32(max)})
+			After: after, Below: uuidV7Bound(time.Now().Add(-keep + time.Hour)), KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 		if err != nil || len(ids) == 0 {
 			return mapErr(err)
 		}
 		deleted, err := s.q.DeleteJobs(ctx, s.conn(ctx), ids)
-		n = int(deleted)
+		n, last = int(deleted), ids[len(ids)-1]
 		return mapErr(err)
 	})
-	return n, err
+	return n, last, err
 }
 
-// uuidV7Floor is the smallest UUIDv7 of the millisecond t: every job
-// submitted before t has a smaller id.
-func uuidV7Floor(t time.Time) uuid.UUID {
+// uuidV7Bound is a lower bound of the UUIDv7s of the millisecond t (its
+// time, and zeros where they have their version and random bits): every
+// job submitted before t has a smaller id.
+func uuidV7Bound(t time.Time) uuid.UUID {
 	var u uuid.UUID
 	ms := uint64(t.UnixMilli())
 	for i := range 6 {

@@ -1985,7 +1985,7 @@ type Job {
   maxAttempts: Int!
   """
   The newest attempt (0 before the first lease). A lease that never reached its runner
-  (its request ended first) takes a number but is not counted against maxAttempts.
+  (its request ended first) takes a number but, up to three per job, is not counted against maxAttempts.
   """
   attempt: Int!
   idempotencyKey: String

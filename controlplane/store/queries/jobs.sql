@@ -389,13 +389,15 @@ SELECT * FROM job_runs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, att
 SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt, seq;
 
 -- name: PrunableJobs :many
--- Jobs that ended before the cutoff, oldest first, locked for the pruning
--- (SKIP LOCKED: the sweepers of several replicas share the work). Job ids
--- are UUIDv7, ordered by submission, and a job ends after it was submitted:
--- the walk is along the primary key up to the cutoff's ids, not through the
--- whole table.
+-- Jobs that ended longer than keep_seconds ago (by the database's clock),
+-- oldest first, after the id the last batch ended at, locked for the
+-- pruning (SKIP LOCKED: the sweepers of several replicas share the work).
+-- Job ids are UUIDv7, ordered by submission, and a job ends after it was
+-- submitted: the walk is along the primary key, between the last batch and
+-- the ids of the cutoff, not through the whole table.
 SELECT id FROM jobs
-WHERE id < @below::uuid AND finished_at < @before::timestamptz
+WHERE id > @after::uuid AND id < @below::uuid
+  AND finished_at < now() - make_interval(secs => @keep_seconds::float8)
 ORDER BY id
 LIMIT @max_rows
 FOR UPDATE SKIP LOCKED;

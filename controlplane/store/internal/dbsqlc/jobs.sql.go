@@ -1185,25 +1185,33 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 
 const prunableJobs = `-- name: PrunableJobs :many
 SELECT id FROM jobs
-WHERE id < $1::uuid AND finished_at < $2::timestamptz
+WHERE id > $1::uuid AND id < $2::uuid
+  AND finished_at < now() - make_interval(secs => $3::float8)
 ORDER BY id
-LIMIT $3
+LIMIT $4
 FOR UPDATE SKIP LOCKED
 `
 
 type PrunableJobsParams struct {
-	Below   uuid.UUID
-	Before  time.Time
-	MaxRows int32
+	After       uuid.UUID
+	Below       uuid.UUID
+	KeepSeconds float64
+	MaxRows     int32
 }
 
-// Jobs that ended before the cutoff, oldest first, locked for the pruning
-// (SKIP LOCKED: the sweepers of several replicas share the work). Job ids
-// are UUIDv7, ordered by submission, and a job ends after it was submitted:
-// the walk is along the primary key up to the cutoff's ids, not through the
-// whole table.
+// Jobs that ended longer than keep_seconds ago (by the database's clock),
+// oldest first, after the id the last batch ended at, locked for the
+// pruning (SKIP LOCKED: the sweepers of several replicas share the work).
+// Job ids are UUIDv7, ordered by submission, and a job ends after it was
+// submitted: the walk is along the primary key, between the last batch and
+// the ids of the cutoff, not through the whole table.
 func (q *Queries) PrunableJobs(ctx context.Context, db DBTX, arg PrunableJobsParams) ([]uuid.UUID, error) {
-	rows, err := db.Query(ctx, prunableJobs, arg.Below, arg.Before, arg.MaxRows)
+	rows, err := db.Query(ctx, prunableJobs,
+		arg.After,
+		arg.Below,
+		arg.KeepSeconds,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
