@@ -68,6 +68,23 @@ func (b jobsBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJ
 	return j
 }
 
+// leaseAndLetExpire leases the runner's next job at *at, as the attempt
+// given, and lets the lease run out: *at moves an hour on, and the sweeper
+// runs then.
+func (b jobsBundle) leaseAndLetExpire(t *testing.T, r uuid.UUID, at *time.Time, attempt int) {
+	t.Helper()
+	ctx := context.Background()
+	req := anything(r)
+	req.Now = at
+	got, ok, err := b.store.ClaimJob(ctx, req)
+	require.NoError(t, err)
+	require.True(t, ok, "attempt %d", attempt)
+	require.Equal(t, attempt, got.Attempt)
+	*at = at.Add(time.Hour)
+	_, err = b.store.Sweep(ctx, store.SweepOptions{Now: at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+}
+
 func anything(runner uuid.UUID) store.ClaimRequest {
 	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 	return store.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
@@ -207,15 +224,7 @@ func TestExpiredLeasesFailAfterMaxAttempts(t *testing.T) {
 	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
 	at := time.Now()
 	for attempt := 1; attempt <= 2; attempt++ {
-		req := anything(r)
-		req.Now = &at
-		got, ok, err := b.store.ClaimJob(ctx, req)
-		require.NoError(t, err)
-		require.True(t, ok, "attempt %d", attempt)
-		require.Equal(t, attempt, got.Attempt)
-		at = at.Add(time.Hour)
-		_, err = b.store.Sweep(ctx, store.SweepOptions{Now: &at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
-		require.NoError(t, err)
+		b.leaseAndLetExpire(t, r, &at, attempt)
 	}
 	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
 	require.NoError(t, err)
@@ -518,15 +527,7 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	// leases run out, the first is requeued and the second fails it.
 	at := time.Now()
 	for attempt := 2; attempt <= 3; attempt++ {
-		req := anything(r)
-		req.Now = &at
-		again, ok, err := b.store.ClaimJob(ctx, req)
-		require.NoError(t, err)
-		require.True(t, ok, "attempt %d", attempt)
-		require.Equal(t, attempt, again.Attempt)
-		at = at.Add(time.Hour)
-		_, err = b.store.Sweep(ctx, store.SweepOptions{Now: &at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
-		require.NoError(t, err)
+		b.leaseAndLetExpire(t, r, &at, attempt)
 		got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
 		require.NoError(t, err)
 		if attempt == 2 {
