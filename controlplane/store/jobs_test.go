@@ -653,3 +653,45 @@ func TestTriesForgiveThreeUndeliveredLeases(t *testing.T) {
 		require.Equal(t, c.tries, store.Job{Attempt: c.attempt, Undelivered: c.undelivered}.Tries(), "%+v", c)
 	}
 }
+
+// Finished jobs pile up for their retention. What runs all the time (the
+// sweeper's passes) or on demand (the job list) reaches the jobs it needs
+// through indexes, never by reading the whole table.
+func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	_, err := b.db.Exec(ctx, `
+		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, state, finished_at)
+		SELECT $1, 'x', 1, 0, 0, 60, 'SUCCEEDED', now() FROM generate_series(1, 20000)`, b.pool.ID)
+	require.NoError(t, err)
+	for range 3 {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60}) // blocked by the sweep below
+	_, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
+	require.NoError(t, err)
+
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		before, err := b.store.SeqScansOfJobs(ctx)
+		require.NoError(t, err)
+		for range 2 { // the second sweep finds a blocked job to unblock, or not
+			res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+			require.NoError(t, err)
+			t.Logf("sweep: %+v", res)
+		}
+		for _, f := range []store.JobFilter{{Limit: 100}, {PoolID: &b.pool.ID, Limit: 100}} {
+			jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), f)
+			require.NoError(t, err)
+			require.Len(t, jobs, 100)
+		}
+		after, err := b.store.SeqScansOfJobs(ctx)
+		require.NoError(t, err)
+		require.Equal(t, before, after, "full reads of the jobs table")
+		return nil
+	}))
+}

@@ -1018,7 +1018,7 @@ SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.me
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR j.pool_id = $3)
   AND ($4::text IS NULL OR j.state = $4)
-ORDER BY j.submitted_at DESC, j.id
+ORDER BY j.id DESC
 LIMIT $5
 `
 
@@ -1030,6 +1030,9 @@ type ListJobsParams struct {
 	MaxRows  int32
 }
 
+// Newest first by id: ids are UUIDv7, in submission order, and the primary
+// key read backwards stops at the limit. (By submitted_at, which no index
+// orders, every list read and sorted the whole table.)
 func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]Job, error) {
 	rows, err := db.Query(ctx, listJobs,
 		arg.AllOrgs,
@@ -1503,7 +1506,7 @@ func (q *Queries) SetJobState(ctx context.Context, db DBTX, arg SetJobStateParam
 
 const timedOutJobs = `-- name: TimedOutJobs :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE j.state IN ('QUEUED', 'BLOCKED')
+WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
       < coalesce($2::timestamptz, now())
 LIMIT $3
@@ -1517,6 +1520,8 @@ type TimedOutJobsParams struct {
 }
 
 // Queued jobs past their pool's queue timeout, locked for the sweeper.
+// The states are ORed, not listed with IN: so written, the planner joins
+// jobs_queued and jobs_blocked instead of reading the whole table.
 func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsParams) ([]Job, error) {
 	rows, err := db.Query(ctx, timedOutJobs, arg.DefaultQueueTimeoutHours, arg.Now, arg.MaxRows)
 	if err != nil {
