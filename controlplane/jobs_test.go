@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -688,5 +689,55 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 		data, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})
 		require.Empty(t, code)
 		require.Equal(t, state, data["job"].(map[string]any)["state"])
+	}
+}
+
+// /metrics shows each pool's unfinished jobs by state and its held GPUs
+// (read from PostgreSQL at the scrape), the job events this server wrote,
+// and when its certificates expire.
+func TestJobMetrics(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	runnerID, c, _ := b.approvedRunner(t, measured(8))
+	for range 3 {
+		_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+		require.Empty(t, code)
+	}
+	l := b.lease(t, c, anyWork(0))
+	require.Len(t, l, 1)
+	require.JSONEq(t, `{"state":"SUCCEEDED"}`, b.result(t, c, l[0], runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}).Body)
+	l = b.lease(t, c, anyWork(0))
+	require.Len(t, l, 1)
+	_, code := b.gql(t, b.platform, `mutation($r: ID!) { createHold(runnerId: $r, gpus: 2, reason: "maintenance", durationSeconds: 3600) { id } }`,
+		map[string]any{"r": runnerID})
+	require.Empty(t, code)
+
+	resp, err := http.Get(b.adminURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	got := string(raw)
+	require.Contains(t, got, "runmesh_fleet_scrape_error 0\n")
+	for _, line := range []string{
+		`runmesh_jobs{organisation="org-a",pool="gpu",state="QUEUED"} 1`,
+		`runmesh_jobs{organisation="org-a",pool="gpu",state="LEASED"} 1`,
+		`runmesh_jobs{organisation="org-a",pool="gpu",state="RUNNING"} 0`,
+		`runmesh_jobs{organisation="org-a",pool="gpu",state="BLOCKED"} 0`,
+		`runmesh_jobs{organisation="org-b",pool="gpu",state="QUEUED"} 0`,
+		`runmesh_pool_gpus_held{organisation="org-a",pool="gpu"} 2`,
+		`runmesh_job_events_total{type="SUBMITTED"} 3`,
+		`runmesh_job_events_total{type="LEASED"} 2`,
+		`runmesh_job_events_total{type="SUCCEEDED"} 1`,
+		`runmesh_job_events_total{type="LEASE_EXPIRED"} 0`,
+		`runmesh_fleet_scrape_error 0`,
+	} {
+		require.True(t, strings.Contains(got, line+"\n"), "no line %s", line)
+	}
+	for _, cert := range []string{"runner_listener", "ca_root"} {
+		var at float64
+		_, err := fmt.Sscanf(got[strings.Index(got, `runmesh_certificate_expiry_timestamp_seconds{certificate="`+cert+`"} `):], `runmesh_certificate_expiry_timestamp_seconds{certificate="`+cert+`"} %g`, &at)
+		require.NoError(t, err, cert)
+		require.Greater(t, at, float64(time.Now().Unix()), cert)
 	}
 }

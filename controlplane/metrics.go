@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -20,9 +21,15 @@ type metrics struct {
 	requests         *prometheus.HistogramVec
 	heartbeatLatency prometheus.Histogram
 	heartbeatBatch   prometheus.Histogram
+	jobEvents        *prometheus.CounterVec
 }
 
-func newMetrics(version string, s *store.Store, defaultLeaseSeconds int) *metrics {
+// jobEventTypes are the types of job event the store writes; each is
+// exported from the start, at zero.
+var jobEventTypes = []string{"SUBMITTED", "LEASED", "RUNNING", "REQUEUED", "SUCCEEDED", "FAILED", "CANCEL_REQUESTED",
+	"CANCELLED", "EXPIRED", "BLOCKED", "UNBLOCKED", "LEASE_EXPIRED"}
+
+func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -40,7 +47,17 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int) *metric
 			Help:    "Heartbeats written per statement.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
+		// Counted by the replica that wrote them: sum over replicas.
+		jobEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "runmesh_job_events_total",
+			Help: "Job events this server wrote, by type: LEASED is a lease granted, LEASE_EXPIRED one that ran out, " +
+				"REQUEUED a job given back to the queue, SUCCEEDED, FAILED, CANCELLED and EXPIRED the outcomes.",
+		}, []string{"type"}),
 	}
+	for _, typ := range jobEventTypes {
+		m.jobEvents.WithLabelValues(typ)
+	}
+	s.OnJobEvents(func(typ string, n int) { m.jobEvents.WithLabelValues(typ).Add(float64(n)) })
 	build := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "runmesh_build_info",
 		Help:        "Always 1; the labels say which runmesh-server is running.",
@@ -53,8 +70,9 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int) *metric
 		m.requests,
 		m.heartbeatLatency,
 		m.heartbeatBatch,
+		m.jobEvents,
 		build,
-		&fleetCollector{store: s, defaultLeaseSeconds: defaultLeaseSeconds},
+		&fleetCollector{store: s, defaultLeaseSeconds: defaultLeaseSeconds, log: log},
 	)
 	return m
 }
@@ -64,15 +82,20 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int) *metric
 type fleetCollector struct {
 	store               *store.Store
 	defaultLeaseSeconds int
+	log                 *slog.Logger
 }
 
 var (
-	runnersDesc = prometheus.NewDesc("runmesh_runners", "Runners by status and whether they are online (heartbeated within their pool's lease).", []string{"status", "online"}, nil)
-	gpusDesc    = prometheus.NewDesc("runmesh_gpus", "GPUs reported by runners, by runner status and GPU health.", []string{"status", "health"}, nil)
-	scrapeDesc  = prometheus.NewDesc("runmesh_fleet_scrape_error", "1 when the fleet gauges could not be read from the database.", nil, nil)
+	jobsDesc     = prometheus.NewDesc("runmesh_jobs", "Unfinished jobs by pool and state (QUEUED, BLOCKED, LEASED, RUNNING).", []string{"organisation", "pool", "state"}, nil)
+	heldGPUsDesc = prometheus.NewDesc("runmesh_pool_gpus_held", "GPUs under an administrator's hold, by pool.", []string{"organisation", "pool"}, nil)
+	runnersDesc  = prometheus.NewDesc("runmesh_runners", "Runners by status and whether they are online (heartbeated within their pool's lease).", []string{"status", "online"}, nil)
+	gpusDesc     = prometheus.NewDesc("runmesh_gpus", "GPUs reported by runners, by runner status and GPU health.", []string{"status", "health"}, nil)
+	scrapeDesc   = prometheus.NewDesc("runmesh_fleet_scrape_error", "1 when the fleet gauges could not be read from the database.", nil, nil)
 )
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- jobsDesc
+	ch <- heldGPUsDesc
 	ch <- runnersDesc
 	ch <- gpusDesc
 	ch <- scrapeDesc
@@ -82,9 +105,20 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	counts, err := c.store.FleetCounts(ctx, c.defaultLeaseSeconds)
+	var pools []store.PoolJobs
+	if err == nil {
+		pools, err = c.store.PoolJobCounts(ctx)
+	}
 	if err != nil {
+		c.log.Error("reading the fleet and queue gauges for /metrics", "err", err)
 		ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 1)
 		return
+	}
+	for _, p := range pools {
+		for st, n := range p.Jobs {
+			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), p.Organisation, p.Pool, string(st))
+		}
+		ch <- prometheus.MustNewConstMetric(heldGPUsDesc, prometheus.GaugeValue, float64(p.HeldGPUs), p.Organisation, p.Pool)
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
 	type key struct{ status, online string }
@@ -108,6 +142,22 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(gpusDesc, prometheus.GaugeValue, healthy[st], st, "healthy")
 		ch <- prometheus.MustNewConstMetric(gpusDesc, prometheus.GaugeValue, unhealthy[st], st, "unhealthy")
 	}
+}
+
+// certificateExpiry exports when a certificate of the server's expires;
+// notAfter is read at each scrape (zero: none yet).
+func (m *metrics) certificateExpiry(certificate string, notAfter func() time.Time) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "runmesh_certificate_expiry_timestamp_seconds",
+		Help:        "When a certificate of this server expires (Unix time): the runner listener's own, renewed at two thirds of its life, and the CA's root.",
+		ConstLabels: prometheus.Labels{"certificate": certificate},
+	}, func() float64 {
+		t := notAfter()
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.Unix())
+	}))
 }
 
 func (m *metrics) handler() http.Handler {

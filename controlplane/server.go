@@ -91,7 +91,7 @@ func New(o Options) (*Server, error) {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = time.Second
 	}
-	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds)}
+	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds, o.Log.With("component", "metrics"))}
 	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
 	if err != nil {
 		return nil, err
@@ -100,6 +100,8 @@ func New(o Options) (*Server, error) {
 	s.listener = store.NewListener(o.Pool, o.Log)
 	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime}
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
+	s.metrics.certificateExpiry("runner_listener", s.cert.notAfter)
+	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{

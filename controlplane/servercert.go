@@ -31,6 +31,14 @@ func (c *serverCert) issue(ctx context.Context) error {
 	return nil
 }
 
+// notAfter is when the current certificate expires (zero before the first).
+func (c *serverCert) notAfter() time.Time {
+	if cert := c.current.Load(); cert != nil {
+		return cert.Leaf.NotAfter
+	}
+	return time.Time{}
+}
+
 func (c *serverCert) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return c.current.Load(), nil
 }

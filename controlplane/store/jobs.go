@@ -195,6 +195,7 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		if len(inserted) == 0 {
 			return nil
 		}
+		s.countJobEvents(ctx, "SUBMITTED", len(inserted))
 		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
 		return nil
 	})
@@ -211,6 +212,7 @@ func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt
 	}); err != nil {
 		return mapErr(err)
 	}
+	s.countJobEvents(ctx, typ, 1)
 	s.notifyJobChanges(ctx, job.String())
 	return nil
 }
@@ -317,6 +319,7 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 	for i, row := range rows {
 		out[i], payloads[i] = jobFromRow(dbsqlc.Job(row)), row.ID.String()
 	}
+	s.countJobEvents(ctx, "LEASED", len(rows))
 	s.notifyJobChanges(ctx, payloads...)
 	return out, nil
 }
@@ -443,6 +446,47 @@ func (s *Store) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.U
 	out := make(map[uuid.UUID]PoolQueue, len(rows))
 	for _, r := range rows {
 		out[r.PoolID] = PoolQueue{Queued: r.Queued, HeldGPUs: r.HeldGpus}
+	}
+	return out, nil
+}
+
+// PoolJobs is one pool's unfinished jobs by state and its GPUs under holds
+// (what /metrics shows per pool).
+type PoolJobs struct {
+	Organisation, Pool string
+	// Jobs counts QUEUED, BLOCKED, LEASED and RUNNING jobs; every one of
+	// those states is present, at zero if need be.
+	Jobs     map[JobState]int64
+	HeldGPUs int64
+}
+
+// UnfinishedStates are the states a job is in until it ends.
+var UnfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
+
+// PoolJobCounts reports every pool's unfinished jobs and held GPUs. It reads
+// only the indexes of unfinished jobs, however many finished ones are kept.
+func (s *Store) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
+	pools, err := s.q.PoolsForMetrics(ctx, s.conn(ctx))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	counts, err := s.q.UnfinishedJobCounts(ctx, s.conn(ctx))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	byPool := make(map[uuid.UUID]*PoolJobs, len(pools))
+	out := make([]PoolJobs, len(pools))
+	for i, p := range pools {
+		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[JobState]int64, len(UnfinishedStates)), HeldGPUs: p.HeldGpus}
+		for _, st := range UnfinishedStates {
+			out[i].Jobs[st] = 0
+		}
+		byPool[p.ID] = &out[i]
+	}
+	for _, c := range counts {
+		if p := byPool[c.PoolID]; p != nil { // a pool created since the first read waits for the next scrape
+			p.Jobs[JobState(c.State)] = c.Jobs
+		}
 	}
 	return out, nil
 }

@@ -655,7 +655,7 @@ func TestTriesForgiveThreeUndeliveredLeases(t *testing.T) {
 }
 
 // Finished jobs pile up for their retention. What runs all the time (the
-// sweeper's passes) or on demand (the job list) reaches the jobs it needs
+// sweeper's passes, /metrics) or on demand (the job list) reaches the jobs it needs
 // through indexes, never by reading the whole table.
 func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 	t.Parallel()
@@ -684,6 +684,10 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 			require.NoError(t, err)
 			t.Logf("sweep: %+v", res)
 		}
+		counts, err := b.store.PoolJobCounts(ctx) // what /metrics reads at every scrape
+		require.NoError(t, err)
+		require.Len(t, counts, 1)
+		require.Equal(t, map[store.JobState]int64{store.JobQueued: 2, store.JobBlocked: 1, store.JobLeased: 1, store.JobRunning: 0}, counts[0].Jobs)
 		for _, f := range []store.JobFilter{{Limit: 100}, {PoolID: &b.pool.ID, Limit: 100}} {
 			jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), f)
 			require.NoError(t, err)

@@ -52,6 +52,7 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 			started = append(started, r.ID.String())
 		}
 	}
+	s.countJobEvents(ctx, "RUNNING", len(started))
 	s.notifyJobChanges(ctx, started...)
 	return out, nil
 }
@@ -213,6 +214,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		pendingReset, faulted := false, false
 		requeued := map[string]bool{}
 		changes := make([]string, 0, len(outcomes))
+		events := map[string]int{}
 		for i, t := range transitions {
 			if t == nil {
 				continue
@@ -221,6 +223,9 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			changes = append(changes, outcomes[i].JobID.String())
 			if t.State == JobQueued {
 				requeued[out[i].Job.PoolID.String()] = true
+				events["REQUEUED"]++
+			} else {
+				events[string(t.State)]++
 			}
 			if !t.CountsAsHostFault {
 				pendingReset = true
@@ -248,6 +253,9 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), runnerID.String()); err != nil {
 				return mapErr(err)
 			}
+		}
+		for typ, n := range events {
+			s.countJobEvents(ctx, typ, n)
 		}
 		s.notifyJobChanges(ctx, changes...)
 		for pool := range requeued {
@@ -290,6 +298,9 @@ func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lease
 			changes[i] = b.ID.String()
 			if JobState(b.State) == JobQueued {
 				pools[b.PoolID] = true
+				s.countJobEvents(ctx, "REQUEUED", 1)
+			} else {
+				s.countJobEvents(ctx, string(JobCancelled), 1)
 			}
 		}
 		s.notifyJobChanges(ctx, changes...)

@@ -45,8 +45,9 @@ type Store struct {
 	db DB
 	q  *dbsqlc.Queries
 
-	hooksMu       sync.Mutex // guards runnerChanged
+	hooksMu       sync.Mutex // guards runnerChanged and jobEvents
 	runnerChanged []func()
+	jobEvents     []func(typ string, n int)
 }
 
 // OnRunnerChange registers f to run after every commit that changed a
@@ -57,6 +58,28 @@ func (s *Store) OnRunnerChange(f func()) {
 	s.hooksMu.Lock()
 	s.runnerChanged = append(s.runnerChanged, f)
 	s.hooksMu.Unlock()
+}
+
+// OnJobEvents registers f to run after every commit that wrote job events,
+// once per type, with how many of that type it wrote (/metrics counts
+// them: LEASED is a lease granted, SUCCEEDED an outcome, and so on).
+func (s *Store) OnJobEvents(f func(typ string, n int)) {
+	s.hooksMu.Lock()
+	s.jobEvents = append(s.jobEvents, f)
+	s.hooksMu.Unlock()
+}
+
+// countJobEvents schedules the job-event hooks for n events of typ.
+func (s *Store) countJobEvents(ctx context.Context, typ string, n int) {
+	if n == 0 {
+		return
+	}
+	s.hooksMu.Lock()
+	hooks := append([]func(string, int){}, s.jobEvents...)
+	s.hooksMu.Unlock()
+	for _, f := range hooks {
+		s.AfterCommit(ctx, func() { f(typ, n) })
+	}
 }
 
 // runnerChangedAfterCommit schedules the runner-change hooks.

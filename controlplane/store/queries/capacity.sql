@@ -60,7 +60,9 @@ WHERE id = @id;
 -- Runners by status and whether they heartbeated within their pool's lease
 -- (the "online" rule), with their GPUs: what /metrics shows.
 SELECT r.status,
-       (r.last_heartbeat_at > now() - make_interval(secs => coalesce(p.lease_seconds, @default_lease_seconds::int))) AS online,
+       -- A runner that never heartbeated is offline (the comparison alone
+       -- is NULL for it, and broke the whole scrape).
+       coalesce(r.last_heartbeat_at > now() - make_interval(secs => coalesce(p.lease_seconds, @default_lease_seconds::int)), false)::boolean AS online,
        count(*)::bigint AS runners,
        coalesce(sum(r.gpu_count), 0)::bigint AS gpus,
        coalesce(sum(r.gpus_healthy), 0)::bigint AS gpus_healthy

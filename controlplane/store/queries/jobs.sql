@@ -420,3 +420,20 @@ logs AS (
     DELETE FROM job_logs WHERE job_id = ANY(@ids::uuid[])
 )
 DELETE FROM jobs WHERE id = ANY(@ids::uuid[]);
+
+-- name: UnfinishedJobCounts :many
+-- Unfinished jobs by pool and state, for /metrics. The states are ORed so
+-- that the planner reads the partial indexes of unfinished jobs
+-- (jobs_queued, jobs_blocked, jobs_leases), never the finished ones.
+SELECT pool_id, state, count(*)::bigint AS jobs
+FROM jobs
+WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
+GROUP BY pool_id, state;
+
+-- name: PoolsForMetrics :many
+-- Every pool with its organisation's name and the GPUs under holds on its
+-- runners.
+SELECT p.id, coalesce(o.name, '')::text AS organisation, p.name,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
+                 WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
+FROM pools p LEFT JOIN organisations o ON o.id = p.organisation_id;

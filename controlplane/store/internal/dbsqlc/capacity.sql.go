@@ -32,7 +32,9 @@ func (q *Queries) ClearQuarantine(ctx context.Context, db DBTX, arg ClearQuarant
 
 const fleetCounts = `-- name: FleetCounts :many
 SELECT r.status,
-       (r.last_heartbeat_at > now() - make_interval(secs => coalesce(p.lease_seconds, $1::int))) AS online,
+       -- A runner that never heartbeated is offline (the comparison alone
+       -- is NULL for it, and broke the whole scrape).
+       coalesce(r.last_heartbeat_at > now() - make_interval(secs => coalesce(p.lease_seconds, $1::int)), false)::boolean AS online,
        count(*)::bigint AS runners,
        coalesce(sum(r.gpu_count), 0)::bigint AS gpus,
        coalesce(sum(r.gpus_healthy), 0)::bigint AS gpus_healthy

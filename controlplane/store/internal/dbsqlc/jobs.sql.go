@@ -1186,6 +1186,47 @@ func (q *Queries) PoolQueues(ctx context.Context, db DBTX, poolIds []uuid.UUID) 
 	return items, nil
 }
 
+const poolsForMetrics = `-- name: PoolsForMetrics :many
+SELECT p.id, coalesce(o.name, '')::text AS organisation, p.name,
+       coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
+                 WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
+FROM pools p LEFT JOIN organisations o ON o.id = p.organisation_id
+`
+
+type PoolsForMetricsRow struct {
+	ID           uuid.UUID
+	Organisation string
+	Name         string
+	HeldGpus     int64
+}
+
+// Every pool with its organisation's name and the GPUs under holds on its
+// runners.
+func (q *Queries) PoolsForMetrics(ctx context.Context, db DBTX) ([]PoolsForMetricsRow, error) {
+	rows, err := db.Query(ctx, poolsForMetrics)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []PoolsForMetricsRow
+	for rows.Next() {
+		var i PoolsForMetricsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Organisation,
+			&i.Name,
+			&i.HeldGpus,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const prunableJobs = `-- name: PrunableJobs :many
 SELECT id FROM jobs
 WHERE id > $1::uuid AND id < $2::uuid
@@ -1637,6 +1678,42 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.FinishedAt,
 			&i.Undelivered,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const unfinishedJobCounts = `-- name: UnfinishedJobCounts :many
+SELECT pool_id, state, count(*)::bigint AS jobs
+FROM jobs
+WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
+GROUP BY pool_id, state
+`
+
+type UnfinishedJobCountsRow struct {
+	PoolID uuid.UUID
+	State  string
+	Jobs   int64
+}
+
+// Unfinished jobs by pool and state, for /metrics. The states are ORed so
+// that the planner reads the partial indexes of unfinished jobs
+// (jobs_queued, jobs_blocked, jobs_leases), never the finished ones.
+func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]UnfinishedJobCountsRow, error) {
+	rows, err := db.Query(ctx, unfinishedJobCounts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []UnfinishedJobCountsRow
+	for rows.Next() {
+		var i UnfinishedJobCountsRow
+		if err := rows.Scan(&i.PoolID, &i.State, &i.Jobs); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
