@@ -734,9 +734,12 @@ func TestJobMetrics(t *testing.T) {
 	} {
 		require.True(t, strings.Contains(got, line+"\n"), "no line %s", line)
 	}
-	for _, cert := range []string{"runner_listener", "ca_root"} {
+	for _, cert := range []string{"runner_listener", "ca_root", "ca_intermediate"} {
+		series := `runmesh_certificate_expiry_timestamp_seconds{certificate="` + cert + `"} `
+		i := strings.Index(got, series)
+		require.GreaterOrEqual(t, i, 0, "no series for %s", cert)
 		var at float64
-		_, err := fmt.Sscanf(got[strings.Index(got, `runmesh_certificate_expiry_timestamp_seconds{certificate="`+cert+`"} `):], `runmesh_certificate_expiry_timestamp_seconds{certificate="`+cert+`"} %g`, &at)
+		_, err := fmt.Sscanf(got[i+len(series):], "%g", &at)
 		require.NoError(t, err, cert)
 		require.Greater(t, at, float64(time.Now().Unix()), cert)
 	}

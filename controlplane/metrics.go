@@ -50,8 +50,9 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *sl
 		// Counted by the replica that wrote them: sum over replicas.
 		jobEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runmesh_job_events_total",
-			Help: "Job events this server wrote, by type: LEASED is a lease granted, LEASE_EXPIRED one that ran out, " +
-				"REQUEUED a job given back to the queue, SUCCEEDED, FAILED, CANCELLED and EXPIRED the outcomes.",
+			Help: "Job events this server wrote, by type: LEASED is a lease granted; LEASE_EXPIRED one that ran out with tries " +
+				"left (on the last try the job is FAILED instead); REQUEUED a job its runner gave back (a host fault) or never " +
+				"received; SUCCEEDED, FAILED, CANCELLED and EXPIRED are the outcomes.",
 		}, []string{"type"}),
 	}
 	for _, typ := range jobEventTypes {
@@ -149,7 +150,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 func (m *metrics) certificateExpiry(certificate string, notAfter func() time.Time) {
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "runmesh_certificate_expiry_timestamp_seconds",
-		Help:        "When a certificate of this server expires (Unix time): the runner listener's own, renewed at two thirds of its life, and the CA's root.",
+		Help:        "When a certificate of this server expires (Unix time): the runner listener's own, renewed at two thirds of its life, and the CA's root and intermediate (which signs runner certificates).",
 		ConstLabels: prometheus.Labels{"certificate": certificate},
 	}, func() float64 {
 		t := notAfter()

@@ -102,6 +102,7 @@ func New(o Options) (*Server, error) {
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
 	s.metrics.certificateExpiry("runner_listener", s.cert.notAfter)
 	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
+	s.metrics.certificateExpiry("ca_intermediate", func() time.Time { return o.CA.Intermediate.NotAfter })
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
