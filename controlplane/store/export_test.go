@@ -2,9 +2,15 @@ package store
 
 import "context"
 
-// SeqScansOfJobs is how many times the transaction in ctx has read the
-// jobs table in full.
-func (s *Store) SeqScansOfJobs(ctx context.Context) (n int64, err error) {
-	err = s.conn(ctx).QueryRow(ctx, `SELECT pg_stat_get_xact_numscans('jobs'::regclass)`).Scan(&n)
-	return n, err
+// JobsRead is how many times the transaction in ctx has read the jobs table
+// in full, and how many of its rows it has read in all: by those reads, and
+// fetched through any of its indexes (counted under each index).
+func (s *Store) JobsRead(ctx context.Context) (fullScans, rows int64, err error) {
+	err = s.conn(ctx).QueryRow(ctx, `
+		SELECT pg_stat_get_xact_numscans('jobs'::regclass),
+		       pg_stat_get_xact_tuples_returned('jobs'::regclass)
+		       + (SELECT sum(pg_stat_get_xact_tuples_fetched(r)) FROM unnest(
+		            array_append((SELECT array_agg(indexrelid) FROM pg_index WHERE indrelid = 'jobs'::regclass), 'jobs'::regclass::oid)) AS r)`).
+		Scan(&fullScans, &rows)
+	return fullScans, rows, err
 }

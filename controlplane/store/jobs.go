@@ -240,9 +240,15 @@ func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, erro
 		v := string(*f.State)
 		state = &v
 	}
-	rows, err := s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{
-		AllOrgs: scope.all, ScopeOrg: scope.org, PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit),
-	})
+	var rows []dbsqlc.Job
+	var err error
+	if scope.all && f.PoolID == nil {
+		rows, err = s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
+	} else {
+		// Some pools only: through each one's own index.
+		rows, err = s.q.ListJobsInPools(ctx, s.conn(ctx), dbsqlc.ListJobsInPoolsParams{
+			AllOrgs: scope.all, ScopeOrg: scope.org, PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit)})
+	}
 	if err != nil {
 		return nil, mapErr(err)
 	}

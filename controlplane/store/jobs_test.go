@@ -655,8 +655,9 @@ func TestTriesForgiveThreeUndeliveredLeases(t *testing.T) {
 }
 
 // Finished jobs pile up for their retention. What runs all the time (the
-// sweeper's passes, /metrics) or on demand (the job list) reaches the jobs it needs
-// through indexes, never by reading the whole table.
+// sweeper's passes, /metrics) or on demand (job lists) reaches the jobs it
+// needs through indexes: it neither reads the whole table nor steps through
+// the jobs of other pools.
 func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -673,11 +674,17 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 	_, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
+	// A quiet pool of the same organisation.
+	quiet, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.org.ID, Name: "quiet"})
+	require.NoError(t, err)
+	for range 3 {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = quiet.ID })
+	}
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
 
 	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		before, err := b.store.SeqScansOfJobs(ctx)
+		scans0, rows0, err := b.store.JobsRead(ctx)
 		require.NoError(t, err)
 		for range 2 { // the second sweep finds a blocked job to unblock, or not
 			res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
@@ -686,16 +693,63 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 		}
 		counts, err := b.store.PoolJobCounts(ctx) // what /metrics reads at every scrape
 		require.NoError(t, err)
-		require.Len(t, counts, 1)
-		require.Equal(t, map[store.JobState]int64{store.JobQueued: 2, store.JobBlocked: 1, store.JobLeased: 1, store.JobRunning: 0}, counts[0].Jobs)
-		for _, f := range []store.JobFilter{{Limit: 100}, {PoolID: &b.pool.ID, Limit: 100}} {
-			jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), f)
-			require.NoError(t, err)
-			require.Len(t, jobs, 100)
+		require.Len(t, counts, 2)
+		for _, c := range counts {
+			if c.Pool == b.pool.Name {
+				require.Equal(t, map[store.JobState]int64{store.JobQueued: 2, store.JobBlocked: 1, store.JobLeased: 1, store.JobRunning: 0}, c.Jobs)
+			}
 		}
-		after, err := b.store.SeqScansOfJobs(ctx)
+		for _, l := range []struct {
+			scope store.Scope
+			f     store.JobFilter
+			n     int
+		}{
+			{store.AllOrganisations(), store.JobFilter{Limit: 100}, 100},
+			{store.AllOrganisations(), store.JobFilter{PoolID: &b.pool.ID, Limit: 100}, 100},
+			{store.AllOrganisations(), store.JobFilter{PoolID: &quiet.ID, Limit: 100}, 3},
+			{store.OneOrganisation(b.org.ID), store.JobFilter{Limit: 100}, 100},
+			{store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &quiet.ID, Limit: 100}, 3},
+		} {
+			jobs, err := b.store.Jobs(ctx, l.scope, l.f)
+			require.NoError(t, err)
+			require.Len(t, jobs, l.n)
+		}
+		scans, rows, err := b.store.JobsRead(ctx)
 		require.NoError(t, err)
-		require.Equal(t, before, after, "full reads of the jobs table")
+		require.Equal(t, scans0, scans, "full reads of the jobs table")
+		require.Less(t, rows-rows0, int64(1000), "rows read, with 20,000 finished jobs kept")
+		t.Logf("%d rows read", rows-rows0)
 		return nil
 	}))
+}
+
+// A job list shows the jobs of the scope's organisation only, whichever
+// way it is narrowed; a scope of no organisation shows none.
+func TestJobListsKeepToTheirScope(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	mine := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	other, err := b.store.CreateOrganisation(ctx, "other")
+	require.NoError(t, err)
+	otherPool, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &other.ID, Name: "gpu"})
+	require.NoError(t, err)
+	theirs := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = otherPool.ID })
+	ids := func(scope store.Scope, f store.JobFilter) (out []uuid.UUID) {
+		f.Limit = 100
+		jobs, err := b.store.Jobs(ctx, scope, f)
+		require.NoError(t, err)
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	require.Equal(t, []uuid.UUID{theirs.ID, mine.ID}, ids(store.AllOrganisations(), store.JobFilter{}), "newest first")
+	require.Equal(t, []uuid.UUID{mine.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{}))
+	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.OneOrganisation(other.ID), store.JobFilter{}))
+	require.Empty(t, ids(store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &otherPool.ID}), "another organisation's pool")
+	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.AllOrganisations(), store.JobFilter{PoolID: &otherPool.ID}))
+	require.Empty(t, ids(store.Scope{}, store.JobFilter{}), "no organisation")
+	queued := store.JobQueued
+	require.Equal(t, []uuid.UUID{mine.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{State: &queued}))
 }

@@ -17,13 +17,34 @@ WHERE j.id = @id
 FOR UPDATE OF j;
 
 -- name: ListJobs :many
-SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
+-- Every pool's jobs, newest first by id: ids are UUIDv7, in submission
+-- order, and the primary key read backwards stops at the limit. (By
+-- submitted_at, which no index orders, every list read and sorted the
+-- whole table.)
+SELECT * FROM jobs
+WHERE sqlc.narg('state')::text IS NULL OR state = sqlc.narg('state')
+ORDER BY id DESC
+LIMIT @max_rows;
+
+-- name: ListJobsInPools :many
+-- The jobs of one pool, or of one organisation's pools, newest first. Each
+-- pool gives its newest through jobs_pool read backwards, and the newest of
+-- those win: the cost follows the pools and the limit, not the jobs of
+-- other pools (which a walk of the primary key would step through).
+SELECT j.* FROM pools p
+CROSS JOIN LATERAL (
+    SELECT * FROM jobs
+    -- The pool as a range and in the order: with an equality the planner
+    -- drops the pool from the order and may walk the primary key instead,
+    -- past every other pool's jobs (it guesses each pool holds an even
+    -- share). Only jobs_pool gives this order.
+    WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
+      AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
+    ORDER BY jobs.pool_id DESC, jobs.id DESC
+    LIMIT @max_rows
+) j
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
-  AND (sqlc.narg('pool_id')::uuid IS NULL OR j.pool_id = sqlc.narg('pool_id'))
-  AND (sqlc.narg('state')::text IS NULL OR j.state = sqlc.narg('state'))
--- Newest first by id: ids are UUIDv7, in submission order, and the primary
--- key read backwards stops at the limit. (By submitted_at, which no index
--- orders, every list read and sorted the whole table.)
+  AND (sqlc.narg('pool_id')::uuid IS NULL OR p.id = sqlc.narg('pool_id'))
 ORDER BY j.id DESC
 LIMIT @max_rows;
 

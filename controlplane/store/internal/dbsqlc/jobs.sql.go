@@ -1014,32 +1014,104 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE ($1::boolean OR p.organisation_id = $2::uuid)
-  AND ($3::uuid IS NULL OR j.pool_id = $3)
-  AND ($4::text IS NULL OR j.state = $4)
-ORDER BY j.id DESC
-LIMIT $5
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
+WHERE $1::text IS NULL OR state = $1
+ORDER BY id DESC
+LIMIT $2
 `
 
 type ListJobsParams struct {
+	State   *string
+	MaxRows int32
+}
+
+// Every pool's jobs, newest first by id: ids are UUIDv7, in submission
+// order, and the primary key read backwards stops at the limit. (By
+// submitted_at, which no index orders, every list read and sorted the
+// whole table.)
+func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]Job, error) {
+	rows, err := db.Query(ctx, listJobs, arg.State, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+			&i.Undelivered,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listJobsInPools = `-- name: ListJobsInPools :many
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM pools p
+CROSS JOIN LATERAL (
+    SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
+    -- The pool as a range and in the order: with an equality the planner
+    -- drops the pool from the order and may walk the primary key instead,
+    -- past every other pool's jobs (it guesses each pool holds an even
+    -- share). Only jobs_pool gives this order.
+    WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
+      AND ($1::text IS NULL OR jobs.state = $1)
+    ORDER BY jobs.pool_id DESC, jobs.id DESC
+    LIMIT $2
+) j
+WHERE ($3::boolean OR p.organisation_id = $4::uuid)
+  AND ($5::uuid IS NULL OR p.id = $5)
+ORDER BY j.id DESC
+LIMIT $2
+`
+
+type ListJobsInPoolsParams struct {
+	State    *string
+	MaxRows  int32
 	AllOrgs  bool
 	ScopeOrg uuid.NullUUID
 	PoolID   uuid.NullUUID
-	State    *string
-	MaxRows  int32
 }
 
-// Newest first by id: ids are UUIDv7, in submission order, and the primary
-// key read backwards stops at the limit. (By submitted_at, which no index
-// orders, every list read and sorted the whole table.)
-func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]Job, error) {
-	rows, err := db.Query(ctx, listJobs,
+// The jobs of one pool, or of one organisation's pools, newest first. Each
+// pool gives its newest through jobs_pool read backwards, and the newest of
+// those win: the cost follows the pools and the limit, not the jobs of
+// other pools (which a walk of the primary key would step through).
+func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPoolsParams) ([]Job, error) {
+	rows, err := db.Query(ctx, listJobsInPools,
+		arg.State,
+		arg.MaxRows,
 		arg.AllOrgs,
 		arg.ScopeOrg,
 		arg.PoolID,
-		arg.State,
-		arg.MaxRows,
 	)
 	if err != nil {
 		return nil, err
