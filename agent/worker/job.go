@@ -292,6 +292,7 @@ const maxRaw = runnerapi.MaxLogChunk
 // goroutine per job, touches j.log, j.pending and j.logFull.
 func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 	if j.logFull {
+		w.keepSmall(j)
 		return true // nothing more of it is wanted
 	}
 	for ctx.Err() == nil {
@@ -338,6 +339,29 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 		j.pending = false
 	}
 	return false
+}
+
+// defaultMaxLocalOutput: see Worker.MaxLocalOutput.
+const defaultMaxLocalOutput = 256 << 20
+
+// keepSmall empties the output file of a job whose output the server no
+// longer takes, once it passes MaxLocalOutput. conmon writes it with
+// O_APPEND, so its next write lands at the new end.
+func (w *Worker) keepSmall(j *job) {
+	limit := w.MaxLocalOutput
+	if limit <= 0 {
+		limit = defaultMaxLocalOutput
+	}
+	st, err := os.Stat(j.paths.Log)
+	if err != nil || st.Size() <= limit {
+		return
+	}
+	if err := os.Truncate(j.paths.Log, 0); err != nil {
+		w.Log.Warn("emptying a job's output file", "lease_id", j.lease.LeaseID, "err", err)
+		return
+	}
+	w.Log.Warn("a job's output file passed its bound on this host and was emptied", "lease_id", j.lease.LeaseID,
+		"attempt", j.lease.Attempt, "bytes", st.Size())
 }
 
 // refusedForGood: an answer to a chunk that sending it again cannot change

@@ -67,6 +67,10 @@ type Worker struct {
 	Poll time.Duration
 	// Kick, if set, asks for a heartbeat now (a job started running).
 	Kick func()
+	// MaxLocalOutput bounds a job's output file on this host once the
+	// server takes no more of it (default 256 MiB): past that the file is
+	// emptied, so that a job writing without end cannot fill the disk.
+	MaxLocalOutput int64
 
 	instance string
 	draining atomic.Bool

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -374,9 +376,12 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 
 // runOne starts a worker that is given one lease (attempt 1) and returns
 // once its unit runs; the worker stops with the test.
-func runOne(t *testing.T, rt *fakeRuntime, api *fakeAPI, id string) jobunit.Paths {
+func runOne(t *testing.T, rt *fakeRuntime, api *fakeAPI, id string, mods ...func(*Worker)) jobunit.Paths {
 	t.Helper()
 	w := newWorker(t, rt, api)
+	for _, m := range mods {
+		m(w)
+	}
 	ready(t, w)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -491,6 +496,40 @@ func TestOutputPastTheServersBoundIsNotSent(t *testing.T) {
 	eventually(t, "the result", func() bool { _, ok := api.result(id); return ok })
 	if n := tries(); n != 2 {
 		t.Fatalf("%d uploads: after the refusal nothing more should be sent", n)
+	}
+}
+
+// Output the server no longer takes is kept on the host up to a bound:
+// past it the file is emptied, however much the job goes on writing.
+func TestOutputNoOneTakesIsKeptSmallOnTheHost(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	api.logLimit = 1
+	const id = "dddddddd-0000-4000-8000-000000000002"
+	p := runOne(t, rt, api, id, func(w *Worker) { w.MaxLocalOutput = 4096 })
+	size := func() int64 {
+		st, err := os.Stat(p.Log)
+		if err != nil {
+			return -1
+		}
+		return st.Size()
+	}
+	tries := func() int {
+		api.mu.Lock()
+		defer api.mu.Unlock()
+		return api.logTries
+	}
+	appendTo(t, p.Log, criLine("stdout", "F", "kept"))
+	eventually(t, "chunk 0 sent", func() bool { return tries() == 1 })
+	appendTo(t, p.Log, criLine("stdout", "F", "refused"))
+	eventually(t, "chunk 1 refused", func() bool { return tries() == 2 })
+	line := criLine("stdout", "F", strings.Repeat("x", 500))
+	for range 20 { // 10 KiB, more than twice the bound
+		appendTo(t, p.Log, line)
+	}
+	eventually(t, "the file emptied", func() bool { return size() < 4096 })
+	if size() < 0 {
+		t.Fatal("the file itself is gone")
 	}
 }
 
