@@ -95,19 +95,45 @@ func (s *Store) runnerChangedAfterCommit(ctx context.Context) {
 // AfterCommit runs f once the outermost transaction in ctx has committed
 // (not at all if it rolls back), or at once outside a transaction. A nested
 // WithTx only releases a savepoint: what it changed is not visible to
-// others, nor final, until the outermost one commits.
+// others, nor final, until the outermost one commits, and nothing of it
+// happened if the savepoint rolls back, so its hooks go with it.
 func (s *Store) AfterCommit(ctx context.Context, f func()) {
-	state, _ := ctx.Value(txKey{}).(*txState)
-	for state != nil && state.parent != nil {
-		state = state.parent
-	}
-	if state == nil || state.over.Load() {
+	state := liveTx(ctx)
+	if state == nil {
 		f()
 		return
 	}
 	state.mu.Lock()
 	state.afterCommit = append(state.afterCommit, f)
 	state.mu.Unlock()
+}
+
+// liveTx is the innermost transaction or savepoint in ctx still open (nil
+// outside any).
+func liveTx(ctx context.Context) *txState {
+	state, _ := ctx.Value(txKey{}).(*txState)
+	for state != nil && state.over.Load() {
+		state = state.parent
+	}
+	return state
+}
+
+// release hands what a released savepoint gathered to its parent, to run
+// or send when the outermost transaction commits.
+func (state *txState) release() {
+	state.mu.Lock()
+	hooks, notes := state.afterCommit, state.notes
+	state.mu.Unlock()
+	p := state.parent
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.afterCommit = append(p.afterCommit, hooks...)
+	for channel, payloads := range notes {
+		if p.notes == nil {
+			p.notes = map[string][]string{}
+		}
+		p.notes[channel] = append(p.notes[channel], payloads...)
+	}
 }
 
 // New returns a store over db.
@@ -176,7 +202,9 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	if err != nil {
 		return fmt.Errorf("begin: %w", mapErr(err))
 	}
-	parent, _ := ctx.Value(txKey{}).(*txState)
+	// The savepoint's parent is the transaction it opened in, the one
+	// s.conn routed Begin to (a finished one in ctx is skipped).
+	parent := liveTx(ctx)
 	state := &txState{tx: tx, parent: parent}
 	defer func() {
 		state.over.Store(true)
@@ -188,7 +216,9 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
-	if parent == nil {
+	if parent != nil {
+		state.release()
+	} else {
 		state.over.Store(true)
 		state.mu.Lock()
 		hooks, notes := state.afterCommit, state.notes
@@ -218,11 +248,8 @@ func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) er
 // conn is the live transaction in ctx if there is one, otherwise the
 // store's DB. A finished transaction hands back to its parent's.
 func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
-	state, _ := ctx.Value(txKey{}).(*txState)
-	for ; state != nil; state = state.parent {
-		if !state.over.Load() {
-			return state.tx
-		}
+	if state := liveTx(ctx); state != nil {
+		return state.tx
 	}
 	return s.db
 }
@@ -273,11 +300,8 @@ func (s *Store) notifyAfterCommit(ctx context.Context, channel string, payloads 
 	if len(payloads) == 0 {
 		return // nothing to say: no round trip
 	}
-	state, _ := ctx.Value(txKey{}).(*txState)
-	for state != nil && state.parent != nil {
-		state = state.parent
-	}
-	if state == nil || state.over.Load() {
+	state := liveTx(ctx)
+	if state == nil {
 		s.send(map[string][]string{channel: payloads})
 		return
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"testing"
 	"time"
 
@@ -217,4 +218,39 @@ func TestContextOutlivingItsTransactionFallsBackToThePool(t *testing.T) {
 	orgs, err = s.Organisations(context.Background(), store.AllOrganisations())
 	require.NoError(t, err)
 	require.Len(t, orgs, 2)
+}
+
+// What runs after the commit is what the commit made true: hooks of a
+// released savepoint run when the outermost transaction commits, those of
+// a savepoint rolled back never do, nor any of a transaction rolled back.
+// (Job-event counters rest on it.)
+func TestAfterCommitFollowsSavepoints(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := store.New(storetest.NewPool(t))
+	var ran []string
+	hook := func(ctx context.Context, name string) { s.AfterCommit(ctx, func() { ran = append(ran, name) }) }
+	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
+		hook(ctx, "outer")
+		require.Error(t, s.WithTx(ctx, func(ctx context.Context) error {
+			hook(ctx, "rolled back")
+			return errors.New("no")
+		}))
+		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
+			hook(ctx, "released")
+			return s.WithTx(ctx, func(ctx context.Context) error { hook(ctx, "released twice"); return nil })
+		}))
+		require.Empty(t, ran, "nothing before the commit")
+		return nil
+	}))
+	require.Equal(t, []string{"outer", "released", "released twice"}, ran)
+
+	ran = nil
+	require.Error(t, s.WithTx(ctx, func(ctx context.Context) error {
+		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error { hook(ctx, "released"); return nil }))
+		return errors.New("no")
+	}))
+	require.Empty(t, ran, "an outer rollback runs none")
+	hook(ctx, "no transaction")
+	require.Equal(t, []string{"no transaction"}, ran, "at once")
 }
