@@ -20,6 +20,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/graph"
 )
 
 func (b *testBundle) submit(t *testing.T, token string, input map[string]any) (string, string) {
@@ -743,4 +744,29 @@ func TestJobMetrics(t *testing.T) {
 		require.NoError(t, err, cert)
 		require.Greater(t, at, float64(time.Now().Unix()), cert)
 	}
+}
+
+// A job's logs in an answer are its last MiB or so, after a line saying how
+// much came before: a list of many jobs with long output stays bounded.
+func TestLogsInAnAnswerAreTheEndOfTheOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	l := b.lease(t, c, anyWork(0))[0]
+	const chunks, size = 40, runnerapi.MaxLogChunk
+	for i := range chunks {
+		data := fmt.Sprintf("%05d", i) + strings.Repeat("x", size-5)
+		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(data)})
+		require.Equal(t, http.StatusNoContent, b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body).Status)
+	}
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	logs := data["job"].(map[string]any)["logs"].(string)
+	// Whole chunks from the end while they start inside the last MiB: 32.
+	shown := 32
+	note := fmt.Sprintf(graph.LogsCutNote, (chunks-shown)*size)
+	require.True(t, strings.HasPrefix(logs, note+fmt.Sprintf("%05d", chunks-shown)), "starts with the note, then chunk %d", chunks-shown)
+	require.Len(t, logs, len(note)+shown*size)
+	require.Equal(t, fmt.Sprintf("%05d", chunks-1), logs[len(logs)-size:][:5], "ends with the last chunk")
 }

@@ -26,7 +26,7 @@ type loaders struct {
 	// these.
 	jobEvents *dataloadgen.Loader[uuid.UUID, []store.JobEvent]
 	jobRuns   *dataloadgen.Loader[uuid.UUID, []store.JobRun]
-	jobLogs   *dataloadgen.Loader[uuid.UUID, []store.LogChunk]
+	jobLogs   *dataloadgen.Loader[uuid.UUID, store.JobOutput]
 }
 
 type loadersKey struct{}
@@ -49,7 +49,9 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		poolQueue:  dataloadgen.NewMappedLoader(s.PoolQueues, wait),
 		jobEvents:  dataloadgen.NewMappedLoader(s.JobEventsForJobs, wait),
 		jobRuns:    dataloadgen.NewMappedLoader(s.JobRunsForJobs, wait),
-		jobLogs:    dataloadgen.NewMappedLoader(s.JobLogsForJobs, wait),
+		jobLogs: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.JobOutput, error) {
+			return s.JobLogsForJobs(ctx, ids, LogsTailBytes)
+		}, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.
@@ -146,3 +148,11 @@ func prefetchJobs(ctx context.Context, jobs []store.Job) {
 		}
 	}
 }
+
+// LogsTailBytes bounds a job's logs in one answer (a list of many jobs with
+// long output included): the last MiB or so. The jobLogs subscription
+// streams all of it.
+const LogsTailBytes = 1 << 20
+
+// LogsCutNote opens logs that do not start at the beginning.
+const LogsCutNote = "[runmesh: %d earlier bytes not shown here; the jobLogs subscription streams all of the output]\n"

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,12 +86,19 @@ func (r *jobResolver) Runs(ctx context.Context, obj *store.Job) ([]store.JobRun,
 
 // Logs is the resolver for the logs field.
 func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) {
-	chunks, err := loadersFor(ctx).jobLogs.Load(ctx, obj.ID)
+	out, err := loadersFor(ctx).jobLogs.Load(ctx, obj.ID)
 	if err != nil {
 		return "", err
 	}
 	var b strings.Builder
-	for _, c := range chunks {
+	shown := int64(0)
+	for _, c := range out.Chunks {
+		shown += int64(len(c.Data))
+	}
+	if out.Bytes > shown {
+		fmt.Fprintf(&b, LogsCutNote, out.Bytes-shown)
+	}
+	for _, c := range out.Chunks {
 		b.Write(c.Data)
 	}
 	return strings.ToValidUTF8(b.String(), "\uFFFD"), nil

@@ -425,12 +425,30 @@ func (s *Store) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.U
 	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, JobRun) { return r.JobID, jobRunFromRow(r) })
 }
 
-// JobLogsForJobs returns each job's output chunks in order.
-func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]LogChunk, error) {
-	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), ids)
-	return byJob(ids, rows, err, func(r dbsqlc.JobLogsForJobsRow) (uuid.UUID, LogChunk) {
-		return r.JobID, LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}
-	})
+// JobOutput is the end of a job's output, in order, and the size of all
+// of it.
+type JobOutput struct {
+	Chunks []LogChunk
+	Bytes  int64
+}
+
+// JobLogsForJobs returns the end of each job's output: the chunks that hold
+// its last tailBytes (whole chunks, so up to one chunk more).
+func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]JobOutput, error) {
+	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), dbsqlc.JobLogsForJobsParams{JobIds: ids, TailBytes: tailBytes})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]JobOutput, len(ids))
+	for _, id := range ids {
+		out[id] = JobOutput{Chunks: []LogChunk{}}
+	}
+	for _, r := range rows {
+		o := out[r.JobID]
+		o.Chunks, o.Bytes = append(o.Chunks, LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}), r.Total
+		out[r.JobID] = o
+	}
+	return out, nil
 }
 
 // byJob groups rows by job, in their order, with an empty list for every id

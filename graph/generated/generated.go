@@ -1997,7 +1997,10 @@ type Job {
   events: [JobEvent!]!
   "One per attempt: where it ran and how it ended."
   runs: [JobRun!]!
-  "The output of every attempt, in order."
+  """
+  The output of every attempt, in order: about its last MiB at most, after a line saying how much came
+  before. The jobLogs subscription streams all of it.
+  """
   logs: String!
 }
 

@@ -412,7 +412,18 @@ SELECT * FROM job_events WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, i
 SELECT * FROM job_runs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt;
 
 -- name: JobLogsForJobs :many
-SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt, seq;
+-- Several jobs' output, in order: of each job only the chunks that hold its
+-- last tail_bytes (whole chunks, so up to one chunk more), and how many
+-- bytes its output has in all. A list of many jobs with long output stays
+-- a bounded answer.
+SELECT job_id, attempt, seq, data, total::bigint AS total FROM (
+    SELECT job_id, attempt, seq, data,
+           sum(length(data)) OVER (PARTITION BY job_id ORDER BY attempt DESC, seq DESC) AS to_end,
+           sum(length(data)) OVER (PARTITION BY job_id) AS total
+    FROM job_logs WHERE job_id = ANY(@job_ids::uuid[])
+) l
+WHERE to_end - length(data) < @tail_bytes::bigint
+ORDER BY job_id, attempt, seq;
 
 -- name: PrunableJobs :many
 -- Jobs that ended longer than keep_seconds ago (by the database's clock),

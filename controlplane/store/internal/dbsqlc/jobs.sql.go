@@ -940,18 +940,35 @@ func (q *Queries) JobLogs(ctx context.Context, db DBTX, arg JobLogsParams) ([]Jo
 }
 
 const jobLogsForJobs = `-- name: JobLogsForJobs :many
-SELECT job_id, attempt, seq, data FROM job_logs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, attempt, seq
+SELECT job_id, attempt, seq, data, total::bigint AS total FROM (
+    SELECT job_id, attempt, seq, data,
+           sum(length(data)) OVER (PARTITION BY job_id ORDER BY attempt DESC, seq DESC) AS to_end,
+           sum(length(data)) OVER (PARTITION BY job_id) AS total
+    FROM job_logs WHERE job_id = ANY($1::uuid[])
+) l
+WHERE to_end - length(data) < $2::bigint
+ORDER BY job_id, attempt, seq
 `
+
+type JobLogsForJobsParams struct {
+	JobIds    []uuid.UUID
+	TailBytes int64
+}
 
 type JobLogsForJobsRow struct {
 	JobID   uuid.UUID
 	Attempt int32
 	Seq     int32
 	Data    []byte
+	Total   int64
 }
 
-func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUID) ([]JobLogsForJobsRow, error) {
-	rows, err := db.Query(ctx, jobLogsForJobs, jobIds)
+// Several jobs' output, in order: of each job only the chunks that hold its
+// last tail_bytes (whole chunks, so up to one chunk more), and how many
+// bytes its output has in all. A list of many jobs with long output stays
+// a bounded answer.
+func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, arg JobLogsForJobsParams) ([]JobLogsForJobsRow, error) {
+	rows, err := db.Query(ctx, jobLogsForJobs, arg.JobIds, arg.TailBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -964,6 +981,7 @@ func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 			&i.Attempt,
 			&i.Seq,
 			&i.Data,
+			&i.Total,
 		); err != nil {
 			return nil, err
 		}
