@@ -770,3 +770,29 @@ func TestLogsInAnAnswerAreTheEndOfTheOutput(t *testing.T) {
 	require.Len(t, logs, len(note)+shown*size)
 	require.Equal(t, fmt.Sprintf("%05d", chunks-1), logs[len(logs)-size:][:5], "ends with the last chunk")
 }
+
+// A subscriber that joins late gets all of the output, in order, a page at
+// a time, then the subscription completes with the job.
+func TestALateLogSubscriberGetsAllTheOutput(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	l := b.lease(t, c, anyWork(0))[0]
+	const chunks = 150 // more than two pages
+	for i := range chunks {
+		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(fmt.Sprintf("%d\n", i))})
+		require.Equal(t, http.StatusNoContent, b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body).Status)
+	}
+	b.result(t, c, l, runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)})
+	logs := b.subscribe(t, b.platform, `subscription($id: ID!) { jobLogs(jobId: $id) { seq data } }`, map[string]any{"id": id})
+	for i := range chunks {
+		p, ok := logs()
+		require.True(t, ok, "chunk %d", i)
+		chunk := p["data"].(map[string]any)["jobLogs"].(map[string]any)
+		require.Equal(t, float64(i), chunk["seq"])
+		require.Equal(t, fmt.Sprintf("%d\n", i), chunk["data"])
+	}
+	_, ok := logs()
+	require.False(t, ok, "then it completes")
+}

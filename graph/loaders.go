@@ -154,5 +154,9 @@ func prefetchJobs(ctx context.Context, jobs []store.Job) {
 // streams all of it.
 const LogsTailBytes = 1 << 20
 
+// logsPage is how many chunks (of at most 32 KiB) a jobLogs subscription
+// reads at a time.
+const logsPage = 64
+
 // LogsCutNote opens logs that do not start at the beginning.
 const LogsCutNote = "[runmesh: %d earlier bytes not shown here; the jobLogs subscription streams all of the output]\n"

@@ -686,14 +686,20 @@ func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-
 	}
 	lastAttempt, lastSeq := 0, -1
 	return follow(ctx, r.Listener, r.Log, jobID, func(ctx context.Context, send func(*store.LogChunk) bool) error {
-		chunks, err := r.Store.JobLogs(ctx, jobID, lastAttempt, lastSeq)
-		for _, c := range chunks {
-			if !send(&c) {
-				return nil
+		// A page at a time: a subscriber that joins late holds one page of
+		// the output, not all of it.
+		for {
+			chunks, err := r.Store.JobLogs(ctx, jobID, lastAttempt, lastSeq, logsPage)
+			for _, c := range chunks {
+				if !send(&c) {
+					return nil
+				}
+				lastAttempt, lastSeq = c.Attempt, c.Seq
 			}
-			lastAttempt, lastSeq = c.Attempt, c.Seq
+			if err != nil || len(chunks) < logsPage {
+				return err
+			}
 		}
-		return err
 	}, r.jobFinished(me.Scope(), jobID)), nil
 }
 

@@ -195,7 +195,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobLeased, now.State)
-	logs, err := b.store.JobLogs(ctx, j.ID, 0, -1)
+	logs, err := b.store.JobLogs(ctx, j.ID, 0, -1, 100)
 	require.NoError(t, err)
 	require.Empty(t, logs)
 

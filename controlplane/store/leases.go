@@ -347,9 +347,10 @@ type LogChunk struct {
 }
 
 // JobLogs returns a job's output in order (by attempt, then sequence),
-// from after the chunk (afterAttempt, afterSeq); (0, -1) is the start.
-func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq int) ([]LogChunk, error) {
-	rows, err := s.q.JobLogs(ctx, s.conn(ctx), dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq)})
+// from after the chunk (afterAttempt, afterSeq) ((0, -1) is the start), at
+// most max chunks.
+func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]LogChunk, error) {
+	rows, err := s.q.JobLogs(ctx, s.conn(ctx), dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq), MaxRows: int32(max)})
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -245,7 +245,8 @@ ON CONFLICT DO NOTHING;
 -- name: JobLogs :many
 SELECT attempt, seq, data FROM job_logs
 WHERE job_id = @job_id AND (attempt, seq) > (@after_attempt::int, @after_seq::int)
-ORDER BY attempt, seq;
+ORDER BY attempt, seq
+LIMIT @max_rows;
 
 -- name: JobEvents :many
 SELECT * FROM job_events WHERE job_id = @job_id AND id > @after_id ORDER BY id;

@@ -905,12 +905,14 @@ const jobLogs = `-- name: JobLogs :many
 SELECT attempt, seq, data FROM job_logs
 WHERE job_id = $1 AND (attempt, seq) > ($2::int, $3::int)
 ORDER BY attempt, seq
+LIMIT $4
 `
 
 type JobLogsParams struct {
 	JobID        uuid.UUID
 	AfterAttempt int32
 	AfterSeq     int32
+	MaxRows      int32
 }
 
 type JobLogsRow struct {
@@ -920,7 +922,12 @@ type JobLogsRow struct {
 }
 
 func (q *Queries) JobLogs(ctx context.Context, db DBTX, arg JobLogsParams) ([]JobLogsRow, error) {
-	rows, err := db.Query(ctx, jobLogs, arg.JobID, arg.AfterAttempt, arg.AfterSeq)
+	rows, err := db.Query(ctx, jobLogs,
+		arg.JobID,
+		arg.AfterAttempt,
+		arg.AfterSeq,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
