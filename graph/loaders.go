@@ -50,7 +50,7 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		jobEvents:  dataloadgen.NewMappedLoader(s.JobEventsForJobs, wait),
 		jobRuns:    dataloadgen.NewMappedLoader(s.JobRunsForJobs, wait),
 		jobLogs: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.JobOutput, error) {
-			return s.JobLogsForJobs(ctx, ids, LogsTailBytes)
+			return s.JobLogsForJobs(ctx, ids, logsTail(len(ids)))
 		}, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
@@ -149,10 +149,20 @@ func prefetchJobs(ctx context.Context, jobs []store.Job) {
 	}
 }
 
-// LogsTailBytes bounds a job's logs in one answer (a list of many jobs with
-// long output included): the last MiB or so. The jobLogs subscription
-// streams all of it.
+// LogsTailBytes bounds a job's logs in one answer: the last MiB or so.
+// The jobLogs subscription streams all of it.
 const LogsTailBytes = 1 << 20
+
+// logsBudget bounds the logs of all the jobs one answer asks for at once,
+// and minLogsTail what each job gets of it however many there are.
+const logsBudget, minLogsTail = 64 << 20, 64 << 10
+
+// logsTail is how much of each job's output a batch of n jobs gets: the
+// last MiB, or an even share of logsBudget (64 KiB at least). A list of
+// 1,000 jobs with long output is then 64 MiB of logs, not a GiB.
+func logsTail(n int) int64 {
+	return max(min(LogsTailBytes, logsBudget/int64(max(n, 1))), minLogsTail)
+}
 
 // logsPage is how many chunks (of at most 32 KiB) a jobLogs subscription
 // reads at a time.

@@ -80,15 +80,38 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 			s.deliver(w, r, c, jobs, leaseSeconds)
 			return
 		}
-		select {
-		case <-ctx.Done():
+		switch waitForWork(ctx, sub.C, deadline.C, c.runner.PoolID.String()) {
+		case waitGone:
 			return
-		case <-deadline.C:
+		case waitTimedOut:
 			writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: []runnerapi.Lease{}})
 			return
-		case p := <-sub.C:
-			if p != "" && p != c.runner.PoolID.String() {
-				continue
+		}
+	}
+}
+
+// What a long-poll's wait ended with.
+const (
+	waitWork     = iota // the pool may have work: claim again
+	waitTimedOut        // wait_seconds passed
+	waitGone            // the request ended
+)
+
+// waitForWork waits until the runner's pool may have work (a notification
+// naming it, or an empty one: a listener that reconnected may have missed
+// some), the deadline passes or ctx ends. Notifications about other pools
+// are not a reason to claim: with many idle runners each would cost a claim
+// per runner.
+func waitForWork(ctx context.Context, notes <-chan string, deadline <-chan time.Time, pool string) int {
+	for {
+		select {
+		case <-ctx.Done():
+			return waitGone
+		case <-deadline:
+			return waitTimedOut
+		case p := <-notes:
+			if p == "" || p == pool {
+				return waitWork
 			}
 		}
 	}

@@ -753,3 +753,26 @@ func TestJobListsKeepToTheirScope(t *testing.T) {
 	queued := store.JobQueued
 	require.Equal(t, []uuid.UUID{mine.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{State: &queued}))
 }
+
+// Each runner's newest certificate, by expiry, whatever the order they
+// were stored in; a runner without one is absent.
+func TestLatestCertificatesAreEachRunnersNewest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r1, r2, none := b.runner(t, 1, 1024, 0), b.runner(t, 1, 1024, 0), b.runner(t, 1, 1024, 0)
+	now := time.Now().UTC().Truncate(time.Second)
+	for _, c := range []struct {
+		serial string
+		runner uuid.UUID
+		after  time.Duration
+	}{{"a1", r1, 2 * time.Hour}, {"a2", r1, 3 * time.Hour}, {"a0", r1, time.Hour}, {"b1", r2, time.Hour}} {
+		require.NoError(t, b.store.StoreCertificate(ctx, store.Certificate{Serial: c.serial, RunnerID: &c.runner, DER: []byte{1},
+			NotBefore: now, NotAfter: now.Add(c.after)}))
+	}
+	got, err := b.store.LatestCertificates(ctx, []uuid.UUID{r1, r2, none})
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, "a2", got[r1].Serial)
+	require.Equal(t, "b1", got[r2].Serial)
+}

@@ -1999,7 +1999,8 @@ type Job {
   runs: [JobRun!]!
   """
   The output of every attempt, in order: about its last MiB at most, after a line saying how much came
-  before. The jobLogs subscription streams all of it.
+  before. An answer with the logs of many jobs shares 64 MiB among them (at least 64 KiB each). The jobLogs
+  subscription streams all of it.
   """
   logs: String!
 }

@@ -331,12 +331,15 @@ func (q *Queries) InsertRevocation(ctx context.Context, db DBTX, arg InsertRevoc
 }
 
 const latestCertificatesForRunners = `-- name: LatestCertificatesForRunners :many
-SELECT DISTINCT ON (runner_id) serial, runner_id, der, not_before, not_after, issued_at
-FROM certificates
-WHERE runner_id = ANY($1::uuid[])
-ORDER BY runner_id, not_after DESC
+SELECT c.serial, c.runner_id, c.der, c.not_before, c.not_after, c.issued_at FROM unnest($1::uuid[]) AS r (id)
+CROSS JOIN LATERAL (
+    SELECT serial, runner_id, der, not_before, not_after, issued_at FROM certificates WHERE runner_id = r.id ORDER BY not_after DESC LIMIT 1
+) c
 `
 
+// Each runner's newest certificate, one index probe per runner: a runner
+// renews every two thirds of a lifetime and old certificates are kept, so
+// reading all of them (DISTINCT ON) grew with every renewal.
 func (q *Queries) LatestCertificatesForRunners(ctx context.Context, db DBTX, runnerIds []uuid.UUID) ([]Certificate, error) {
 	rows, err := db.Query(ctx, latestCertificatesForRunners, runnerIds)
 	if err != nil {
