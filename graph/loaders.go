@@ -158,8 +158,9 @@ const LogsTailBytes = 1 << 20
 const logsBudget, minLogsTail = 64 << 20, 64 << 10
 
 // logsTail is how much of each job's output a batch of n jobs gets: the
-// last MiB, or an even share of logsBudget (64 KiB at least). A list of
-// 1,000 jobs with long output is then 64 MiB of logs, not a GiB.
+// last MiB, or an even share of logsBudget, but at least 64 KiB (two whole
+// chunks, so the last chunk always shows). A list of 500 jobs with long
+// output is then 64 MiB of logs, not half a GiB.
 func logsTail(n int) int64 {
 	return max(min(LogsTailBytes, logsBudget/int64(max(n, 1))), minLogsTail)
 }

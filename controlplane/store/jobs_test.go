@@ -776,3 +776,26 @@ func TestLatestCertificatesAreEachRunnersNewest(t *testing.T) {
 	require.Equal(t, "a2", got[r1].Serial)
 	require.Equal(t, "b1", got[r2].Serial)
 }
+
+// The end of several jobs' output at once: whole chunks that fit in the
+// tail, across attempts, in order, with each job's total; none for a job
+// without output.
+func TestJobLogsTailAcrossAttemptsAndJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	a, none, small := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}), b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}),
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	_, err := b.db.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) VALUES
+		($1, 1, 0, 'aaaa'), ($1, 1, 1, 'bbbb'), ($1, 2, 0, 'cccc'), ($2, 1, 0, 'x')`, a.ID, small.ID)
+	require.NoError(t, err)
+	got, err := b.store.JobLogsForJobs(ctx, []uuid.UUID{a.ID, none.ID, small.ID}, 8)
+	require.NoError(t, err)
+	require.Equal(t, store.JobOutput{Bytes: 12, Chunks: []store.LogChunk{{Attempt: 1, Seq: 1, Data: []byte("bbbb")}, {Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, got[a.ID])
+	require.Equal(t, store.JobOutput{Chunks: []store.LogChunk{}}, got[none.ID])
+	require.Equal(t, store.JobOutput{Bytes: 1, Chunks: []store.LogChunk{{Attempt: 1, Seq: 0, Data: []byte("x")}}}, got[small.ID])
+	// A chunk that would pass the tail stays out.
+	tight, err := b.store.JobLogsForJobs(ctx, []uuid.UUID{a.ID}, 7)
+	require.NoError(t, err)
+	require.Equal(t, store.JobOutput{Bytes: 12, Chunks: []store.LogChunk{{Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, tight[a.ID])
+}

@@ -198,13 +198,17 @@ type txState struct {
 // fn receives joins it. It commits when fn returns nil and rolls back
 // otherwise. Nested calls open savepoints.
 func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) error {
-	tx, err := s.conn(ctx).(DB).Begin(ctx)
+	// A savepoint's parent is the transaction it opens in (a finished one
+	// in ctx is skipped).
+	parent := liveTx(ctx)
+	var db DB = s.db
+	if parent != nil {
+		db = parent.tx
+	}
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", mapErr(err))
 	}
-	// The savepoint's parent is the transaction it opened in, the one
-	// s.conn routed Begin to (a finished one in ctx is skipped).
-	parent := liveTx(ctx)
 	state := &txState{tx: tx, parent: parent}
 	defer func() {
 		state.over.Store(true)
@@ -239,7 +243,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := s.WithTx(ctx, fn)
-		if _, nested := ctx.Value(txKey{}).(*txState); nested || attempt == 3 || !errors.Is(err, ErrContended) {
+		if nested := liveTx(ctx) != nil; nested || attempt == 3 || !errors.Is(err, ErrContended) {
 			return err
 		}
 	}

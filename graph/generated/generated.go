@@ -1999,7 +1999,7 @@ type Job {
   runs: [JobRun!]!
   """
   The output of every attempt, in order: about its last MiB at most, after a line saying how much came
-  before. An answer with the logs of many jobs shares 64 MiB among them (at least 64 KiB each). The jobLogs
+  before. The logs of many jobs in one answer share about 64 MiB (at least 64 KiB each). The jobLogs
   subscription streams all of it.
   """
   logs: String!

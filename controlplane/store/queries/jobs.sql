@@ -413,18 +413,21 @@ SELECT * FROM job_events WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, i
 SELECT * FROM job_runs WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, attempt;
 
 -- name: JobLogsForJobs :many
--- Several jobs' output, in order: of each job only the chunks that hold its
--- last tail_bytes (whole chunks, so up to one chunk more), and how many
--- bytes its output has in all. A list of many jobs with long output stays
--- a bounded answer.
-SELECT job_id, attempt, seq, data, total::bigint AS total FROM (
-    SELECT job_id, attempt, seq, data,
+-- Several jobs' output, in order: of each job the whole chunks that fit in
+-- its last tail_bytes, and how many bytes its output has in all. A list of
+-- many jobs with long output stays a bounded answer. The sizes are summed
+-- first (length() reads a stored chunk's size without fetching it), and
+-- only the chunks kept are read.
+WITH sizes AS (
+    SELECT job_id, attempt, seq,
            sum(length(data)) OVER (PARTITION BY job_id ORDER BY attempt DESC, seq DESC) AS to_end,
            sum(length(data)) OVER (PARTITION BY job_id) AS total
     FROM job_logs WHERE job_id = ANY(@job_ids::uuid[])
-) l
-WHERE to_end - length(data) < @tail_bytes::bigint
-ORDER BY job_id, attempt, seq;
+)
+SELECT l.job_id, l.attempt, l.seq, l.data, s.total::bigint AS total
+FROM sizes s JOIN job_logs l ON l.job_id = s.job_id AND l.attempt = s.attempt AND l.seq = s.seq
+WHERE s.to_end <= @tail_bytes::bigint
+ORDER BY l.job_id, l.attempt, l.seq;
 
 -- name: PrunableJobs :many
 -- Jobs that ended longer than keep_seconds ago (by the database's clock),

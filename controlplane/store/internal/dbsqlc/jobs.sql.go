@@ -947,19 +947,21 @@ func (q *Queries) JobLogs(ctx context.Context, db DBTX, arg JobLogsParams) ([]Jo
 }
 
 const jobLogsForJobs = `-- name: JobLogsForJobs :many
-SELECT job_id, attempt, seq, data, total::bigint AS total FROM (
-    SELECT job_id, attempt, seq, data,
+WITH sizes AS (
+    SELECT job_id, attempt, seq,
            sum(length(data)) OVER (PARTITION BY job_id ORDER BY attempt DESC, seq DESC) AS to_end,
            sum(length(data)) OVER (PARTITION BY job_id) AS total
-    FROM job_logs WHERE job_id = ANY($1::uuid[])
-) l
-WHERE to_end - length(data) < $2::bigint
-ORDER BY job_id, attempt, seq
+    FROM job_logs WHERE job_id = ANY($2::uuid[])
+)
+SELECT l.job_id, l.attempt, l.seq, l.data, s.total::bigint AS total
+FROM sizes s JOIN job_logs l ON l.job_id = s.job_id AND l.attempt = s.attempt AND l.seq = s.seq
+WHERE s.to_end <= $1::bigint
+ORDER BY l.job_id, l.attempt, l.seq
 `
 
 type JobLogsForJobsParams struct {
-	JobIds    []uuid.UUID
 	TailBytes int64
+	JobIds    []uuid.UUID
 }
 
 type JobLogsForJobsRow struct {
@@ -970,12 +972,13 @@ type JobLogsForJobsRow struct {
 	Total   int64
 }
 
-// Several jobs' output, in order: of each job only the chunks that hold its
-// last tail_bytes (whole chunks, so up to one chunk more), and how many
-// bytes its output has in all. A list of many jobs with long output stays
-// a bounded answer.
+// Several jobs' output, in order: of each job the whole chunks that fit in
+// its last tail_bytes, and how many bytes its output has in all. A list of
+// many jobs with long output stays a bounded answer. The sizes are summed
+// first (length() reads a stored chunk's size without fetching it), and
+// only the chunks kept are read.
 func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, arg JobLogsForJobsParams) ([]JobLogsForJobsRow, error) {
-	rows, err := db.Query(ctx, jobLogsForJobs, arg.JobIds, arg.TailBytes)
+	rows, err := db.Query(ctx, jobLogsForJobs, arg.TailBytes, arg.JobIds)
 	if err != nil {
 		return nil, err
 	}
