@@ -98,25 +98,71 @@ func (s *Sweeper) Run(ctx context.Context) {
 	pruning.Go(func() { s.pruneEvery(ctx, fullSweepEvery*s.Interval) })
 	t := time.NewTicker(s.Interval)
 	defer t.Stop()
+	var placeability placeabilityChecks
 	for pass := 0; ; pass++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		res, err := s.Store.Sweep(ctx, store.SweepOptions{
-			DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff, LeasesOnly: pass%fullSweepEvery != 0,
-		})
+		opts := store.SweepOptions{DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff, LeasesOnly: pass%fullSweepEvery != 0}
+		start := time.Now()
+		if !opts.LeasesOnly {
+			opts.UnplaceableSince = placeability.since(start)
+		}
+		res, err := s.Store.Sweep(ctx, opts)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.Log.Error("sweep", "err", err)
 			}
 			continue
 		}
+		if !opts.LeasesOnly {
+			placeability.done(start, res.Blocked < store.DefaultSweepBatch)
+		}
 		if res != (store.SweepResult{}) {
 			s.Log.Info("swept", "requeued", res.Requeued, "failed", res.Failed, "expired", res.Expired, "blocked", res.Blocked, "unblocked", res.Unblocked)
 		}
 	}
+}
+
+// placeabilityChecks paces the blocked check. Reading every queued job
+// costs in proportion to the queue, so most full sweeps read only the jobs
+// submitted since the last check, and every wholeEvery one reads them all:
+// a job already queued can become unplaceable only when the fleet shrinks,
+// which that catches within minutes.
+type placeabilityChecks struct {
+	checkedBefore time.Time // jobs submitted before this have been checked
+	sinceWhole    int
+}
+
+// wholeEvery: one blocked check in this many reads the whole queue (every
+// 5 minutes at the default interval).
+const wholeEvery = 30
+
+// slack covers a submission whose transaction was still open when a check
+// began, and clocks that disagree by less.
+const slack = time.Minute
+
+// since is where the check starting at start begins (zero: everything).
+func (p *placeabilityChecks) since(start time.Time) time.Time {
+	if p.checkedBefore.IsZero() || p.sinceWhole >= wholeEvery {
+		return time.Time{}
+	}
+	return p.checkedBefore
+}
+
+// done records a check that began at start and succeeded; complete is
+// false when it stopped at its batch size and left jobs unread.
+func (p *placeabilityChecks) done(start time.Time, complete bool) {
+	if !complete {
+		return
+	}
+	if p.since(start).IsZero() {
+		p.sinceWhole = 0
+	}
+	p.sinceWhole++
+	p.checkedBefore = start.Add(-slack)
 }
 
 // pruneEvery prunes at once, then every interval, until ctx ends.

@@ -799,3 +799,57 @@ func TestJobLogsTailAcrossAttemptsAndJobs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.JobOutput{Bytes: 12, Chunks: []store.LogChunk{{Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, tight[a.ID])
 }
+
+// A deep queue costs the sweep nothing until its jobs time out, and the
+// blocked check limited to new jobs reads only those: the whole queue is
+// read only by the full blocked check.
+func TestSweepingADeepQueueReadsOnlyWhatIsDue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	b.runner(t, 8, 65536, 0)
+	_, err := b.db.Exec(ctx, `
+		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
+		SELECT $1, 'x', 1, 0, 0, 60 FROM generate_series(1, 5000)`, b.pool.ID)
+	require.NoError(t, err)
+	old := b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
+	time.Sleep(2 * time.Millisecond)
+	since := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	fresh := b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60})
+	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
+	require.NoError(t, err)
+
+	state := func(id uuid.UUID) store.JobState {
+		j, err := b.store.Job(ctx, store.AllOrganisations(), id)
+		require.NoError(t, err)
+		return j.State
+	}
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		scans0, rows0, err := b.store.JobsRead(ctx)
+		require.NoError(t, err)
+		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, UnplaceableSince: since,
+			Backoff: func(int) time.Duration { return 0 }})
+		require.NoError(t, err)
+		require.Equal(t, store.SweepResult{Blocked: 1}, res)
+		scans, rows, err := b.store.JobsRead(ctx)
+		require.NoError(t, err)
+		require.Equal(t, scans0, scans, "full reads of the jobs table")
+		require.Less(t, rows-rows0, int64(100), "rows read with 5,000 jobs queued")
+		t.Logf("%d rows read", rows-rows0)
+		return nil
+	}))
+	require.Equal(t, store.JobBlocked, state(fresh.ID), "submitted since: checked")
+	require.Equal(t, store.JobQueued, state(old.ID), "submitted before: left to the full check")
+	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Blocked)
+	require.Equal(t, store.JobBlocked, state(old.ID), "the full check")
+
+	// Timed out: the oldest first, whatever the depth of the queue.
+	later := time.Now().Add(25 * time.Hour)
+	res, err = b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, Batch: 10, UnplaceableSince: later,
+		Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 10, res.Expired)
+}

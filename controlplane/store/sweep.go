@@ -18,11 +18,18 @@ type SweepOptions struct {
 	// leased again, given the tries it has had (Job.Tries).
 	Backoff func(attempt int) time.Duration
 	Batch   int
-	// LeasesOnly skips the queue-timeout and blocked checks, which read
-	// the whole queue: their rules work in hours and minutes, so they need
-	// not run at every pass, while expired leases do.
+	// LeasesOnly skips the queue-timeout and blocked checks: their rules
+	// work in hours and minutes, so they need not run at every pass, while
+	// expired leases do.
 	LeasesOnly bool
+	// UnplaceableSince, when set, limits the blocked check to jobs
+	// submitted since then (read along the primary key); zero checks every
+	// queued job, which reads the whole queue.
+	UnplaceableSince time.Time
 }
+
+// DefaultSweepBatch is how many rows of each kind one sweep takes at most.
+const DefaultSweepBatch = 500
 
 // SweepResult counts what a sweep did.
 type SweepResult struct {
@@ -38,7 +45,7 @@ type SweepResult struct {
 func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
 	if o.Batch == 0 {
-		o.Batch = 500
+		o.Batch = DefaultSweepBatch
 	}
 	err := s.WithTx(ctx, func(ctx context.Context) error {
 		now := time.Now()
@@ -99,7 +106,13 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 			}
 		}
 
-		unplaceable, err := s.q.Unplaceable(ctx, s.conn(ctx), int32(o.Batch))
+		var unplaceable []dbsqlc.Job
+		if o.UnplaceableSince.IsZero() {
+			unplaceable, err = s.q.Unplaceable(ctx, s.conn(ctx), int32(o.Batch))
+		} else {
+			unplaceable, err = s.q.UnplaceableSince(ctx, s.conn(ctx), dbsqlc.UnplaceableSinceParams{
+				After: uuidV7Bound(o.UnplaceableSince), MaxRows: int32(o.Batch)})
+		}
 		if err != nil {
 			return mapErr(err)
 		}

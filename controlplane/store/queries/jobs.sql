@@ -261,14 +261,26 @@ LIMIT @max_rows
 FOR UPDATE SKIP LOCKED;
 
 -- name: TimedOutJobs :many
--- Queued jobs past their pool's queue timeout, locked for the sweeper.
--- The states are ORed, not listed with IN: so written, the planner joins
--- jobs_queued and jobs_blocked instead of reading the whole table.
-SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
-  AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, @default_queue_timeout_hours::int))
-      < coalesce(sqlc.narg('now')::timestamptz, now())
-LIMIT @max_rows
+-- Waiting jobs past their pool's queue timeout, locked for the sweeper.
+-- Each pool's are read through jobs_waiting, oldest first, so a deep queue
+-- costs nothing until its jobs time out. The ids go in as an array, so the
+-- rows are fetched by primary key (an IN list let the planner hash it
+-- against a read of the whole table). The states are checked again on the
+-- row as locked: a job leased meanwhile is not expired.
+SELECT j.* FROM jobs j
+WHERE j.id = ANY(ARRAY(
+    SELECT w.id FROM pools p
+    CROSS JOIN LATERAL (
+        SELECT id FROM jobs
+        WHERE pool_id = p.id AND (state = 'QUEUED' OR state = 'BLOCKED')
+          AND submitted_at < coalesce(sqlc.narg('now')::timestamptz, now())
+                             - make_interval(hours => coalesce(p.queue_timeout_hours, @default_queue_timeout_hours::int))
+        ORDER BY submitted_at
+        LIMIT @max_rows
+    ) w
+    LIMIT @max_rows
+  ))
+  AND (j.state = 'QUEUED' OR j.state = 'BLOCKED')
 FOR UPDATE OF j SKIP LOCKED;
 
 -- name: Unplaceable :many
@@ -283,6 +295,21 @@ WHERE j.state = 'QUEUED'
         AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
         AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
   AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+LIMIT @max_rows
+FOR UPDATE OF j SKIP LOCKED;
+
+-- name: UnplaceableSince :many
+-- Unplaceable, for the jobs submitted after the id given only: walked from
+-- there along the primary key, not through the whole queue.
+SELECT j.* FROM jobs j
+WHERE j.id > @after::uuid AND j.state = 'QUEUED'
+  AND NOT EXISTS (
+      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
+      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
+        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
+        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+ORDER BY j.id
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 

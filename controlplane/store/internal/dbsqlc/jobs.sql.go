@@ -1646,25 +1646,37 @@ func (q *Queries) SetJobState(ctx context.Context, db DBTX, arg SetJobStateParam
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
-  AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
-      < coalesce($2::timestamptz, now())
-LIMIT $3
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
+WHERE j.id = ANY(ARRAY(
+    SELECT w.id FROM pools p
+    CROSS JOIN LATERAL (
+        SELECT id FROM jobs
+        WHERE pool_id = p.id AND (state = 'QUEUED' OR state = 'BLOCKED')
+          AND submitted_at < coalesce($1::timestamptz, now())
+                             - make_interval(hours => coalesce(p.queue_timeout_hours, $2::int))
+        ORDER BY submitted_at
+        LIMIT $3
+    ) w
+    LIMIT $3
+  ))
+  AND (j.state = 'QUEUED' OR j.state = 'BLOCKED')
 FOR UPDATE OF j SKIP LOCKED
 `
 
 type TimedOutJobsParams struct {
-	DefaultQueueTimeoutHours int32
 	Now                      *time.Time
+	DefaultQueueTimeoutHours int32
 	MaxRows                  int32
 }
 
-// Queued jobs past their pool's queue timeout, locked for the sweeper.
-// The states are ORed, not listed with IN: so written, the planner joins
-// jobs_queued and jobs_blocked instead of reading the whole table.
+// Waiting jobs past their pool's queue timeout, locked for the sweeper.
+// Each pool's are read through jobs_waiting, oldest first, so a deep queue
+// costs nothing until its jobs time out. The ids go in as an array, so the
+// rows are fetched by primary key (an IN list let the planner hash it
+// against a read of the whole table). The states are checked again on the
+// row as locked: a job leased meanwhile is not expired.
 func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsParams) ([]Job, error) {
-	rows, err := db.Query(ctx, timedOutJobs, arg.DefaultQueueTimeoutHours, arg.Now, arg.MaxRows)
+	rows, err := db.Query(ctx, timedOutJobs, arg.Now, arg.DefaultQueueTimeoutHours, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -1842,6 +1854,72 @@ FOR UPDATE OF j SKIP LOCKED
 // or draining still could, later.)
 func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Job, error) {
 	rows, err := db.Query(ctx, unplaceable, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+			&i.Undelivered,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const unplaceableSince = `-- name: UnplaceableSince :many
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
+WHERE j.id > $1::uuid AND j.state = 'QUEUED'
+  AND NOT EXISTS (
+      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
+      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
+        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
+        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+ORDER BY j.id
+LIMIT $2
+FOR UPDATE OF j SKIP LOCKED
+`
+
+type UnplaceableSinceParams struct {
+	After   uuid.UUID
+	MaxRows int32
+}
+
+// Unplaceable, for the jobs submitted after the id given only: walked from
+// there along the primary key, not through the whole queue.
+func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg UnplaceableSinceParams) ([]Job, error) {
+	rows, err := db.Query(ctx, unplaceableSince, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
