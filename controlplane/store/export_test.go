@@ -14,3 +14,10 @@ func (s *Store) JobsRead(ctx context.Context) (fullScans, rows int64, err error)
 		Scan(&fullScans, &rows)
 	return fullScans, rows, err
 }
+
+// SetLocalForTest sets a setting for the rest of the transaction in ctx.
+func (s *Store) SetLocalForTest(ctx context.Context, name, value string) (string, error) {
+	var v string
+	err := s.conn(ctx).QueryRow(ctx, `SELECT set_config($1, $2, true)`, name, value).Scan(&v)
+	return v, err
+}
