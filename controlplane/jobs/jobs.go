@@ -81,6 +81,11 @@ const DefaultRetention = 90 * 24 * time.Hour
 // blocked jobs (they read the whole queue; expired leases are indexed).
 const fullSweepEvery = 10
 
+// timeoutsEvery: one full sweep in this many also checks queue timeouts
+// (once a minute at the default interval). That check reads the whole
+// queue, and its rule works in hours.
+const timeoutsEvery = 6
+
 // Pruning runs beside the sweep, every fullSweepEvery intervals: deleting
 // a backlog of finished jobs never delays the requeueing of expired leases.
 // Each batch is a transaction of its own (a job may carry up to 64 MiB of
@@ -105,7 +110,8 @@ func (s *Sweeper) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		opts := store.SweepOptions{DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff, LeasesOnly: pass%fullSweepEvery != 0}
+		opts := store.SweepOptions{DefaultQueueTimeoutHours: s.DefaultQueueTimeoutHours, Backoff: Backoff,
+			LeasesOnly: pass%fullSweepEvery != 0, SkipTimeouts: pass%(fullSweepEvery*timeoutsEvery) != 0}
 		start := time.Now()
 		if !opts.LeasesOnly {
 			opts.UnplaceableSince = placeability.since(start)

@@ -22,6 +22,9 @@ type SweepOptions struct {
 	// work in hours and minutes, so they need not run at every pass, while
 	// expired leases do.
 	LeasesOnly bool
+	// SkipTimeouts leaves out the queue-timeout check, which reads the
+	// whole queue: its rule works in hours, so once a minute is enough.
+	SkipTimeouts bool
 	// UnplaceableSince, when set, limits the blocked check to jobs
 	// submitted since then (read along the primary key); zero checks every
 	// queued job, which reads the whole queue.
@@ -90,10 +93,13 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 			}
 			return nil
 		}
-		timedOut, err := s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
-			Now: o.Now, DefaultQueueTimeoutHours: int32(o.DefaultQueueTimeoutHours), MaxRows: int32(o.Batch)})
-		if err != nil {
-			return mapErr(err)
+		var timedOut []dbsqlc.Job
+		if !o.SkipTimeouts {
+			timedOut, err = s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
+				Now: o.Now, DefaultQueueTimeoutHours: int32(o.DefaultQueueTimeoutHours), MaxRows: int32(o.Batch)})
+			if err != nil {
+				return mapErr(err)
+			}
 		}
 		for _, row := range timedOut {
 			reason := "waited longer than the pool's queue timeout"
