@@ -435,11 +435,7 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	answer(first, nil)(ctx)
-	eventually(t, "an upload tried", func() bool {
-		api.mu.Lock()
-		defer api.mu.Unlock()
-		return api.logTries > 0
-	})
+	eventually(t, "an upload tried", func() bool { return api.tries() > 0 })
 	die()
 	time.Sleep(50 * time.Millisecond) // its follower notices
 	write(criLine("stdout", "F", "second"))
@@ -470,6 +466,24 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 	}
 }
 
+// tries is how many output uploads were tried.
+func (a *fakeAPI) tries() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.logTries
+}
+
+// sendThenRefuse writes two records to a job's output, one at a time, and
+// waits for the first upload (accepted) and the second (refused: the fake
+// API's logLimit is 1).
+func sendThenRefuse(t *testing.T, api *fakeAPI, log string) {
+	t.Helper()
+	appendTo(t, log, criLine("stdout", "F", "kept"))
+	eventually(t, "chunk 0 sent", func() bool { return api.tries() == 1 })
+	appendTo(t, log, criLine("stdout", "F", "refused"))
+	eventually(t, "chunk 1 refused", func() bool { return api.tries() == 2 })
+}
+
 // Once the server keeps no more of an attempt's output, the agent stops
 // sending it, however much more the job writes, and the job's result
 // still goes out.
@@ -479,22 +493,14 @@ func TestOutputPastTheServersBoundIsNotSent(t *testing.T) {
 	api.logLimit = 1
 	const id = "dddddddd-0000-4000-8000-000000000001"
 	p := runOne(t, rt, api, id)
-	tries := func() int {
-		api.mu.Lock()
-		defer api.mu.Unlock()
-		return api.logTries
-	}
-	appendTo(t, p.Log, criLine("stdout", "F", "kept"))
-	eventually(t, "chunk 0 sent", func() bool { return tries() == 1 })
-	appendTo(t, p.Log, criLine("stdout", "F", "refused"))
-	eventually(t, "chunk 1 refused", func() bool { return tries() == 2 })
+	sendThenRefuse(t, api, p.Log)
 	for i := range 5 {
 		appendTo(t, p.Log, criLine("stdout", "F", fmt.Sprintf("more %d", i)))
 		time.Sleep(30 * time.Millisecond) // three polls each
 	}
 	rt.end(p.Unit, 0)
 	eventually(t, "the result", func() bool { _, ok := api.result(id); return ok })
-	if n := tries(); n != 2 {
+	if n := api.tries(); n != 2 {
 		t.Fatalf("%d uploads: after the refusal nothing more should be sent", n)
 	}
 }
@@ -514,15 +520,7 @@ func TestOutputNoOneTakesIsKeptSmallOnTheHost(t *testing.T) {
 		}
 		return st.Size()
 	}
-	tries := func() int {
-		api.mu.Lock()
-		defer api.mu.Unlock()
-		return api.logTries
-	}
-	appendTo(t, p.Log, criLine("stdout", "F", "kept"))
-	eventually(t, "chunk 0 sent", func() bool { return tries() == 1 })
-	appendTo(t, p.Log, criLine("stdout", "F", "refused"))
-	eventually(t, "chunk 1 refused", func() bool { return tries() == 2 })
+	sendThenRefuse(t, api, p.Log)
 	line := criLine("stdout", "F", strings.Repeat("x", 500))
 	for range 20 { // 10 KiB, more than twice the bound
 		appendTo(t, p.Log, line)
