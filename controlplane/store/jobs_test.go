@@ -894,3 +894,26 @@ func TestAClaimReadsTheQueueInOrderEvenOnStaleStatistics(t *testing.T) {
 		return nil
 	}))
 }
+
+// A memory claim no runner of the pool enforces is blocked, with the
+// reason; once the pool allows unenforced memory, it is queued again.
+func TestAnUnenforceableMemoryClaimIsBlocked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	b.runner(t, 8, 65536, 0) // does not enforce memory limits
+	j := b.submit(t, store.Claim{Cores: 1, MemoryMiB: 1024, WallClockSeconds: 60})
+	sweep := func() store.SweepResult {
+		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+		require.NoError(t, err)
+		return res
+	}
+	require.Equal(t, 1, sweep().Blocked)
+	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobBlocked, got.State)
+	require.Contains(t, got.StateReason, "enforces memory limits")
+	_, err = b.db.Exec(ctx, `UPDATE pools SET allow_unenforced_memory = true WHERE id = $1`, b.pool.ID)
+	require.NoError(t, err)
+	require.Equal(t, 1, sweep().Unblocked)
+}

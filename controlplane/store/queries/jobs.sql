@@ -278,15 +278,11 @@ FOR UPDATE OF j SKIP LOCKED;
 
 -- name: Unplaceable :many
 -- Queued jobs that no approved runner of their pool could ever hold, even
--- empty: BLOCKED, with the reason. (Runners that are merely busy, offline
--- or draining still could, later.)
+-- empty (runmesh_placeable, migration 0015): BLOCKED, with the reason. A
+-- pool with no approved runner at all blocks nothing: one may come.
 SELECT j.* FROM jobs j
 WHERE j.state = 'QUEUED'
-  AND NOT EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
   AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
@@ -296,11 +292,7 @@ FOR UPDATE OF j SKIP LOCKED;
 -- there along the primary key, not through the whole queue.
 SELECT j.* FROM jobs j
 WHERE j.id > @after::uuid AND j.state = 'QUEUED'
-  AND NOT EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
   AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
 ORDER BY j.id
 LIMIT @max_rows
@@ -310,11 +302,7 @@ FOR UPDATE OF j SKIP LOCKED;
 -- BLOCKED jobs that some approved runner could now hold: back to QUEUED.
 SELECT j.* FROM jobs j
 WHERE j.state = 'BLOCKED'
-  AND EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 

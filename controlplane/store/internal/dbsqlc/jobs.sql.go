@@ -1738,11 +1738,7 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 const unblockable = `-- name: Unblockable :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'BLOCKED'
-  AND EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
@@ -1832,19 +1828,15 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 const unplaceable = `-- name: Unplaceable :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'QUEUED'
-  AND NOT EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
   AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
 
 // Queued jobs that no approved runner of their pool could ever hold, even
-// empty: BLOCKED, with the reason. (Runners that are merely busy, offline
-// or draining still could, later.)
+// empty (runmesh_placeable, migration 0015): BLOCKED, with the reason. A
+// pool with no approved runner at all blocks nothing: one may come.
 func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Job, error) {
 	rows, err := db.Query(ctx, unplaceable, maxRows)
 	if err != nil {
@@ -1893,11 +1885,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 const unplaceableSince = `-- name: UnplaceableSince :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
-  AND NOT EXISTS (
-      SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-      WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL
-        AND j.cores <= r.cores AND j.memory_mib <= r.memory_mib AND j.gpus <= r.gpu_count
-        AND (j.memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
+  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
   AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
 ORDER BY j.id
 LIMIT $2
