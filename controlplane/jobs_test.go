@@ -64,6 +64,18 @@ func (b *testBundle) result(t *testing.T, c *http.Client, l runnerapi.Lease, req
 
 func intp(v int) *int { return &v }
 
+// leasedJob submits a job to pool A and leases it to a new approved runner:
+// the job's id, the runner's client and the lease.
+func (b *testBundle) leasedJob(t *testing.T) (string, *http.Client, runnerapi.Lease) {
+	t.Helper()
+	_, c, _ := b.approvedRunner(t, measured(0))
+	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	require.Empty(t, code)
+	leases := b.lease(t, c, anyWork(0))
+	require.Len(t, leases, 1)
+	return id, c, leases[0]
+}
+
 func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -155,9 +167,7 @@ func TestSubmissionIsScopedAndChecked(t *testing.T) {
 func TestAStaleResultIsRefusedWith409(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
-	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	first := b.lease(t, c, anyWork(0))[0]
+	id, c, first := b.leasedJob(t)
 	// The lease expires and the sweeper gives the job a second attempt.
 	_, err := b.pool.Exec(context.Background(), "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", id)
 	require.NoError(t, err)
@@ -209,9 +219,7 @@ func TestSubmittingWakesAWaitingRunner(t *testing.T) {
 func TestCancellingARunningJob(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
-	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	l := b.lease(t, c, anyWork(0))[0]
+	id, c, l := b.leasedJob(t)
 	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state cancelRequested } }`, map[string]any{"id": id})
 	require.Empty(t, code)
 	r := b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0), Leases: []runnerapi.HeldLease{{LeaseID: l.LeaseID, Attempt: 1, Phase: runnerapi.PhaseRunning}}})
@@ -639,9 +647,7 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 func TestOutputPastTheBoundIsNotKept(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
-	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	l := b.lease(t, c, anyWork(0))[0]
+	id, c, l := b.leasedJob(t)
 	upload := func(attempt, seq int, data string) reply {
 		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: attempt, Seq: seq, Data: []byte(data)})
 		return b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body)
@@ -751,9 +757,7 @@ func TestJobMetrics(t *testing.T) {
 func TestLogsInAnAnswerAreTheEndOfTheOutput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
-	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	l := b.lease(t, c, anyWork(0))[0]
+	id, c, l := b.leasedJob(t)
 	const chunks, size = 40, runnerapi.MaxLogChunk
 	for i := range chunks {
 		data := fmt.Sprintf("%05d", i) + strings.Repeat("x", size-5)
@@ -776,9 +780,7 @@ func TestLogsInAnAnswerAreTheEndOfTheOutput(t *testing.T) {
 func TestALateLogSubscriberGetsAllTheOutput(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
-	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	l := b.lease(t, c, anyWork(0))[0]
+	id, c, l := b.leasedJob(t)
 	const chunks = 150 // more than two pages
 	for i := range chunks {
 		body, _ := json.Marshal(runnerapi.LogUpload{Attempt: 1, Seq: i, Data: []byte(fmt.Sprintf("%d\n", i))})
