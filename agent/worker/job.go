@@ -33,10 +33,6 @@ type job struct {
 	logFull  bool   // the server keeps no more of this attempt's output
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
-	// unknown: adopted without a readable record, so what it books (its
-	// claim, its GPUs) is not known here. While it runs the whole host is
-	// taken to be booked: a GPU it uses is never handed to another job.
-	unknown bool
 }
 
 // chunk is a piece of the output file: bytes [From, To) of the log are
@@ -72,10 +68,17 @@ func (w *Worker) save(j *job) error {
 	return os.Rename(tmp, w.recordPath(j.paths))
 }
 
+// unknownClaim: adopted without a readable record, so what it books (its
+// claim, its GPUs) is not known here, and the whole host is taken to be
+// booked while it runs: a GPU it uses is never handed to another job.
+// Derived from the lease, which names an image for every job the server
+// leases, so a record saved for it later (its output's progress) does not
+// make it known.
+func (j *job) unknownClaim() bool { return j.lease.Image == "" }
+
 // load fills in an adopted job from its record; without a readable record
-// it stays as the unit names it, and unknown.
+// it stays as the unit names it (unknownClaim).
 func (w *Worker) load(j *job) {
-	j.unknown = true
 	b, err := os.ReadFile(w.recordPath(j.paths))
 	if err != nil {
 		w.Log.Warn("an adopted job has no lease record: no new work until it ends", "lease_id", j.lease.LeaseID, "err", err)
@@ -86,7 +89,6 @@ func (w *Worker) load(j *job) {
 		w.Log.Warn("an adopted job's lease record is unreadable: no new work until it ends", "lease_id", j.lease.LeaseID)
 		return
 	}
-	j.unknown = false
 	j.lease, j.gpus, j.digest, j.log = r.Lease, r.GPUs, r.Digest, r.Log
 	j.pending = r.Log.Seq >= 0 && r.Log.To > r.Log.From
 }

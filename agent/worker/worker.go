@@ -273,7 +273,7 @@ func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 		free.Cores -= j.lease.Claim.Cores
 		free.MemoryMiB -= j.lease.Claim.MemoryMiB
 		free.GPUs -= len(j.gpus)
-		unknown = unknown || j.unknown
+		unknown = unknown || j.unknownClaim()
 	}
 	w.mu.Unlock()
 	free.Cores, free.MemoryMiB, free.GPUs = max(free.Cores, 0), max(free.MemoryMiB, 0), max(free.GPUs, 0)
@@ -304,7 +304,7 @@ func (w *Worker) freeGPUs(n int) []string {
 	taken := map[string]bool{}
 	w.mu.Lock()
 	for _, j := range w.held {
-		if j.unknown {
+		if j.unknownClaim() {
 			w.mu.Unlock()
 			return nil // any GPU may be its
 		}

@@ -562,3 +562,34 @@ func TestAnAdoptedJobWithoutItsRecordBooksTheHost(t *testing.T) {
 		t.Fatal("no work asked for once it ended")
 	}
 }
+
+// The record an adopted job of unknown claim gets once its output is sent
+// does not make it known: after another restart it still books the host.
+func TestAnUnknownJobStaysUnknownAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	const id = "eeeeeeee-0000-4000-8000-000000000002"
+	rt.addUnit(id, 1) // a unit, and no record of its lease
+	appendTo(t, rt.host.Paths(id, 1).Log, criLine("stdout", "F", "out"))
+	first := newWorker(t, rt, api)
+	ctx, die := context.WithCancel(context.Background())
+	if _, err := first.Recover(ctx, answer(first, nil)); err != nil {
+		t.Fatal(err)
+	}
+	answer(first, nil)(ctx)
+	eventually(t, "its output sent", func() bool { return api.tries() > 0 })
+	die()
+	time.Sleep(50 * time.Millisecond) // its follower notices
+
+	again := newWorker(t, rt, api)
+	again.Dir = first.Dir
+	ready(t, again)
+	ctx2, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go again.Run(ctx2)
+	select {
+	case req := <-api.asked:
+		t.Fatalf("asked for work (%+v) while a job of unknown claim runs", req.Free)
+	case <-time.After(300 * time.Millisecond):
+	}
+}

@@ -70,11 +70,20 @@ func GPUs(r store.Runner) ([]runnerapi.GPU, error) {
 // Recovery reads back the runner's latest recovery proof; ok is false
 // before its agent sent one.
 func Recovery(r store.Runner) (proof runnerapi.RecoveryProof, ok bool, err error) {
-	if r.Recovery == nil {
+	proof, ok, err = ParseRecovery(r.Recovery)
+	if err != nil {
+		err = fmt.Errorf("runner %s: %w", r.ID, err)
+	}
+	return proof, ok, err
+}
+
+// ParseRecovery reads a recovery proof as stored (nil: none yet).
+func ParseRecovery(raw []byte) (proof runnerapi.RecoveryProof, ok bool, err error) {
+	if raw == nil {
 		return proof, false, nil
 	}
-	if err := json.Unmarshal(r.Recovery, &proof); err != nil {
-		return proof, false, fmt.Errorf("runner %s recovery proof: %w", r.ID, err)
+	if err := json.Unmarshal(raw, &proof); err != nil {
+		return proof, false, fmt.Errorf("recovery proof: %w", err)
 	}
 	return proof, true, nil
 }

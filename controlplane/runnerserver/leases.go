@@ -55,9 +55,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	// Work only after this agent instance proved, in a heartbeat, that no
 	// job from before its start runs unknown to the server. (The proof as
 	// read now, not as the caller's runner row had it.)
-	runner := c.runner
-	runner.Recovery = proof
-	recovery, _, err := fleet.Recovery(runner)
+	recovery, _, err := fleet.ParseRecovery(proof)
 	if err != nil {
 		s.internal(w, r, "leases", err)
 		return
