@@ -25,8 +25,8 @@ func TestClassifyPullError(t *testing.T) {
 		{"localhost/absent:latest", `time="…" level=warning msg="Failed, retrying in 1s ... (1/3)."
 Error: initializing source docker://localhost/absent:latest: pinging container registry localhost: Get "https://localhost/v2/": dial tcp 127.0.0.1:443: connect: connection refused`, false},
 		{"localhost/absent:latest", "Error: reading manifest latest in localhost/absent: manifest unknown", false},
-		// A line longer than the detail may be, with a character of three
-		// bytes across the cut.
+		// A line longer than the detail may be, cut inside a character of
+		// more than one byte.
 		{"docker.io/x", "Error: " + strings.Repeat("é", 149) + "x€€€ no space left on device", false},
 	} {
 		e := jobrun.ClassifyPullError(c.image, c.stderr)

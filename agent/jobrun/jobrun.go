@@ -150,7 +150,7 @@ func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
 		s.MemoryBytes = m
 	}
 	entered, _ := u["ActiveEnterTimestamp"].(uint64)
-	s.StartFailed = s.Ended && entered == 0
+	s.StartFailed = entered == 0
 	// CLD_EXITED is 1: the main process (conmon) exited with the
 	// container's code.
 	if code, _ := p["ExecMainCode"].(int32); code == 1 {

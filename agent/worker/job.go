@@ -210,7 +210,10 @@ func (w *Worker) follow(ctx context.Context, j *job) {
 		if st.MemoryBytes > j.peak {
 			j.peak = st.MemoryBytes
 		}
-		w.sendOutput(ctx, j)
+		ended := err == nil && st.Ended
+		if !ended { // an ended job's output is sent below, to its end
+			w.sendOutput(ctx, j)
+		}
 		w.mu.Lock()
 		cancel, gone := j.cancel, j.gone
 		w.mu.Unlock()
@@ -222,7 +225,7 @@ func (w *Worker) follow(ctx context.Context, j *job) {
 			w.drop(j)
 			return
 		}
-		if err == nil && st.Ended {
+		if ended {
 			// All of the output before the result: once the attempt is
 			// finished the server takes no more of it.
 			for backoff := time.Second; !w.sendOutput(ctx, j); backoff = min(2*backoff, 30*time.Second) {
@@ -366,15 +369,21 @@ func (w *Worker) keepSmall(j *job) {
 		"attempt", j.lease.Attempt, "bytes", st.Size())
 }
 
-// refusedForGood: an answer to a chunk that sending it again cannot change
-// (past the server's bound, or refused as malformed), unlike a stale attempt
-// (the job is gone) or a failure of the server or the network.
-func refusedForGood(err error) bool {
+// malformed reports whether the server refused a report as wrong in
+// itself: sending it again cannot change that.
+func malformed(err error) bool {
 	switch runnerclient.Code(err) {
-	case runnerapi.CodeLogLimit, runnerapi.CodeBadRequest, runnerapi.CodeTooLarge:
+	case runnerapi.CodeBadRequest, runnerapi.CodeTooLarge:
 		return true
 	}
 	return false
+}
+
+// refusedForGood: an answer to a chunk that sending it again cannot change
+// (past the server's bound, or malformed), unlike a stale attempt (the job
+// is gone) or a failure of the server or the network.
+func refusedForGood(err error) bool {
+	return runnerclient.Code(err) == runnerapi.CodeLogLimit || malformed(err)
 }
 
 func (w *Worker) isGone(j *job) bool {
@@ -470,10 +479,10 @@ func (w *Worker) finish(ctx context.Context, j *job, r runnerapi.ResultRequest) 
 // up would lose a result the job cannot produce twice.
 func final(err error) bool {
 	switch runnerclient.Code(err) {
-	case runnerapi.CodeStaleAttempt, runnerapi.CodeBadRequest, runnerapi.CodeNotFound, runnerapi.CodeTooLarge:
+	case runnerapi.CodeStaleAttempt, runnerapi.CodeNotFound:
 		return true
 	}
-	return false
+	return malformed(err)
 }
 
 func deref[T any](p *T) any {
