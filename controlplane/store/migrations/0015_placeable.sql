@@ -1,15 +1,11 @@
--- Whether some approved runner of a pool, empty, could hold a claim: the
--- sweeper's blocked and unblocked checks ask it of queued and blocked
--- jobs. One definition instead of a copy in each query. (Runners that are
--- merely busy, offline or draining still could, later; a memory claim needs
--- a runner that enforces memory limits unless the pool says otherwise.)
--- The arguments are named apart from the runners' columns: in a SQL
--- function a column of the same name would win.
-CREATE FUNCTION runmesh_placeable(in_pool uuid, claim_cores double precision, claim_memory_mib bigint, claim_gpus integer)
-RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (
-        SELECT 1 FROM runners r JOIN pools p ON p.id = r.pool_id
-        WHERE r.pool_id = in_pool AND r.status = 'APPROVED' AND r.retired_at IS NULL
-          AND claim_cores <= r.cores AND claim_memory_mib <= r.memory_mib AND claim_gpus <= r.gpu_count
-          AND (claim_memory_mib = 0 OR r.enforces_limits OR p.allow_unenforced_memory))
-$$;
+-- The runners that could hold a claim, empty, for the sweeper's blocked
+-- and unblocked checks: approved and not retired, with what they have, and
+-- whether a memory claim may go to them (they enforce memory limits, or
+-- their pool allows otherwise). Runners that are merely busy, offline or
+-- draining still could, later. One definition instead of a copy in each
+-- check; a view, so that the planner sees through it (a function holding a
+-- subquery would run once per job).
+CREATE VIEW runmesh_placement AS
+SELECT r.pool_id, r.cores, r.memory_mib, r.gpu_count, (r.enforces_limits OR p.allow_unenforced_memory) AS memory_ok
+FROM runners r JOIN pools p ON p.id = r.pool_id
+WHERE r.status = 'APPROVED' AND r.retired_at IS NULL;

@@ -278,12 +278,15 @@ FOR UPDATE OF j SKIP LOCKED;
 
 -- name: Unplaceable :many
 -- Queued jobs that no approved runner of their pool could ever hold, even
--- empty (runmesh_placeable, migration 0015): BLOCKED, with the reason. A
+-- empty (runmesh_placement, migration 0015): BLOCKED, with the reason. A
 -- pool with no approved runner at all blocks nothing: one may come.
 SELECT j.* FROM jobs j
 WHERE j.state = 'QUEUED'
-  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
-  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
+  AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 
@@ -292,8 +295,11 @@ FOR UPDATE OF j SKIP LOCKED;
 -- there along the primary key, not through the whole queue.
 SELECT j.* FROM jobs j
 WHERE j.id > @after::uuid AND j.state = 'QUEUED'
-  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
-  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
+  AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 ORDER BY j.id
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
@@ -302,7 +308,10 @@ FOR UPDATE OF j SKIP LOCKED;
 -- BLOCKED jobs that some approved runner could now hold: back to QUEUED.
 SELECT j.* FROM jobs j
 WHERE j.state = 'BLOCKED'
-  AND runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
+  AND EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 

@@ -1738,7 +1738,10 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 const unblockable = `-- name: Unblockable :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'BLOCKED'
-  AND runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
+  AND EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
@@ -1828,14 +1831,17 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 const unplaceable = `-- name: Unplaceable :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.state = 'QUEUED'
-  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
-  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
+  AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
 
 // Queued jobs that no approved runner of their pool could ever hold, even
-// empty (runmesh_placeable, migration 0015): BLOCKED, with the reason. A
+// empty (runmesh_placement, migration 0015): BLOCKED, with the reason. A
 // pool with no approved runner at all blocks nothing: one may come.
 func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Job, error) {
 	rows, err := db.Query(ctx, unplaceable, maxRows)
@@ -1885,8 +1891,11 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 const unplaceableSince = `-- name: UnplaceableSince :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
-  AND NOT runmesh_placeable(j.pool_id, j.cores, j.memory_mib, j.gpus)
-  AND EXISTS (SELECT 1 FROM runners r WHERE r.pool_id = j.pool_id AND r.status = 'APPROVED' AND r.retired_at IS NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM runmesh_placement a
+      WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
+        AND (j.memory_mib = 0 OR a.memory_ok))
+  AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 ORDER BY j.id
 LIMIT $2
 FOR UPDATE OF j SKIP LOCKED

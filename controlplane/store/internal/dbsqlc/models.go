@@ -157,6 +157,14 @@ type Pool struct {
 	AllowUnenforcedMemory bool
 }
 
+type RunmeshPlacement struct {
+	PoolID    uuid.UUID
+	Cores     float64
+	MemoryMib int64
+	GpuCount  int32
+	MemoryOk  *bool
+}
+
 type Runner struct {
 	ID                uuid.UUID
 	PoolID            uuid.UUID
