@@ -729,6 +729,11 @@ func TestJobListsKeepToTheirScope(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	_, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
 	mine := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 	other, err := b.store.CreateOrganisation(ctx, "other")
 	require.NoError(t, err)
@@ -744,8 +749,10 @@ func TestJobListsKeepToTheirScope(t *testing.T) {
 		}
 		return out
 	}
-	require.Equal(t, []uuid.UUID{theirs.ID, mine.ID}, ids(store.AllOrganisations(), store.JobFilter{}), "newest first")
-	require.Equal(t, []uuid.UUID{mine.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{}))
+	require.Equal(t, []uuid.UUID{theirs.ID, mine.ID, held.ID}, ids(store.AllOrganisations(), store.JobFilter{}), "newest first")
+	require.Equal(t, []uuid.UUID{mine.ID, held.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{}), "held jobs too")
+	leased := store.JobLeased
+	require.Equal(t, []uuid.UUID{held.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{State: &leased}))
 	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.OneOrganisation(other.ID), store.JobFilter{}))
 	require.Empty(t, ids(store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &otherPool.ID}), "another organisation's pool")
 	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.AllOrganisations(), store.JobFilter{PoolID: &otherPool.ID}))

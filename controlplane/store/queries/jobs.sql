@@ -28,20 +28,30 @@ LIMIT @max_rows;
 
 -- name: ListJobsInPools :many
 -- The jobs of one pool, or of one organisation's pools, newest first. Each
--- pool gives its newest through jobs_pool read backwards, and the newest of
--- those win: the cost follows the pools and the limit, not the jobs of
--- other pools (which a walk of the primary key would step through).
+-- pool gives its newest, and the newest of those win: the cost follows the
+-- pools and the limit, not the jobs of other pools (which a walk of the
+-- primary key would step through). Held jobs come from jobs_leases (they
+-- are few: what the fleet runs), all others from jobs_pool, which leaves
+-- them out so that leases and heartbeats, which rewrite held jobs, write
+-- nothing to it.
 SELECT j.* FROM pools p
 CROSS JOIN LATERAL (
-    SELECT * FROM jobs
-    -- The pool as a range and in the order: with an equality the planner
-    -- drops the pool from the order and may walk the primary key instead,
-    -- past every other pool's jobs (it guesses each pool holds an even
-    -- share). Only jobs_pool gives this order.
-    WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
-      AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
-    ORDER BY jobs.pool_id DESC, jobs.id DESC
-    LIMIT @max_rows
+    (SELECT * FROM jobs
+     -- The pool as a range and in the order: with an equality the planner
+     -- drops the pool from the order and may walk the primary key instead,
+     -- past every other pool's jobs (it guesses each pool holds an even
+     -- share). Only jobs_pool gives this order.
+     WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
+       AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
+       AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
+     ORDER BY jobs.pool_id DESC, jobs.id DESC
+     LIMIT @max_rows)
+    UNION ALL
+    (SELECT * FROM jobs
+     WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
+       AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
+     ORDER BY jobs.id DESC
+     LIMIT @max_rows)
 ) j
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
   AND (sqlc.narg('pool_id')::uuid IS NULL OR p.id = sqlc.narg('pool_id'))

@@ -1105,15 +1105,22 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 const listJobsInPools = `-- name: ListJobsInPools :many
 SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered FROM pools p
 CROSS JOIN LATERAL (
-    SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
-    -- The pool as a range and in the order: with an equality the planner
-    -- drops the pool from the order and may walk the primary key instead,
-    -- past every other pool's jobs (it guesses each pool holds an even
-    -- share). Only jobs_pool gives this order.
-    WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
-      AND ($1::text IS NULL OR jobs.state = $1)
-    ORDER BY jobs.pool_id DESC, jobs.id DESC
-    LIMIT $2
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
+     -- The pool as a range and in the order: with an equality the planner
+     -- drops the pool from the order and may walk the primary key instead,
+     -- past every other pool's jobs (it guesses each pool holds an even
+     -- share). Only jobs_pool gives this order.
+     WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
+       AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
+       AND ($1::text IS NULL OR jobs.state = $1)
+     ORDER BY jobs.pool_id DESC, jobs.id DESC
+     LIMIT $2)
+    UNION ALL
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered FROM jobs
+     WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
+       AND ($1::text IS NULL OR jobs.state = $1)
+     ORDER BY jobs.id DESC
+     LIMIT $2)
 ) j
 WHERE ($3::boolean OR p.organisation_id = $4::uuid)
   AND ($5::uuid IS NULL OR p.id = $5)
@@ -1130,9 +1137,12 @@ type ListJobsInPoolsParams struct {
 }
 
 // The jobs of one pool, or of one organisation's pools, newest first. Each
-// pool gives its newest through jobs_pool read backwards, and the newest of
-// those win: the cost follows the pools and the limit, not the jobs of
-// other pools (which a walk of the primary key would step through).
+// pool gives its newest, and the newest of those win: the cost follows the
+// pools and the limit, not the jobs of other pools (which a walk of the
+// primary key would step through). Held jobs come from jobs_leases (they
+// are few: what the fleet runs), all others from jobs_pool, which leaves
+// them out so that leases and heartbeats, which rewrite held jobs, write
+// nothing to it.
 func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPoolsParams) ([]Job, error) {
 	rows, err := db.Query(ctx, listJobsInPools,
 		arg.State,
