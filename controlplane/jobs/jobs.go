@@ -77,8 +77,9 @@ type Sweeper struct {
 // DefaultRetention keeps finished jobs 90 days.
 const DefaultRetention = 90 * 24 * time.Hour
 
-// fullSweepEvery: one pass in this many also checks queue timeouts and
-// blocked jobs (they read the whole queue; expired leases are indexed).
+// fullSweepEvery: one pass in this many also checks blocked jobs (and,
+// every timeoutsEvery of those, queue timeouts); expired leases, which are
+// indexed, are swept at every pass.
 const fullSweepEvery = 10
 
 // timeoutsEvery: one full sweep in this many also checks queue timeouts
@@ -114,7 +115,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 			LeasesOnly: pass%fullSweepEvery != 0, SkipTimeouts: pass%(fullSweepEvery*timeoutsEvery) != 0}
 		start := time.Now()
 		if !opts.LeasesOnly {
-			opts.UnplaceableSince = placeability.since(start)
+			opts.UnplaceableSince = placeability.since()
 		}
 		res, err := s.Store.Sweep(ctx, opts)
 		if err != nil {
@@ -124,7 +125,7 @@ func (s *Sweeper) Run(ctx context.Context) {
 			continue
 		}
 		if !opts.LeasesOnly {
-			placeability.done(start, res.Blocked < store.DefaultSweepBatch)
+			placeability.done(start, !res.BlockedCut)
 		}
 		if res != (store.SweepResult{}) {
 			s.Log.Info("swept", "requeued", res.Requeued, "failed", res.Failed, "expired", res.Expired, "blocked", res.Blocked, "unblocked", res.Unblocked)
@@ -150,9 +151,14 @@ const wholeEvery = 30
 // began, and clocks that disagree by less.
 const slack = time.Minute
 
-// since is where the check starting at start begins (zero: everything).
-func (p *placeabilityChecks) since(start time.Time) time.Time {
-	if p.checkedBefore.IsZero() || p.sinceWhole >= wholeEvery {
+// wholeDue reports whether the next check reads the whole queue.
+func (p *placeabilityChecks) wholeDue() bool {
+	return p.checkedBefore.IsZero() || p.sinceWhole >= wholeEvery
+}
+
+// since is where the next check begins (zero: everything).
+func (p *placeabilityChecks) since() time.Time {
+	if p.wholeDue() {
 		return time.Time{}
 	}
 	return p.checkedBefore
@@ -164,7 +170,7 @@ func (p *placeabilityChecks) done(start time.Time, complete bool) {
 	if !complete {
 		return
 	}
-	if p.since(start).IsZero() {
+	if p.wholeDue() {
 		p.sinceWhole = 0
 	}
 	p.sinceWhole++

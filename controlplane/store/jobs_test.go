@@ -924,3 +924,22 @@ func TestAnUnenforceableMemoryClaimIsBlocked(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, sweep().Unblocked)
 }
+
+// A blocked check that stops at its batch size says so: the sweeper does
+// not move its starting point past jobs it did not read.
+func TestABlockedCheckCutShortSaysSo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	b.runner(t, 8, 65536, 0)
+	for range 2 {
+		b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
+	}
+	var got []store.SweepResult
+	for range 3 {
+		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Batch: 1, Backoff: func(int) time.Duration { return 0 }})
+		require.NoError(t, err)
+		got = append(got, res)
+	}
+	require.Equal(t, []store.SweepResult{{Blocked: 1, BlockedCut: true}, {Blocked: 1, BlockedCut: true}, {}}, got)
+}

@@ -31,12 +31,15 @@ type SweepOptions struct {
 	UnplaceableSince time.Time
 }
 
-// DefaultSweepBatch is how many rows of each kind one sweep takes at most.
-const DefaultSweepBatch = 500
+// defaultSweepBatch is how many rows of each kind one sweep takes at most.
+const defaultSweepBatch = 500
 
 // SweepResult counts what a sweep did.
 type SweepResult struct {
 	Requeued, Failed, Expired, Blocked, Unblocked int
+	// BlockedCut: the blocked check stopped at its batch size, and jobs
+	// it was asked to read are left for the next sweep.
+	BlockedCut bool
 }
 
 // Sweep applies the queue's time rules once, in one transaction: expired
@@ -48,7 +51,7 @@ type SweepResult struct {
 func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) {
 	var res SweepResult
 	if o.Batch == 0 {
-		o.Batch = DefaultSweepBatch
+		o.Batch = defaultSweepBatch
 	}
 	err := s.WithTx(ctx, func(ctx context.Context) error {
 		now := time.Now()
@@ -122,6 +125,7 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 		if err != nil {
 			return mapErr(err)
 		}
+		res.BlockedCut = len(unplaceable) == o.Batch
 		for _, row := range unplaceable {
 			reason := fmt.Sprintf("no approved runner of the pool could ever hold %.4g cores, %d MiB and %d GPUs", row.Cores, row.MemoryMib, row.Gpus)
 			if row.MemoryMib > 0 {
