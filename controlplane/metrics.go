@@ -24,11 +24,6 @@ type metrics struct {
 	jobEvents        *prometheus.CounterVec
 }
 
-// jobEventTypes are the types of job event the store writes; each is
-// exported from the start, at zero.
-var jobEventTypes = []string{"SUBMITTED", "LEASED", "RUNNING", "REQUEUED", "SUCCEEDED", "FAILED", "CANCEL_REQUESTED",
-	"CANCELLED", "EXPIRED", "BLOCKED", "UNBLOCKED", "LEASE_EXPIRED"}
-
 func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *slog.Logger) *metrics {
 	m := &metrics{
 		reg: prometheus.NewRegistry(),
@@ -55,7 +50,7 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *sl
 				"received; SUCCEEDED, FAILED, CANCELLED and EXPIRED are the outcomes.",
 		}, []string{"type"}),
 	}
-	for _, typ := range jobEventTypes {
+	for _, typ := range store.JobEventTypes { // each exported from the start, at zero
 		m.jobEvents.WithLabelValues(typ)
 	}
 	s.OnJobEvents(func(typ string, n int) { m.jobEvents.WithLabelValues(typ).Add(float64(n)) })

@@ -54,7 +54,7 @@ type Options struct {
 	// SweepInterval is how often the sweeper applies the queue's time rules
 	// (expired leases, queue timeouts, blocked jobs). Default 1 s.
 	SweepInterval time.Duration
-	// JobRetention is how long finished jobs are kept (0: 90 days).
+	// JobRetention is how long finished jobs are kept (0: jobs.DefaultRetention).
 	JobRetention time.Duration
 }
 

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -27,13 +28,15 @@ type loaders struct {
 	jobEvents *dataloadgen.Loader[uuid.UUID, []store.JobEvent]
 	jobRuns   *dataloadgen.Loader[uuid.UUID, []store.JobRun]
 	jobLogs   *dataloadgen.Loader[uuid.UUID, store.JobOutput]
+	// logsLeft is what is left of this answer's logsBudget.
+	logsLeft atomic.Int64
 }
 
 type loadersKey struct{}
 
 func newLoaders(s *store.Store, scope store.Scope) *loaders {
 	wait := dataloadgen.WithWait(time.Millisecond)
-	return &loaders{
+	l := &loaders{
 		organisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.Organisation, error) {
 			return s.OrganisationsByID(ctx, scope, ids)
 		}, wait),
@@ -49,9 +52,6 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 		poolQueue:  dataloadgen.NewMappedLoader(s.PoolQueues, wait),
 		jobEvents:  dataloadgen.NewMappedLoader(s.JobEventsForJobs, wait),
 		jobRuns:    dataloadgen.NewMappedLoader(s.JobRunsForJobs, wait),
-		jobLogs: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.JobOutput, error) {
-			return s.JobLogsForJobs(ctx, ids, logsTail(len(ids)))
-		}, wait),
 		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
 			// Only organisations the caller already loaded (through its
 			// scope) reach here; the scope check is repeated all the same.
@@ -72,6 +72,19 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 			return m, nil
 		}, wait),
 	}
+	// The logs of all the jobs one answer asks for share logsBudget,
+	// whichever batches they come in.
+	l.logsLeft.Store(logsBudget)
+	l.jobLogs = dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.JobOutput, error) {
+		out, err := s.JobLogsForJobs(ctx, ids, logsTail(len(ids), l.logsLeft.Load()))
+		for _, o := range out {
+			for _, c := range o.Chunks {
+				l.logsLeft.Add(-int64(len(c.Data)))
+			}
+		}
+		return out, err
+	}, wait)
+	return l
 }
 
 func inScope(scope store.Scope, org uuid.UUID) bool {
@@ -157,12 +170,13 @@ const LogsTailBytes = 1 << 20
 // and minLogsTail what each job gets of it however many there are.
 const logsBudget, minLogsTail = 64 << 20, 64 << 10
 
-// logsTail is how much of each job's output a batch of n jobs gets: the
-// last MiB, or an even share of logsBudget, but at least 64 KiB (two whole
-// chunks, so the last chunk always shows). A list of 500 jobs with long
-// output is then 64 MiB of logs, not half a GiB.
-func logsTail(n int) int64 {
-	return max(min(LogsTailBytes, logsBudget/int64(max(n, 1))), minLogsTail)
+// logsTail is how much of each job's output a batch of n jobs gets, with
+// left of the answer's logsBudget still unspent: the last MiB, or an even
+// share of what is left, but at least 64 KiB (two whole chunks, so the last
+// chunk always shows). A list of 500 jobs with long output is then 64 MiB
+// of logs, not half a GiB.
+func logsTail(n int, left int64) int64 {
+	return max(min(LogsTailBytes, left/int64(max(n, 1))), minLogsTail)
 }
 
 // logsPage is how many chunks (of at most 32 KiB) a jobLogs subscription

@@ -149,9 +149,6 @@ const MaxLogChunksPerAttempt = 2048
 // runner sends no more of it.
 const CodeLogLimit = "log_limit"
 
-// LogLimitNote is what the logs of an attempt cut at the bound end with.
-const LogLimitNote = "[runmesh: output beyond this point was not kept (64 MiB per attempt)]\n"
-
 // ResultRequest says how an attempt ended: ExitCode when the job's process
 // ran to an end, otherwise ReturnReason (the runner gives the job back).
 type ResultRequest struct {

@@ -173,6 +173,11 @@ func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
 	return id, true
 }
 
+// LogLimitNote is what the stored output of an attempt cut at the bound
+// ends with.
+var LogLimitNote = fmt.Sprintf("[runmesh: output beyond this point was not kept (%d MiB per attempt)]\n",
+	runnerapi.MaxLogChunksPerAttempt*runnerapi.MaxLogChunk>>20)
+
 // staleMessage says why a result was refused as stale.
 const staleMessage = "this attempt is no longer the runner's: nothing was recorded"
 
@@ -200,7 +205,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		// Past the bound: the note takes the first place past it (a
 		// chunk stored before under a sequence number is kept, so it is
 		// written once) and the chunk itself is dropped.
-		seq, data = runnerapi.MaxLogChunksPerAttempt, []byte(runnerapi.LogLimitNote)
+		seq, data = runnerapi.MaxLogChunksPerAttempt, []byte(LogLimitNote)
 	}
 	err := s.o.Store.AppendLog(r.Context(), id, req.Attempt, c.runner.ID, seq, data)
 	switch {

@@ -466,8 +466,12 @@ type PoolJobs struct {
 	HeldGPUs int64
 }
 
-// UnfinishedStates are the states a job is in until it ends.
-var UnfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
+// unfinishedStates are the states a job is in until it ends.
+var unfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
+
+// JobEventTypes are the types of the events the store writes for jobs.
+var JobEventTypes = []string{"SUBMITTED", "LEASED", "RUNNING", "REQUEUED", "SUCCEEDED", "FAILED", "CANCEL_REQUESTED",
+	"CANCELLED", "EXPIRED", "BLOCKED", "UNBLOCKED", "LEASE_EXPIRED"}
 
 // PoolJobCounts reports every pool's unfinished jobs and held GPUs. It reads
 // only the indexes of unfinished jobs, however many finished ones are kept.
@@ -483,8 +487,8 @@ func (s *Store) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
 	byPool := make(map[uuid.UUID]*PoolJobs, len(pools))
 	out := make([]PoolJobs, len(pools))
 	for i, p := range pools {
-		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[JobState]int64, len(UnfinishedStates)), HeldGPUs: p.HeldGpus}
-		for _, st := range UnfinishedStates {
+		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[JobState]int64, len(unfinishedStates)), HeldGPUs: p.HeldGpus}
+		for _, st := range unfinishedStates {
 			out[i].Jobs[st] = 0
 		}
 		byPool[p.ID] = &out[i]
