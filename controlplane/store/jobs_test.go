@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -942,4 +943,37 @@ func TestABlockedCheckCutShortSaysSo(t *testing.T) {
 		got = append(got, res)
 	}
 	require.Equal(t, []store.SweepResult{{Blocked: 1, BlockedCut: true}, {Blocked: 1, BlockedCut: true}, {}}, got)
+}
+
+// Job events are counted once committed: those of a savepoint that rolled
+// back are not, and a transaction's count by type reaches the hooks once.
+func TestJobEventsAreCountedWhenCommitted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	var mu sync.Mutex
+	var calls []string
+	counted := map[string]int{}
+	b.store.OnJobEvents(func(typ string, n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, typ)
+		counted[typ] += n
+	})
+	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		require.Error(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+			_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+			require.NoError(t, err)
+			return errors.New("rolled back")
+		}))
+		for range 2 {
+			_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+			require.NoError(t, err)
+		}
+		require.Empty(t, counted, "nothing before the commit")
+		return nil
+	}))
+	require.Equal(t, map[string]int{"SUBMITTED": 2}, counted)
+	require.Equal(t, []string{"SUBMITTED"}, calls, "one call for the type")
 }

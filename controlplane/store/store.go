@@ -69,16 +69,37 @@ func (s *Store) OnJobEvents(f func(typ string, n int)) {
 	s.hooksMu.Unlock()
 }
 
-// countJobEvents schedules the job-event hooks for n events of typ.
+// countJobEvents counts n events of typ for the job-event hooks. In a
+// transaction the counts gather by type and the hooks run once per type
+// after the commit (see WithTx); outside one they run at once.
 func (s *Store) countJobEvents(ctx context.Context, typ string, n int) {
 	if n == 0 {
+		return
+	}
+	if state := liveTx(ctx); state != nil {
+		state.mu.Lock()
+		if state.events == nil {
+			state.events = map[string]int{}
+		}
+		state.events[typ] += n
+		state.mu.Unlock()
+		return
+	}
+	s.jobEventsHappened(map[string]int{typ: n})
+}
+
+// jobEventsHappened runs the job-event hooks for committed counts.
+func (s *Store) jobEventsHappened(events map[string]int) {
+	if len(events) == 0 {
 		return
 	}
 	s.hooksMu.Lock()
 	hooks := append([]func(string, int){}, s.jobEvents...)
 	s.hooksMu.Unlock()
 	for _, f := range hooks {
-		s.AfterCommit(ctx, func() { f(typ, n) })
+		for typ, n := range events {
+			f(typ, n)
+		}
 	}
 }
 
@@ -122,7 +143,7 @@ func liveTx(ctx context.Context) *txState {
 // or send when the outermost transaction commits.
 func (state *txState) release() {
 	state.mu.Lock()
-	hooks, notes := state.afterCommit, state.notes
+	hooks, notes, events := state.afterCommit, state.notes, state.events
 	state.mu.Unlock()
 	p := state.parent
 	p.mu.Lock()
@@ -133,6 +154,12 @@ func (state *txState) release() {
 			p.notes = map[string][]string{}
 		}
 		p.notes[channel] = append(p.notes[channel], payloads...)
+	}
+	for typ, n := range events {
+		if p.events == nil {
+			p.events = map[string]int{}
+		}
+		p.events[typ] += n
 	}
 }
 
@@ -189,9 +216,10 @@ type txState struct {
 	over   atomic.Bool
 	parent *txState // the enclosing transaction of a savepoint
 
-	mu          sync.Mutex // guards afterCommit and notes
+	mu          sync.Mutex // guards afterCommit, notes and events
 	afterCommit []func()
 	notes       map[string][]string // payloads by channel, sent after the commit
+	events      map[string]int      // job events written, by type, counted after the commit
 }
 
 // WithTx runs fn in one transaction: every store call made with the context
@@ -225,9 +253,10 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	} else {
 		state.over.Store(true)
 		state.mu.Lock()
-		hooks, notes := state.afterCommit, state.notes
+		hooks, notes, events := state.afterCommit, state.notes, state.events
 		state.mu.Unlock()
 		s.send(notes)
+		s.jobEventsHappened(events)
 		for _, f := range hooks {
 			f()
 		}
