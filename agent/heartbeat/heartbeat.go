@@ -56,10 +56,7 @@ type Loop struct {
 // intervals and a minute of the last (for the systemd watchdog, which then
 // restarts a wedged agent; its jobs go on in their units).
 func (l *Loop) Alive(context.Context) error {
-	every := time.Duration(l.every.Load())
-	if every == 0 {
-		every = l.first()
-	}
+	every := l.interval()
 	last := l.last.Load()
 	if last == 0 {
 		return nil // not started yet
@@ -68,6 +65,14 @@ func (l *Loop) Alive(context.Context) error {
 		return fmt.Errorf("no heartbeat attempted for %s", since.Round(time.Second))
 	}
 	return nil
+}
+
+// interval is the one the server last asked for (First before it has).
+func (l *Loop) interval() time.Duration {
+	if every := time.Duration(l.every.Load()); every > 0 {
+		return every
+	}
+	return l.first()
 }
 
 func (l *Loop) first() time.Duration {
@@ -110,22 +115,17 @@ func (l *Loop) observed(ctx context.Context) Beat {
 func (l *Loop) Run(ctx context.Context) {
 	l.init()
 	l.last.Store(time.Now().UnixNano())
-	interval := l.first()
 	failures := 0
 	for {
-		b := l.observed(ctx)
-		next := interval
+		b := l.observed(ctx) // takes up the interval the server asks for
+		next := l.interval()
 		if b.Err == nil {
 			failures = 0
-			if s := b.Response.NextHeartbeatSeconds; s > 0 {
-				interval = time.Duration(s) * time.Second
-			}
-			next = interval
 		} else {
 			failures++
 			l.Log.Warn("heartbeat failed", "err", b.Err, "failures_in_a_row", failures)
 			// Retry sooner than the interval, so a lease survives one lost beat.
-			next = min(interval, time.Duration(failures)*time.Second)
+			next = min(next, time.Duration(failures)*time.Second)
 		}
 		jittered := time.Duration(float64(next) * (0.9 + 0.2*rand.Float64()))
 		select {
