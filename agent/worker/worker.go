@@ -85,6 +85,9 @@ type Worker struct {
 	// taken; the agent is not idle then.
 	asking bool
 	local  map[string]time.Time
+	// drained is closed once the worker drains and holds nothing (Drained).
+	drained     chan struct{}
+	drainedOnce sync.Once
 }
 
 // MaxJobs bounds the jobs one runner holds at once.
@@ -98,6 +101,7 @@ func (w *Worker) init() {
 	}
 	w.held = map[string]*job{}
 	w.changed = make(chan struct{}, 1)
+	w.drained = make(chan struct{})
 	w.local = map[string]time.Time{}
 	w.instance = uuid.NewString()
 	if w.Poll == 0 {
@@ -190,6 +194,23 @@ func (w *Worker) Drain() {
 	}
 	w.mu.Unlock()
 	w.signal()
+	w.noteIdle()
+}
+
+// Drained is closed once the worker has been drained and holds nothing,
+// nor asks for anything: the agent may exit.
+func (w *Worker) Drained() <-chan struct{} {
+	w.init()
+	return w.drained
+}
+
+// noteIdle closes Drained if the worker is draining and idle. Called after
+// each change that can leave it idle: a drain, a job dropped, a request for
+// work ended.
+func (w *Worker) noteIdle() {
+	if w.draining.Load() && w.Idle() {
+		w.drainedOnce.Do(func() { close(w.drained) })
+	}
 }
 
 // Idle reports whether no lease is held, and none is being asked for or
@@ -235,6 +256,7 @@ func (w *Worker) Run(ctx context.Context) {
 		w.mu.Lock()
 		w.asking = false
 		w.mu.Unlock()
+		w.noteIdle()
 		if err != nil {
 			if ctx.Err() != nil || w.draining.Load() {
 				return
@@ -339,4 +361,5 @@ func (w *Worker) drop(j *job) {
 	os.Remove(w.recordPath(j.paths))
 	os.Remove(j.paths.Log)
 	w.signal()
+	w.noteIdle()
 }

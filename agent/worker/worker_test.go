@@ -593,3 +593,28 @@ func TestAnUnknownJobStaysUnknownAcrossRestarts(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// Drained closes once a drained worker holds nothing: not while a job
+// runs, at once when its result is in.
+func TestDrainedOnceTheLastJobEnds(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	const id = "ffffffff-0000-4000-8000-000000000001"
+	var w *Worker
+	p := runOne(t, rt, api, id, func(x *Worker) { w = x })
+	w.Drain()
+	select {
+	case <-w.Drained():
+		t.Fatal("drained while a job runs")
+	case <-time.After(200 * time.Millisecond):
+	}
+	rt.end(p.Unit, 0)
+	select {
+	case <-w.Drained():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not drained after the last job ended")
+	}
+	if _, ok := api.result(id); !ok {
+		t.Fatal("drained before the result was sent")
+	}
+}

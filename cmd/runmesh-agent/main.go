@@ -506,10 +506,6 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 	}
 
 	draining := false
-	// Changed has other readers: the tick makes sure a drained agent
-	// notices it is idle.
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
 	for {
 		select {
 		case <-signals:
@@ -522,17 +518,10 @@ func daemon(dir identity.Dir, cfg config.Config, log *slog.Logger) error {
 			w.Drain()
 			log.Info("draining: no more work; exiting once running jobs end (a second signal exits now)", "jobs", len(w.Held()))
 			sdnotify.Status(fmt.Sprintf("draining: %d jobs running", len(w.Held())))
-			if w.Idle() {
-				sdnotify.Stopping()
-				log.Info("agent stopping")
-				return nil
-			}
-		case <-tick.C:
-			if draining && w.Idle() {
-				sdnotify.Stopping()
-				log.Info("drained: agent stopping")
-				return nil
-			}
+		case <-w.Drained():
+			sdnotify.Stopping()
+			log.Info("drained: agent stopping")
+			return nil
 		case b := <-beats:
 			sdnotify.Status(statusLine(id.Leaf(), b, len(w.Held()), draining))
 		}
