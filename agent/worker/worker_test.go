@@ -429,15 +429,7 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 	write(criLine("stdout", "F", "first"))
 	api.failLogs = true
 
-	first := newWorker(t, rt, api)
-	ctx, die := context.WithCancel(context.Background())
-	if _, err := first.Recover(ctx, answer(first, nil)); err != nil {
-		t.Fatal(err)
-	}
-	answer(first, nil)(ctx)
-	eventually(t, "an upload tried", func() bool { return api.tries() > 0 })
-	die()
-	time.Sleep(50 * time.Millisecond) // its follower notices
+	first := adoptThenDie(t, rt, api)
 	write(criLine("stdout", "F", "second"))
 
 	api.mu.Lock()
@@ -464,6 +456,23 @@ func TestAnUnansweredChunkIsSentAgainUnchanged(t *testing.T) {
 	if got := api.logs[1]; got.Seq != 1 || string(got.Data) != "second\n" {
 		t.Fatalf("second upload accepted: seq %d %q", got.Seq, got.Data)
 	}
+}
+
+// adoptThenDie starts an agent that adopts what the runtime holds, waits
+// until it has tried to send output, and stops it as a kill would: its
+// directory stays for the next one.
+func adoptThenDie(t *testing.T, rt *fakeRuntime, api *fakeAPI) *Worker {
+	t.Helper()
+	w := newWorker(t, rt, api)
+	ctx, die := context.WithCancel(context.Background())
+	if _, err := w.Recover(ctx, answer(w, nil)); err != nil {
+		t.Fatal(err)
+	}
+	answer(w, nil)(ctx)
+	eventually(t, "an upload tried", func() bool { return api.tries() > 0 })
+	die()
+	time.Sleep(50 * time.Millisecond) // its follower notices
+	return w
 }
 
 // tries is how many output uploads were tried.
@@ -571,15 +580,7 @@ func TestAnUnknownJobStaysUnknownAcrossRestarts(t *testing.T) {
 	const id = "eeeeeeee-0000-4000-8000-000000000002"
 	rt.addUnit(id, 1) // a unit, and no record of its lease
 	appendTo(t, rt.host.Paths(id, 1).Log, criLine("stdout", "F", "out"))
-	first := newWorker(t, rt, api)
-	ctx, die := context.WithCancel(context.Background())
-	if _, err := first.Recover(ctx, answer(first, nil)); err != nil {
-		t.Fatal(err)
-	}
-	answer(first, nil)(ctx)
-	eventually(t, "its output sent", func() bool { return api.tries() > 0 })
-	die()
-	time.Sleep(50 * time.Millisecond) // its follower notices
+	first := adoptThenDie(t, rt, api)
 
 	again := newWorker(t, rt, api)
 	again.Dir = first.Dir
