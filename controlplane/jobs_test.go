@@ -596,12 +596,12 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) { in["maxAttempts"] = 1 }))
 	require.Empty(t, code)
 
-	// Hold the claim inside its statement (it writes the run) until the
-	// request it serves has ended.
+	// Hold the claim inside its statement (it writes the LEASED event)
+	// until the request it serves has ended.
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	_, err = tx.Exec(ctx, "LOCK TABLE job_runs IN ACCESS EXCLUSIVE MODE")
+	_, err = tx.Exec(ctx, "LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
 	reqCtx, cancel := context.WithCancel(ctx)
 	body, _ := json.Marshal(anyWork(30))
@@ -616,7 +616,7 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 		answered <- err
 	}()
 	require.Eventually(t, func() bool {
-		return b.count(t, "SELECT count(*) FROM pg_locks WHERE relation = 'job_runs'::regclass AND NOT granted") == 1
+		return b.count(t, "SELECT count(*) FROM pg_locks WHERE relation = 'job_events'::regclass AND NOT granted") == 1
 	}, 10*time.Second, 10*time.Millisecond, "the claim waits")
 	cancel()
 	require.Error(t, <-answered, "the runner stopped asking")

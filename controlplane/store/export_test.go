@@ -15,6 +15,18 @@ func (s *Store) JobsRead(ctx context.Context) (fullScans, rows int64, err error)
 	return fullScans, rows, err
 }
 
+// JobIndexReads is, for one index of the jobs table, how many of its
+// entries the transaction in ctx has read (a bitmap scan returns every
+// entry it meets; an index scan skips those already marked dead), and how
+// many live rows it has fetched through it by index scans (bitmap scans
+// fetch none through the index).
+func (s *Store) JobIndexReads(ctx context.Context, index string) (entries, fetched int64, err error) {
+	err = s.conn(ctx).QueryRow(ctx, `
+		SELECT pg_stat_get_xact_tuples_returned(i), pg_stat_get_xact_tuples_fetched(i)
+		FROM (SELECT $1::regclass AS i) x`, index).Scan(&entries, &fetched)
+	return entries, fetched, err
+}
+
 // SetLocalForTest sets a setting for the rest of the transaction in ctx.
 func (s *Store) SetLocalForTest(ctx context.Context, name, value string) (string, error) {
 	var v string

@@ -903,6 +903,119 @@ func TestAClaimReadsTheQueueInOrderEvenOnStaleStatistics(t *testing.T) {
 	}))
 }
 
+// A runner's claims and results read what they need, in order, whatever
+// the planner knew when the connection first planned them: a jobs table
+// never analyzed (a fresh install), or analyzed while empty (emptied, then
+// a burst). Before, the first made bitmap scans of the queue, which read
+// it whole and sorted it, and mark no dead entry, so each claim read every
+// entry no vacuum had removed yet (3,712 for 128 leases here); the second
+// read the whole table, and for each job leased walked its primary key.
+func TestClaimsAndResultsReadWhatTheyNeed(t *testing.T) {
+	t.Parallel()
+	for _, analyzed := range []bool{false, true} {
+		t.Run(map[bool]string{false: "never analyzed", true: "analyzed while empty"}[analyzed], func(t *testing.T) {
+			t.Parallel()
+			claimsAfterABurst(t, analyzed)
+		})
+	}
+}
+
+// reads is what one call read of the jobs table (see JobIndexReads).
+type reads struct {
+	fullScans            int64
+	pkeyEntries          int64
+	queueEntries, queued int64 // jobs_queued: entries read, rows fetched
+}
+
+func claimsAfterABurst(t *testing.T, analyzed bool) {
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 1e6, 1<<40, 0)
+	// One connection, whose prepared statements keep the plans they made
+	// first.
+	conn, err := b.db.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	s := store.New(conn)
+	if analyzed {
+		_, err := conn.Exec(ctx, `VACUUM ANALYZE jobs`)
+		require.NoError(t, err)
+	}
+	// measured runs f in a transaction planned as a connection does after
+	// five runs, and returns what f read.
+	measured := func(f func(ctx context.Context)) (got reads) {
+		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
+			_, err := s.SetLocalForTest(ctx, "plan_cache_mode", "force_generic_plan")
+			require.NoError(t, err)
+			read := func() (r reads) {
+				var err error
+				r.fullScans, _, err = s.JobsRead(ctx)
+				require.NoError(t, err)
+				r.pkeyEntries, _, err = s.JobIndexReads(ctx, "jobs_pkey")
+				require.NoError(t, err)
+				r.queueEntries, r.queued, err = s.JobIndexReads(ctx, "jobs_queued")
+				require.NoError(t, err)
+				return r
+			}
+			before := read()
+			f(ctx)
+			after := read()
+			got = reads{after.fullScans - before.fullScans, after.pkeyEntries - before.pkeyEntries,
+				after.queueEntries - before.queueEntries, after.queued - before.queued}
+			return nil
+		}))
+		return got
+	}
+	zero := 0
+	succeed := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
+	// leaseAndEnd claims n jobs and ends them; it returns what the claim
+	// read and what the results read.
+	leaseAndEnd := func(n int) (claimed, ended reads) {
+		var leased []store.Job
+		claimed = measured(func(ctx context.Context) {
+			leased, err = s.ClaimJobs(ctx, anything(r), 128)
+			require.NoError(t, err)
+		})
+		require.Len(t, leased, n)
+		if n == 0 {
+			return claimed, ended
+		}
+		outcomes := make([]store.Outcome, len(leased))
+		for i, l := range leased {
+			outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
+		}
+		ended = measured(func(ctx context.Context) {
+			_, err := s.FinishAttempts(ctx, r, outcomes, 3, succeed)
+			require.NoError(t, err)
+		})
+		return claimed, ended
+	}
+	leaseAndEnd(0) // the claim is planned on an empty queue
+	batch := make([]store.NewJob, store.MaxBatch)
+	for i := range batch {
+		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	}
+	// A first job alone: its results are planned on a table of one job.
+	_, _, err = s.SubmitJobs(ctx, store.AllOrganisations(), batch[:1])
+	require.NoError(t, err)
+	leaseAndEnd(1)
+	for range 4 {
+		_, _, err := s.SubmitJobs(ctx, store.AllOrganisations(), batch)
+		require.NoError(t, err)
+	}
+	for range 26 {
+		leaseAndEnd(128)
+	}
+	claimed, ended := leaseAndEnd(128)
+	t.Logf("after 3,457 jobs, a claim of 128 read %+v; their results read %+v", claimed, ended)
+	require.Zero(t, claimed.fullScans, "the claim read the whole table")
+	require.EqualValues(t, 128, claimed.queued, "the claim read the queue by an index scan, in order")
+	// Leased jobs are found by id: an entry or a few each (their older
+	// versions' entries until a vacuum).
+	require.Less(t, claimed.pkeyEntries, int64(128*8), "the claim walked the primary key")
+	require.Zero(t, ended.fullScans, "the results read the whole table")
+}
+
 // A memory claim no runner of the pool enforces is blocked, with the
 // reason; once the pool allows unenforced memory, it is queued again.
 func TestAnUnenforceableMemoryClaimIsBlocked(t *testing.T) {

@@ -183,6 +183,11 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		for i, o := range outcomes {
 			all[i], ids[i] = i, o.JobID
 		}
+		// As for claims (see ClaimJobs): the jobs are read and ended by
+		// their ids, and ended runners' entries are passed once.
+		if err := s.q.IndexScansOnly(ctx, s.conn(ctx)); err != nil {
+			return mapErr(err)
+		}
 		read, err := s.q.ReadJobs(ctx, s.conn(ctx), ids)
 		if err != nil {
 			return mapErr(err)

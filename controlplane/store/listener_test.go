@@ -63,7 +63,8 @@ func TestJobChangedReadsPackedIDs(t *testing.T) {
 
 // A transaction's job changes go out together, packed: a sweep that takes
 // back 250 leases sends two notifications, not 250 (which would also
-// overflow a subscriber).
+// overflow a subscriber). Its wake-up for the pool goes in the same
+// statement, on its own channel.
 func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -86,6 +87,8 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	<-l.Ready()
 	sub := l.Subscribe(store.ChannelJobChanges)
 	defer sub.Close()
+	work := l.Subscribe(store.ChannelJobs)
+	defer work.Close()
 	later := time.Now().Add(time.Hour)
 	res, err := b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
 	require.NoError(t, err)
@@ -108,5 +111,11 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	require.Len(t, got, 2)
 	for _, j := range claimed {
 		require.True(t, ids[j.ID.String()])
+	}
+	select {
+	case p := <-work.C:
+		require.Equal(t, b.pool.ID.String(), p)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up for the pool")
 	}
 }

@@ -80,19 +80,12 @@ func TestHeldMeansARunnerMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := storetest.NewEmptyPool(t)
-	_, err := pool.Exec(ctx, `CREATE TABLE runmesh_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
-	require.NoError(t, err)
-	for _, m := range store.Migrations()[:9] {
-		_, err := pool.Exec(ctx, m.SQL)
-		require.NoError(t, err, m.Name)
-		_, err = pool.Exec(ctx, `INSERT INTO runmesh_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
-		require.NoError(t, err)
-	}
+	migrateThrough(t, pool, 9)
 	poolID, runner := uuid.New(), uuid.New()
 	expired, held := uuid.New(), uuid.New()
 	expiredAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	// One statement (parameters allow no more); nothing checks a key here.
-	_, err = pool.Exec(ctx, `
+	_, err := pool.Exec(ctx, `
 		WITH a AS (
 			INSERT INTO jobs (id, pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, attempt)
 			VALUES ($1, $3, 'x', 1, 0, 0, 60, 1)
@@ -106,10 +99,7 @@ func TestHeldMeansARunnerMigration(t *testing.T) {
 		expired, held, poolID, runner, expiredAt)
 	require.NoError(t, err)
 
-	applied, err := store.Migrate(ctx, pool)
-	require.NoError(t, err)
-	require.NotEmpty(t, applied)
-	require.Equal(t, 10, applied[0], "migration 10 ran on this data")
+	migrateThrough(t, pool, 10)
 
 	var finished *time.Time
 	var reason *string
@@ -125,4 +115,85 @@ func TestHeldMeansARunnerMigration(t *testing.T) {
 	require.ErrorContains(t, err, "jobs_held_check", "a job that is not held has no runner")
 	_, err = pool.Exec(ctx, `UPDATE jobs SET lease_expires_at = NULL WHERE id = $1`, held)
 	require.ErrorContains(t, err, "jobs_held_check", "a held job has a lease expiry")
+}
+
+// migrateThrough applies the migrations up to version n, as Migrate would
+// have when n was the latest.
+func migrateThrough(t *testing.T, pool store.DB, n int) {
+	t.Helper()
+	ctx := context.Background()
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS runmesh_schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`)
+	require.NoError(t, err)
+	from, err := store.SchemaVersion(ctx, pool)
+	require.NoError(t, err)
+	for _, m := range store.Migrations()[from:n] {
+		_, err := pool.Exec(ctx, m.SQL)
+		require.NoError(t, err, m.Name)
+		_, err = pool.Exec(ctx, `INSERT INTO runmesh_schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name)
+		require.NoError(t, err)
+	}
+}
+
+// Migration 16 on a database with data: a held attempt's open run moves
+// into its job row (leased_at) and is written again when the attempt
+// ends; ended runs stay; a held job that had no run gets a lease time.
+func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := storetest.NewEmptyPool(t)
+	migrateThrough(t, pool, 15)
+	s := store.New(pool)
+	org, err := s.CreateOrganisation(ctx, "o")
+	require.NoError(t, err)
+	p, err := s.CreatePool(ctx, store.NewPool{Name: "p", OrganisationID: &org.ID})
+	require.NoError(t, err)
+	runner := jobsBundle{db: pool, store: s, org: org, pool: p}.runner(t, 4, 0, 0)
+	var name string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM runners WHERE id = $1`, runner).Scan(&name))
+	held, bare := uuid.New(), uuid.New()
+	leasedAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	_, err = pool.Exec(ctx, `
+		WITH a AS (
+			INSERT INTO jobs (id, pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, attempt, state, runner_id, lease_expires_at)
+			VALUES ($1, $3, 'x', 1, 0, 0, 60, 2, 'RUNNING', $4, now() + interval '1 minute'),
+			       ($2, $3, 'x', 1, 0, 0, 60, 1, 'LEASED', $4, now() + interval '1 minute')
+		)
+		INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, return_reason)
+		VALUES ($1, 1, $4, $6, $5::timestamptz - interval '1 hour', $5, 'lease expired'), ($1, 2, $4, $6, $5, NULL, NULL)`,
+		held, bare, p.ID, runner, leasedAt, name)
+	require.NoError(t, err)
+
+	migrateThrough(t, pool, 16)
+
+	var got *time.Time
+	require.NoError(t, pool.QueryRow(ctx, `SELECT leased_at FROM jobs WHERE id = $1`, held).Scan(&got))
+	require.NotNil(t, got)
+	require.True(t, leasedAt.Equal(*got), "leased at %v", got)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT leased_at FROM jobs WHERE id = $1`, bare).Scan(&got))
+	require.NotNil(t, got, "a held job without a run gets a lease time")
+	var rows int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_runs WHERE job_id = $1`, held).Scan(&rows))
+	require.Equal(t, 1, rows, "the ended run stays, the open one is gone")
+
+	// Read as before: the ended attempt, then the held one, open.
+	runs, err := s.JobRunsForJobs(ctx, []uuid.UUID{held})
+	require.NoError(t, err)
+	require.Len(t, runs[held], 2)
+	require.Equal(t, "lease expired", *runs[held][0].ReturnReason)
+	require.Equal(t, 2, runs[held][1].Attempt)
+	require.Nil(t, runs[held][1].FinishedAt)
+	require.Equal(t, name, runs[held][1].RunnerName)
+	require.True(t, leasedAt.Equal(runs[held][1].LeasedAt))
+
+	// Its end writes its run once.
+	zero := 0
+	_, err = s.FinishAttempt(ctx, store.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero}, 3,
+		func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} })
+	require.NoError(t, err)
+	runs, err = s.JobRunsForJobs(ctx, []uuid.UUID{held})
+	require.NoError(t, err)
+	require.Len(t, runs[held], 2)
+	require.NotNil(t, runs[held][1].FinishedAt)
+	require.Equal(t, 0, *runs[held][1].ExitCode)
+	require.True(t, leasedAt.Equal(runs[held][1].LeasedAt))
 }

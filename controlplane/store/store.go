@@ -355,13 +355,16 @@ func (s *Store) notifyJobChanges(ctx context.Context, ids ...string) {
 // PostgreSQL takes in a payload.
 const jobChangesPerNotification = 200
 
-// send notifies, one statement per channel. Job changes go comma-joined,
+// send notifies, every channel in one statement (see the Notify query for
+// why its commit does not wait for the WAL). Job changes go comma-joined,
 // as few notifications as fit, because a notification per job cost as
 // much as the job's own writes when jobs are leased and finished by the
 // hundred.
 func (s *Store) send(notes map[string][]string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+	if len(notes) == 0 {
+		return
+	}
+	var channels, all []string
 	for channel, payloads := range notes {
 		seen := make(map[string]bool, len(payloads))
 		distinct := payloads[:0:0]
@@ -380,6 +383,11 @@ func (s *Store) send(notes map[string][]string) {
 			}
 			distinct = packed
 		}
-		_ = s.q.Notify(ctx, s.db, dbsqlc.NotifyParams{Channel: channel, Payloads: distinct})
+		for _, p := range distinct {
+			channels, all = append(channels, channel), append(all, p)
+		}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.q.Notify(ctx, s.db, dbsqlc.NotifyParams{Channels: channels, Payloads: all})
 }

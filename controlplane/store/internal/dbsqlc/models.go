@@ -105,6 +105,7 @@ type Job struct {
 	SubmittedAt      time.Time
 	FinishedAt       *time.Time
 	Undelivered      int32
+	LeasedAt         *time.Time
 }
 
 type JobEvent struct {
