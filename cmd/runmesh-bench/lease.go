@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
@@ -42,6 +43,9 @@ type leaseOptions struct {
 	// pgStats prints, for each throughput run, the statements PostgreSQL
 	// spent its time on (pg_stat_statements) and the WAL it wrote, per job.
 	pgStats bool
+	// isolated measures PostgreSQL's CPU per job for each step on its own
+	// (benchIsolated) instead of the throughput run.
+	isolated bool
 }
 
 // simInstance is the agent instance every simulated runner leases as.
@@ -75,6 +79,13 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	sims, err := createRunners(ctx, e.pool, e.srv.Authority(), p.ID, o.runners, gpuJSON, inventory, capJSON)
 	if err != nil {
 		return err
+	}
+	if o.isolated {
+		var runnerID uuid.UUID
+		if err := e.pool.QueryRow(ctx, `SELECT id FROM runners WHERE pool_id = $1 LIMIT 1`, p.ID).Scan(&runnerID); err != nil {
+			return err
+		}
+		return benchIsolated(ctx, e, runnerID, p.ID, o.jobs, o.batch, max(o.rounds, 3), out)
 	}
 	// Simulated agents have no jobs from before: their survivor check is
 	// the one a fresh host's agent sends.
