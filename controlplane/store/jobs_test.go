@@ -991,6 +991,11 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		return claimed, ended
 	}
 	leaseAndEnd(0) // the claim is planned on an empty queue
+	// So is a heartbeat.
+	measured(func(ctx context.Context) {
+		_, err := s.ExtendLeases(ctx, r, 60, []store.LeaseReport{{LeaseID: uuid.New(), Attempt: 1, Phase: "RUNNING"}})
+		require.NoError(t, err)
+	})
 	batch := make([]store.NewJob, store.MaxBatch)
 	for i := range batch {
 		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
@@ -1007,7 +1012,20 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		leaseAndEnd(128)
 	}
 	claimed, ended := leaseAndEnd(128)
-	t.Logf("after 3,457 jobs, a claim of 128 read %+v; their results read %+v", claimed, ended)
+	// A heartbeat of four leases.
+	held, err := s.ClaimJobs(ctx, anything(r), 4)
+	require.NoError(t, err)
+	reported := make([]store.LeaseReport, len(held))
+	for i, h := range held {
+		reported[i] = store.LeaseReport{LeaseID: h.ID, Attempt: h.Attempt, Phase: "RUNNING"}
+	}
+	beat := measured(func(ctx context.Context) {
+		extended, err := s.ExtendLeases(ctx, r, 60, reported)
+		require.NoError(t, err)
+		require.Len(t, extended, 4)
+	})
+	t.Logf("after 3,457 jobs, a claim of 128 read %+v; their results read %+v; a heartbeat of 4 leases read %+v", claimed, ended, beat)
+	require.Zero(t, beat.fullScans, "the heartbeat read the whole table")
 	require.Zero(t, claimed.fullScans, "the claim read the whole table")
 	require.EqualValues(t, 128, claimed.queued, "the claim read the queue by an index scan, in order")
 	// Leased jobs are found by id: an entry or a few each (their older

@@ -38,11 +38,22 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{
-		LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc,
+	// One statement, in a transaction for the planner settings only (see
+	// ClaimJobs): planned while the table looked empty, a heartbeat read
+	// the whole table.
+	var rows []dbsqlc.ExtendLeasesRow
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		if err := s.q.IndexScansOnly(ctx, s.conn(ctx)); err != nil {
+			return mapErr(err)
+		}
+		var err error
+		rows, err = s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{
+			LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc,
+		})
+		return mapErr(err)
 	})
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, err
 	}
 	out := make([]HeldLease, len(rows))
 	var started []string

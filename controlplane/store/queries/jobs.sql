@@ -178,9 +178,8 @@ UPDATE runners SET recovery = @recovery, recovery_at = now() WHERE id = @id;
 -- name: ExtendLeases :many
 -- A heartbeat extends the leases it names that the runner still holds, at
 -- the attempt it names; RUNNING is recorded when the runner says so, with
--- its event, in this one statement (heartbeats are the hot path: no
--- transaction around it). old is the row as the statement found it, so
--- started is true once per attempt.
+-- its event, in this one statement (heartbeats are the hot path). old is
+-- the row as the statement found it, so started is true once per attempt.
 WITH extended AS (
     UPDATE jobs j
     SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),

@@ -370,9 +370,8 @@ type ExtendLeasesRow struct {
 
 // A heartbeat extends the leases it names that the runner still holds, at
 // the attempt it names; RUNNING is recorded when the runner says so, with
-// its event, in this one statement (heartbeats are the hot path: no
-// transaction around it). old is the row as the statement found it, so
-// started is true once per attempt.
+// its event, in this one statement (heartbeats are the hot path). old is
+// the row as the statement found it, so started is true once per attempt.
 func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesParams) ([]ExtendLeasesRow, error) {
 	rows, err := db.Query(ctx, extendLeases,
 		arg.Now,
