@@ -700,6 +700,25 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 	}
 }
 
+// A running server prunes certificates long expired, and keeps the
+// runner's newest.
+func TestTheServerPrunesExpiredCertificates(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *controlplane.Options) { o.SweepInterval = 20 * time.Millisecond })
+	runnerID, c, _ := b.approvedRunner(t, measured(0))
+	_, err := b.pool.Exec(context.Background(), `
+		INSERT INTO certificates (serial, runner_id, der, not_before, not_after)
+		VALUES ('1001', $1, '\x00', now() - interval '41 days', now() - interval '40 days'),
+		       ('1002', $1, '\x00', now() - interval '11 days', now() - interval '10 days')`, runnerID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM certificates WHERE serial = '1001'") == 0
+	}, 10*time.Second, 20*time.Millisecond, "the certificate 40 days expired pruned")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM certificates WHERE serial = '1002'"), "10 days expired: kept")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM certificates WHERE runner_id = $1 AND not_after > now()", runnerID))
+	require.Empty(t, b.lease(t, c, anyWork(0)), "the runner's certificate still works")
+}
+
 // /metrics shows each pool's unfinished jobs by state and its held GPUs
 // (read from PostgreSQL at the scrape), the job events this server wrote,
 // and when its certificates expire.

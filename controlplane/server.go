@@ -157,6 +157,8 @@ func (s *Server) Start(ctx context.Context) error {
 	sweeper := &jobs.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
 		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention}
 	s.goBackground(func() { sweeper.Run(bg) })
+	// As often as finished jobs are pruned (see jobs.Sweeper).
+	s.goBackground(func() { s.pruneCertificates(bg, 10*s.opts.SweepInterval) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

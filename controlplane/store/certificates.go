@@ -119,3 +119,20 @@ func (s *Store) StandingOf(ctx context.Context, serial string) (CertificateStand
 	}
 	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: RunnerStatus(row.RunnerStatus)}, nil
 }
+
+// PruneCertificates deletes, in one transaction, at most max certificates
+// that expired longer than keep ago (each runner's newest stays), and at
+// most max revocations of certificates so deleted. It returns how many of
+// each it deleted.
+func (s *Store) PruneCertificates(ctx context.Context, keep time.Duration, max int) (certificates, revocations int, err error) {
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		n, err := s.q.PruneCertificates(ctx, s.conn(ctx), dbsqlc.PruneCertificatesParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+		if err != nil {
+			return mapErr(err)
+		}
+		m, err := s.q.PruneRevocations(ctx, s.conn(ctx), dbsqlc.PruneRevocationsParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+		certificates, revocations = int(n), int(m)
+		return mapErr(err)
+	})
+	return certificates, revocations, err
+}

@@ -785,6 +785,68 @@ func TestLatestCertificatesAreEachRunnersNewest(t *testing.T) {
 	require.Equal(t, "b1", got[r2].Serial)
 }
 
+// Certificates that expired longer ago than the retention go, with their
+// revocations, except each runner's newest; a pruned serial counts as
+// revoked. Nothing else changes.
+func TestExpiredCertificatesArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r1, r2 := b.runner(t, 1, 1024, 0), b.runner(t, 1, 1024, 0)
+	now := time.Now().UTC().Truncate(time.Second)
+	day := 24 * time.Hour
+	for _, c := range []struct {
+		serial string
+		runner *uuid.UUID
+		after  time.Duration // not_after from now
+	}{
+		{"old1", &r1, -40 * day}, {"old2", &r1, -35 * day}, {"recent", &r1, -10 * day}, {"valid", &r1, day},
+		{"last", &r2, -40 * day}, // r2's newest, though long expired
+		{"listener-old", nil, -40 * day}, {"listener", nil, day},
+	} {
+		require.NoError(t, b.store.StoreCertificate(ctx, store.Certificate{Serial: c.serial, RunnerID: c.runner, DER: []byte{1},
+			NotBefore: now.Add(c.after - day), NotAfter: now.Add(c.after)}))
+	}
+	expired, lastExpired := now.Add(-35*day), now.Add(-40*day)
+	recent := now.Add(-10 * day)
+	for _, v := range []store.Revocation{{Serial: "old2", ExpiresAt: &expired}, {Serial: "recent", ExpiresAt: &recent},
+		{Serial: "never-expires"}, {Serial: "last", ExpiresAt: &lastExpired}} {
+		_, err := b.store.RevokeCertificate(ctx, store.Revocation{Serial: v.Serial, RevokedAt: now, ExpiresAt: v.ExpiresAt})
+		require.NoError(t, err)
+	}
+	serials := func(table string) []string {
+		var out []string
+		rows, err := b.db.Query(ctx, "SELECT serial FROM "+table+" ORDER BY serial")
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			require.NoError(t, rows.Scan(&s))
+			out = append(out, s)
+		}
+		return out
+	}
+
+	certs, revs, err := b.store.PruneCertificates(ctx, 30*day, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, certs, "at most the batch")
+	require.Equal(t, 0, revs, "old2's revocation went with it or waits for the next batch")
+	certs2, revs2, err := b.store.PruneCertificates(ctx, 30*day, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 3, certs+certs2)
+	require.Equal(t, 1, revs+revs2)
+	require.Equal(t, []string{"last", "listener", "recent", "valid"}, serials("certificates"))
+	// last's revocation stays with last: without it, last would read as
+	// not revoked.
+	require.Equal(t, []string{"last", "never-expires", "recent"}, serials("certificate_revocations"))
+	st, err := b.store.StandingOf(ctx, "old2")
+	require.NoError(t, err)
+	require.False(t, st.Usable(), "a pruned serial counts as revoked")
+	again, _, err := b.store.PruneCertificates(ctx, 30*day, 1000)
+	require.NoError(t, err)
+	require.Zero(t, again)
+}
+
 // The end of several jobs' output at once: whole chunks that fit in the
 // tail, across attempts, in order, with each job's total; none for a job
 // without output.

@@ -106,3 +106,33 @@ SELECT
     EXISTS (SELECT 1 FROM certificates c WHERE c.serial = @serial) AS known,
     EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = @serial) AS revoked,
     coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = @serial), '')::text AS runner_status;
+
+-- name: PruneCertificates :execrows
+-- Certificates that expired more than keep_seconds ago, oldest first, at
+-- most max_rows; each runner's newest stays (GraphQL shows it). Nothing
+-- answers differently for it: an expired certificate fails the handshake,
+-- and a serial the store does not know counts as revoked
+-- (CertificateStanding). SKIP LOCKED: replicas share the work.
+DELETE FROM certificates
+WHERE serial IN (
+    SELECT c.serial FROM certificates c
+    WHERE c.not_after < now() - make_interval(secs => @keep_seconds::float8)
+      AND (c.runner_id IS NULL OR EXISTS (
+          SELECT 1 FROM certificates n WHERE n.runner_id = c.runner_id AND n.not_after > c.not_after))
+    ORDER BY c.not_after
+    LIMIT @max_rows
+    FOR UPDATE OF c SKIP LOCKED
+);
+
+-- name: PruneRevocations :execrows
+-- Revocations whose certificate is gone (pruned above) and expired more
+-- than keep_seconds ago: its serial counts as revoked without them.
+-- Revocations without an expiry stay.
+DELETE FROM certificate_revocations
+WHERE serial IN (
+    SELECT v.serial FROM certificate_revocations v
+    WHERE v.expires_at < now() - make_interval(secs => @keep_seconds::float8)
+      AND NOT EXISTS (SELECT 1 FROM certificates c WHERE c.serial = v.serial)
+    LIMIT @max_rows
+    FOR UPDATE OF v SKIP LOCKED
+);

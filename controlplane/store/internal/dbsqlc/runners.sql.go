@@ -491,6 +491,64 @@ func (q *Queries) NotifyRunnerStatus(ctx context.Context, db DBTX, runnerID stri
 	return err
 }
 
+const pruneCertificates = `-- name: PruneCertificates :execrows
+DELETE FROM certificates
+WHERE serial IN (
+    SELECT c.serial FROM certificates c
+    WHERE c.not_after < now() - make_interval(secs => $1::float8)
+      AND (c.runner_id IS NULL OR EXISTS (
+          SELECT 1 FROM certificates n WHERE n.runner_id = c.runner_id AND n.not_after > c.not_after))
+    ORDER BY c.not_after
+    LIMIT $2
+    FOR UPDATE OF c SKIP LOCKED
+)
+`
+
+type PruneCertificatesParams struct {
+	KeepSeconds float64
+	MaxRows     int32
+}
+
+// Certificates that expired more than keep_seconds ago, oldest first, at
+// most max_rows; each runner's newest stays (GraphQL shows it). Nothing
+// answers differently for it: an expired certificate fails the handshake,
+// and a serial the store does not know counts as revoked
+// (CertificateStanding). SKIP LOCKED: replicas share the work.
+func (q *Queries) PruneCertificates(ctx context.Context, db DBTX, arg PruneCertificatesParams) (int64, error) {
+	result, err := db.Exec(ctx, pruneCertificates, arg.KeepSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const pruneRevocations = `-- name: PruneRevocations :execrows
+DELETE FROM certificate_revocations
+WHERE serial IN (
+    SELECT v.serial FROM certificate_revocations v
+    WHERE v.expires_at < now() - make_interval(secs => $1::float8)
+      AND NOT EXISTS (SELECT 1 FROM certificates c WHERE c.serial = v.serial)
+    LIMIT $2
+    FOR UPDATE OF v SKIP LOCKED
+)
+`
+
+type PruneRevocationsParams struct {
+	KeepSeconds float64
+	MaxRows     int32
+}
+
+// Revocations whose certificate is gone (pruned above) and expired more
+// than keep_seconds ago: its serial counts as revoked without them.
+// Revocations without an expiry stay.
+func (q *Queries) PruneRevocations(ctx context.Context, db DBTX, arg PruneRevocationsParams) (int64, error) {
+	result, err := db.Exec(ctx, pruneRevocations, arg.KeepSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const revokeRunnerCertificates = `-- name: RevokeRunnerCertificates :execrows
 INSERT INTO certificate_revocations (serial, reason, expires_at)
 SELECT c.serial, $1, c.not_after
