@@ -107,7 +107,7 @@ func nextRunner(ctx context.Context, sub *store.Subscription, poolID uuid.UUID) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case p := <-sub.C:
-			if p == "" || p == "pool:"+poolID.String() {
+			if p == "" || p == store.PoolChanged+poolID.String() {
 				return nil, nil
 			}
 			// Other pools' payloads are not about this pool's runners.

@@ -2,6 +2,7 @@ package runnerserver
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,10 +15,14 @@ import (
 // identities caches what the handshake and every request check: a
 // certificate's standing, and the runner it names with its inventory. At
 // thousands of heartbeats a second the check must not be a query each.
-// The replica that revokes empties its cache before it answers; every other
-// replica empties its own on the LISTEN/NOTIFY broadcast that the same
-// commit sends, milliseconds later. The TTL bounds staleness if a
-// notification were ever lost.
+// The replica that changes a runner or revokes empties its cache before it
+// answers; every other replica drops what the LISTEN/NOTIFY broadcast of
+// the same commit names, milliseconds later: the runner's entries, a
+// pool's runners' entries, or a revoked serial's. Only a broadcast that
+// names nothing it can read (after the listener reconnects) empties the
+// whole cache: before, every enrolment, approval or quarantine anywhere
+// did, and each of thousands of runners then cost two queries again. The
+// TTL bounds staleness if a notification were ever lost.
 type identities struct {
 	store *store.Store
 	ttl   time.Duration
@@ -73,14 +78,52 @@ func (c *identities) lookup(ctx context.Context, serial string, runnerID uuid.UU
 }
 
 // forget empties the cache.
-func (c *identities) forget() {
+func (c *identities) forget() { c.forgetIf(func(string, identity) bool { return true }) }
+
+// forgetIf drops the entries drop says to. A lookup that raced it does not
+// cache what it read (gen).
+func (c *identities) forgetIf(drop func(serial string, e identity) bool) {
 	c.mu.Lock()
 	c.gen++
-	clear(c.entries)
+	for serial, e := range c.entries {
+		if drop(serial, e) {
+			delete(c.entries, serial)
+		}
+	}
 	c.mu.Unlock()
 }
 
-// watch forgets on every runner change and revocation until ctx ends.
+// heard drops what a notification on channel names: on ChannelRunnerStatus
+// a runner id, or a pool id after store.PoolChanged; on ChannelRevocations
+// a serial. Anything else empties the cache.
+func (c *identities) heard(channel, payload string) {
+	switch {
+	case channel == store.ChannelRevocations && payload != "":
+		c.forgetIf(func(serial string, _ identity) bool { return serial == payload })
+	case channel == store.ChannelRunnerStatus && strings.HasPrefix(payload, store.PoolChanged):
+		pool, err := uuid.Parse(strings.TrimPrefix(payload, store.PoolChanged))
+		if err != nil {
+			c.forget()
+			return
+		}
+		// An entry without its runner read holds nothing of the pool.
+		c.forgetIf(func(_ string, e identity) bool { return e.runner.PoolID == pool })
+	case channel == store.ChannelRunnerStatus:
+		id, err := uuid.Parse(payload)
+		if err != nil {
+			c.forget()
+			return
+		}
+		c.forgetIf(func(_ string, e identity) bool {
+			return e.runner.ID == id || (e.standing.RunnerID != nil && *e.standing.RunnerID == id)
+		})
+	default:
+		c.forget()
+	}
+}
+
+// watch drops what every runner change and revocation names until ctx
+// ends.
 func (c *identities) watch(ctx context.Context, l *store.Listener) {
 	runners := l.Subscribe(store.ChannelRunnerStatus)
 	defer runners.Close()
@@ -90,9 +133,10 @@ func (c *identities) watch(ctx context.Context, l *store.Listener) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-runners.C:
-		case <-revocations.C:
+		case p := <-runners.C:
+			c.heard(store.ChannelRunnerStatus, p)
+		case p := <-revocations.C:
+			c.heard(store.ChannelRevocations, p)
 		}
-		c.forget()
 	}
 }

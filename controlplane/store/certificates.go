@@ -103,6 +103,7 @@ type CertificateStanding struct {
 	Known        bool         // we issued it
 	Revoked      bool         // its serial was revoked
 	RunnerStatus RunnerStatus // its runner's status ("" for server certificates)
+	RunnerID     *uuid.UUID   // its runner (nil for server certificates)
 }
 
 // Usable is the verdict: a certificate we issued, not revoked, and either a
@@ -117,7 +118,8 @@ func (s *Store) StandingOf(ctx context.Context, serial string) (CertificateStand
 	if err != nil {
 		return CertificateStanding{}, mapErr(err)
 	}
-	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: RunnerStatus(row.RunnerStatus)}, nil
+	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: RunnerStatus(row.RunnerStatus),
+		RunnerID: uuidPtr(row.RunnerID)}, nil
 }
 
 // PruneCertificates deletes, in one transaction, at most max certificates

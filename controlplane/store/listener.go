@@ -14,7 +14,8 @@ import (
 // Channels the server listens on.
 const (
 	// ChannelRunnerStatus carries a runner id whenever the runner changes
-	// (status, inventory, controls).
+	// (status, inventory, controls), or PoolChanged and a pool id when the
+	// pool's settings do.
 	ChannelRunnerStatus = "runmesh_runner_status"
 	// ChannelRevocations carries a serial whenever one is revoked.
 	ChannelRevocations = "runmesh_revocations"
@@ -24,6 +25,10 @@ const (
 	// jobs have a new event or new output (see JobChanged).
 	ChannelJobChanges = "runmesh_job_changes"
 )
+
+// PoolChanged prefixes a pool id on ChannelRunnerStatus: the settings of
+// the pool, which runners are read with, changed.
+const PoolChanged = "pool:"
 
 // Listener holds one connection LISTENing for the whole process and fans
 // notifications out to subscribers, so a thousand long-polls cost one

@@ -105,7 +105,8 @@ ON CONFLICT (serial) DO NOTHING;
 SELECT
     EXISTS (SELECT 1 FROM certificates c WHERE c.serial = @serial) AS known,
     EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = @serial) AS revoked,
-    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = @serial), '')::text AS runner_status;
+    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = @serial), '')::text AS runner_status,
+    (SELECT c.runner_id FROM certificates c WHERE c.serial = @serial) AS runner_id;
 
 -- name: PruneCertificates :execrows
 -- Certificates that expired more than keep_seconds ago, oldest first, at

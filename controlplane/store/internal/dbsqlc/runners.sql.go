@@ -16,13 +16,15 @@ const certificateStanding = `-- name: CertificateStanding :one
 SELECT
     EXISTS (SELECT 1 FROM certificates c WHERE c.serial = $1) AS known,
     EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = $1) AS revoked,
-    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = $1), '')::text AS runner_status
+    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = $1), '')::text AS runner_status,
+    (SELECT c.runner_id FROM certificates c WHERE c.serial = $1) AS runner_id
 `
 
 type CertificateStandingRow struct {
 	Known        bool
 	Revoked      bool
 	RunnerStatus string
+	RunnerID     uuid.NullUUID
 }
 
 // What a presented certificate is worth: unknown serials are as good as
@@ -31,7 +33,12 @@ type CertificateStandingRow struct {
 func (q *Queries) CertificateStanding(ctx context.Context, db DBTX, serial string) (CertificateStandingRow, error) {
 	row := db.QueryRow(ctx, certificateStanding, serial)
 	var i CertificateStandingRow
-	err := row.Scan(&i.Known, &i.Revoked, &i.RunnerStatus)
+	err := row.Scan(
+		&i.Known,
+		&i.Revoked,
+		&i.RunnerStatus,
+		&i.RunnerID,
+	)
 	return i, err
 }
 
