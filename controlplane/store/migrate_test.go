@@ -197,3 +197,43 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 	require.Equal(t, 0, *runs[held][1].ExitCode)
 	require.True(t, leasedAt.Equal(runs[held][1].LeasedAt))
 }
+
+// A run an older version wrote at its claim (open, and no leased_at on the
+// job), as while replicas of both versions share the database, is
+// completed where its attempt ends: a result, an expired lease.
+func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	runner := b.runner(t, 4, 0, 0)
+	var name string
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT name FROM runners WHERE id = $1`, runner).Scan(&name))
+	reported, expired := uuid.New(), uuid.New()
+	_, err := b.db.Exec(ctx, `
+		WITH a AS (
+			INSERT INTO jobs (id, pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, attempt, state, runner_id, lease_expires_at)
+			VALUES ($1, $3, 'x', 1, 0, 0, 60, 1, 'RUNNING', $4, now() + interval '1 minute'),
+			       ($2, $3, 'x', 1, 0, 0, 60, 1, 'RUNNING', $4, now() - interval '1 minute')
+		)
+		INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at)
+		VALUES ($1, 1, $4, $5, now() - interval '2 minutes'), ($2, 1, $4, $5, now() - interval '2 minutes')`,
+		reported, expired, b.pool.ID, runner, name)
+	require.NoError(t, err)
+
+	zero := 0
+	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero}, 3,
+		func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} })
+	require.NoError(t, err)
+	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Requeued)
+
+	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{reported, expired})
+	require.NoError(t, err)
+	require.Len(t, runs[reported], 1)
+	require.NotNil(t, runs[reported][0].FinishedAt)
+	require.Equal(t, 0, *runs[reported][0].ExitCode)
+	require.Len(t, runs[expired], 1)
+	require.NotNil(t, runs[expired][0].FinishedAt)
+	require.Equal(t, "lease expired", *runs[expired][0].ReturnReason)
+}

@@ -6,9 +6,10 @@
 -- is the job row itself: its runner, its attempt, and leased_at, which the
 -- claim sets in the update it makes anyway.
 --
--- Every replica must run this version once it is applied: an older one
--- inserts runs at the claim, and a newer one ending that attempt would find
--- the row already there.
+-- While older replicas still run beside newer ones, an older one inserts a
+-- run at the claim (which a newer one completes where the attempt ends),
+-- and updates none at the end of an attempt a newer one claimed: that
+-- attempt keeps no run record. Upgrade every replica together.
 ALTER TABLE jobs ADD COLUMN leased_at timestamptz;
 
 -- Held attempts keep their lease time; their open runs go, to be written

@@ -228,13 +228,21 @@ WITH done AS (
       AND j.cancel_requested = t.cancel_requested
     RETURNING j.*
 ),
+-- A run an older version wrote at the claim (before migration 0016) is
+-- completed, here as where an attempt ends otherwise, instead of failing
+-- the statement.
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
                           host_fault, oom, peak_memory_mib, image_digest, runner_version)
-    SELECT done.id, done.attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id), done.leased_at, now(),
+    SELECT done.id, done.attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id),
+           coalesce(done.leased_at, now()), now(),
            t.exit_code, t.return_reason, t.host_fault, t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
     FROM done JOIN jsonb_to_recordset(@rows::jsonb) AS t (id uuid, exit_code integer, return_reason text,
         host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text) ON t.id = done.id
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
+        host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
+        image_digest = excluded.image_digest, runner_version = excluded.runner_version
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -347,8 +355,10 @@ WITH back AS (
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, return_reason)
-    SELECT id, attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id), leased_at, now(), 'not delivered'
+    SELECT id, attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id), coalesce(leased_at, now()), now(),
+           'not delivered'
     FROM back
+    ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at, return_reason = excluded.return_reason
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -362,9 +372,10 @@ SELECT id, pool_id, state FROM back;
 -- An attempt whose lease ran out ends without a report from its runner:
 -- its run is written from the job row, before the job lets go of it.
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, return_reason)
-SELECT j.id, j.attempt, j.runner_id, ru.name, j.leased_at, now(), 'lease expired'
+SELECT j.id, j.attempt, j.runner_id, ru.name, coalesce(j.leased_at, now()), now(), 'lease expired'
 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
-WHERE j.id = @job_id AND j.attempt = @attempt;
+WHERE j.id = @job_id AND j.attempt = @attempt
+ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at, return_reason = excluded.return_reason;
 
 -- name: RequeueJob :exec
 UPDATE jobs

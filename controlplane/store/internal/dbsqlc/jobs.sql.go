@@ -260,9 +260,10 @@ func (q *Queries) DeleteJobs(ctx context.Context, db DBTX, ids []uuid.UUID) (int
 
 const endExpiredRun = `-- name: EndExpiredRun :exec
 INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, return_reason)
-SELECT j.id, j.attempt, j.runner_id, ru.name, j.leased_at, now(), 'lease expired'
+SELECT j.id, j.attempt, j.runner_id, ru.name, coalesce(j.leased_at, now()), now(), 'lease expired'
 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
 WHERE j.id = $1 AND j.attempt = $2
+ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at, return_reason = excluded.return_reason
 `
 
 type EndExpiredRunParams struct {
@@ -420,10 +421,15 @@ WITH done AS (
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
                           host_fault, oom, peak_memory_mib, image_digest, runner_version)
-    SELECT done.id, done.attempt, $2, (SELECT name FROM runners WHERE id = $2), done.leased_at, now(),
+    SELECT done.id, done.attempt, $2, (SELECT name FROM runners WHERE id = $2),
+           coalesce(done.leased_at, now()), now(),
            t.exit_code, t.return_reason, t.host_fault, t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
     FROM done JOIN jsonb_to_recordset($3::jsonb) AS t (id uuid, exit_code integer, return_reason text,
         host_fault boolean, oom boolean, peak_memory_mib bigint, image_digest text, runner_version text) ON t.id = done.id
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
+        host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
+        image_digest = excluded.image_digest, runner_version = excluded.runner_version
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -472,6 +478,9 @@ type FinishAttemptsRow struct {
 // job it ends gets its run record and its event in this one statement.
 // (rows is decoded once, as the parameter; each jsonb_to_recordset walks
 // the decoded value.)
+// A run an older version wrote at the claim (before migration 0016) is
+// completed, here as where an attempt ends otherwise, instead of failing
+// the statement.
 func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttemptsParams) ([]FinishAttemptsRow, error) {
 	rows, err := db.Query(ctx, finishAttempts, arg.Ids, arg.RunnerID, arg.Rows)
 	if err != nil {
@@ -1560,8 +1569,10 @@ WITH back AS (
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, return_reason)
-    SELECT id, attempt, $2, (SELECT name FROM runners WHERE id = $2), leased_at, now(), 'not delivered'
+    SELECT id, attempt, $2, (SELECT name FROM runners WHERE id = $2), coalesce(leased_at, now()), now(),
+           'not delivered'
     FROM back
+    ON CONFLICT (job_id, attempt) DO UPDATE SET finished_at = excluded.finished_at, return_reason = excluded.return_reason
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
