@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
 
 // JobsRead is how many times the transaction in ctx has read the jobs table
 // in full, and how many of its rows it has read in all: by those reads, and
@@ -32,4 +36,39 @@ func (s *Store) SetLocalForTest(ctx context.Context, name, value string) (string
 	var v string
 	err := s.conn(ctx).QueryRow(ctx, `SELECT set_config($1, $2, true)`, name, value).Scan(&v)
 	return v, err
+}
+
+// IndexScansOnlyForTest runs query (one text column) as the queue's hot
+// statements run (indexScansOnly), by QueryRow, and returns its answer.
+func (s *Store) IndexScansOnlyForTest(ctx context.Context, query string) (string, error) {
+	var v string
+	err := s.indexScansOnly(ctx).QueryRow(ctx, query).Scan(&v)
+	return v, err
+}
+
+// IndexScansOnlyRowsForTest is IndexScansOnlyForTest by Query, reading
+// every row.
+func (s *Store) IndexScansOnlyRowsForTest(ctx context.Context, query string) ([]string, error) {
+	rows, err := s.indexScansOnly(ctx).Query(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// ConnForTest is what the store runs statements on in ctx: its
+// transaction, or the pool.
+func (s *Store) ConnForTest(ctx context.Context) interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+} {
+	return s.conn(ctx)
 }

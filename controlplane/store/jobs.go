@@ -310,35 +310,27 @@ type ClaimRequest struct {
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
 // together, at most max of them (none when nothing fits).
 func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
-	// One statement, in a transaction only for the planner settings below;
-	// the notification goes once it has committed.
+	// One statement, planned for index scans only (indexScansOnly, one
+	// round trip still); the notification goes once it has committed.
 	//
-	// Index scans only: a claim's plan must not rest on the statistics, nor
-	// on the table's size when a connection planned it (a prepared
-	// statement keeps that plan). An index scan walks the queue in order,
-	// stops at the limit, and marks the dead entries it passes (jobs
-	// leased, held and ended since the last vacuum) so that the next claim
-	// skips them. On a table never analyzed, or analyzed while empty, the
-	// planner chose bitmap scans, which mark nothing, so every claim read
-	// every entry no vacuum had removed yet, the queue's and its runner's
-	// (bench-lease -isolated: PostgreSQL's work per leased job grew from 28
-	// to 87 µs over 100,000 jobs; it stays at 25 to 40 µs with this), or
-	// sequential scans of a table it took for empty.
-	var rows []dbsqlc.ClaimJobsRow
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		if err := s.q.IndexScansOnly(ctx, s.conn(ctx)); err != nil {
-			return mapErr(err)
-		}
-		var err error
-		rows, err = s.q.ClaimJobs(ctx, s.conn(ctx), dbsqlc.ClaimJobsParams{
-			Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
-			FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
-			MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
-		})
-		return mapErr(err)
+	// A claim's plan must not rest on the statistics, nor on the table's
+	// size when a connection planned it (a prepared statement keeps that
+	// plan). An index scan walks the queue in order, stops at the limit,
+	// and marks the dead entries it passes (jobs leased, held and ended
+	// since the last vacuum) so that the next claim skips them. On a table
+	// never analyzed, or analyzed while empty, the planner chose bitmap
+	// scans, which mark nothing, so every claim read every entry no vacuum
+	// had removed yet, the queue's and its runner's (bench-lease -isolated:
+	// PostgreSQL's work per leased job grew from 28 to 87 µs over 100,000
+	// jobs; it stays at 25 to 40 µs with this), or sequential scans of a
+	// table it took for empty.
+	rows, err := s.q.ClaimJobs(ctx, s.indexScansOnly(ctx), dbsqlc.ClaimJobsParams{
+		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
+		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
+		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
 	})
 	if err != nil {
-		return nil, err
+		return nil, mapErr(err)
 	}
 	out := make([]Job, len(rows))
 	payloads := make([]string, len(rows))

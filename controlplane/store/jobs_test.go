@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -1088,12 +1089,56 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 	})
 	t.Logf("after 3,457 jobs, a claim of 128 read %+v; their results read %+v; a heartbeat of 4 leases read %+v", claimed, ended, beat)
 	require.Zero(t, beat.fullScans, "the heartbeat read the whole table")
+	require.Less(t, beat.pkeyEntries, int64(64), "the heartbeat walked the primary key")
 	require.Zero(t, claimed.fullScans, "the claim read the whole table")
 	require.EqualValues(t, 128, claimed.queued, "the claim read the queue by an index scan, in order")
 	// Leased jobs are found by id: an entry or a few each (their older
 	// versions' entries until a vacuum).
 	require.Less(t, claimed.pkeyEntries, int64(128*8), "the claim walked the primary key")
 	require.Zero(t, ended.fullScans, "the results read the whole table")
+}
+
+// The hot statements' planner settings hold for the statement they are
+// sent with, and end with it outside a transaction: they reach no other
+// statement on the connection. An error in the statement is its caller's,
+// and the pooled connection goes back.
+func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.NewDatabase(t)
+	db, err := store.Connect(ctx, url+"&pool_max_conns=1")
+	require.NoError(t, err)
+	defer db.Close()
+	s := store.New(db)
+	const settings = `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_bitmapscan')`
+	for range 3 { // one connection: any leak would block the next call
+		got, err := s.IndexScansOnlyForTest(ctx, settings)
+		require.NoError(t, err)
+		require.Equal(t, "off,off", got)
+		var after string
+		require.NoError(t, db.QueryRow(ctx, settings).Scan(&after))
+		require.Equal(t, "on,on", after, "the settings outlived their statement")
+
+		rows, err := s.IndexScansOnlyRowsForTest(ctx, `SELECT g::text FROM generate_series(1, 3) g`)
+		require.NoError(t, err)
+		require.Equal(t, []string{"1", "2", "3"}, rows)
+		_, err = s.IndexScansOnlyRowsForTest(ctx, `SELECT (1 / (g - 2))::text FROM generate_series(1, 3) g`)
+		require.ErrorContains(t, err, "division by zero")
+		_, err = s.IndexScansOnlyForTest(ctx, `SELECT 'x' WHERE false`)
+		require.ErrorIs(t, err, pgx.ErrNoRows)
+	}
+	// Inside a transaction they last to its end, as SET LOCAL does.
+	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
+		_, err := s.IndexScansOnlyForTest(ctx, settings)
+		require.NoError(t, err)
+		got, err := s.SetLocalForTest(ctx, "application_name", "x")
+		require.NoError(t, err)
+		require.Equal(t, "x", got)
+		var later string
+		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&later))
+		require.Equal(t, "off,off", later)
+		return nil
+	}))
 }
 
 // A memory claim no runner of the pool enforces is blocked, with the

@@ -38,22 +38,17 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	if err != nil {
 		return nil, err
 	}
-	// One statement, in a transaction for the planner settings only (see
-	// ClaimJobs): planned while the table looked empty, a heartbeat read
-	// the whole table.
-	var rows []dbsqlc.ExtendLeasesRow
-	err = s.WithTx(ctx, func(ctx context.Context) error {
-		if err := s.q.IndexScansOnly(ctx, s.conn(ctx)); err != nil {
-			return mapErr(err)
-		}
-		var err error
-		rows, err = s.q.ExtendLeases(ctx, s.conn(ctx), dbsqlc.ExtendLeasesParams{
-			LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc,
-		})
-		return mapErr(err)
+	// Planned for index scans only (see ClaimJobs): planned while the table
+	// looked empty, a heartbeat read the whole table.
+	ids := make([]uuid.UUID, len(reports))
+	for i, r := range reports {
+		ids[i] = r.LeaseID
+	}
+	rows, err := s.q.ExtendLeases(ctx, s.indexScansOnly(ctx), dbsqlc.ExtendLeasesParams{
+		LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc, Ids: ids,
 	})
 	if err != nil {
-		return nil, err
+		return nil, mapErr(err)
 	}
 	out := make([]HeldLease, len(rows))
 	var started []string
@@ -195,11 +190,9 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			all[i], ids[i] = i, o.JobID
 		}
 		// As for claims (see ClaimJobs): the jobs are read and ended by
-		// their ids, and ended runners' entries are passed once.
-		if err := s.q.IndexScansOnly(ctx, s.conn(ctx)); err != nil {
-			return mapErr(err)
-		}
-		read, err := s.q.ReadJobs(ctx, s.conn(ctx), ids)
+		// their ids. The planner settings last to the end of this
+		// transaction.
+		read, err := s.q.ReadJobs(ctx, s.indexScansOnly(ctx), ids)
 		if err != nil {
 			return mapErr(err)
 		}

@@ -155,11 +155,6 @@ event_rows AS (
 )
 SELECT * FROM leased ORDER BY priority DESC, submitted_at, id; -- best first, as the claim ranked them
 
--- name: IndexScansOnly :exec
--- For the rest of the transaction: the queue's hot statements find their
--- rows by index scans whatever the statistics say (see Store.ClaimJobs).
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true);
-
 -- name: TouchWorkRequest :one
 -- Records that the runner asked for work and returns its recovery proof.
 -- The time is a hint for takingWork (asked within three minutes), so it is
@@ -180,13 +175,16 @@ UPDATE runners SET recovery = @recovery, recovery_at = now() WHERE id = @id;
 -- the attempt it names; RUNNING is recorded when the runner says so, with
 -- its event, in this one statement (heartbeats are the hot path). old is
 -- the row as the statement found it, so started is true once per attempt.
+-- Both readings of jobs are by the lease ids (ids, the leases' ids again)
+-- as an array, a primary key probe each: joined by id alone, a plan made
+-- while the table looked empty walked the whole primary key.
 WITH extended AS (
     UPDATE jobs j
     SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),
         state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
     FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
-    WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id
-      AND old.id = j.id
+    WHERE j.id = ANY(@ids::uuid[]) AND j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id
+      AND old.id = ANY(@ids::uuid[]) AND old.id = j.id
     RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
 ), running AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)

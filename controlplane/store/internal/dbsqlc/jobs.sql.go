@@ -344,13 +344,13 @@ WITH extended AS (
     UPDATE jobs j
     SET lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::int),
         state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
-    FROM jsonb_to_recordset($4::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
-    WHERE j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $3
-      AND old.id = j.id
+    FROM jsonb_to_recordset($5::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
+    WHERE j.id = ANY($3::uuid[]) AND j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $4
+      AND old.id = ANY($3::uuid[]) AND old.id = j.id
     RETURNING j.id, j.attempt, j.cancel_requested, (v.phase = 'RUNNING' AND old.state = 'LEASED')::boolean AS started
 ), running AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
-    SELECT id, 'RUNNING', attempt, $3 FROM extended WHERE started
+    SELECT id, 'RUNNING', attempt, $4 FROM extended WHERE started
 )
 SELECT id, attempt, cancel_requested, started FROM extended
 `
@@ -358,6 +358,7 @@ SELECT id, attempt, cancel_requested, started FROM extended
 type ExtendLeasesParams struct {
 	Now          *time.Time
 	LeaseSeconds int32
+	Ids          []uuid.UUID
 	RunnerID     uuid.NullUUID
 	Leases       []byte
 }
@@ -373,10 +374,14 @@ type ExtendLeasesRow struct {
 // the attempt it names; RUNNING is recorded when the runner says so, with
 // its event, in this one statement (heartbeats are the hot path). old is
 // the row as the statement found it, so started is true once per attempt.
+// Both readings of jobs are by the lease ids (ids, the leases' ids again)
+// as an array, a primary key probe each: joined by id alone, a plan made
+// while the table looked empty walked the whole primary key.
 func (q *Queries) ExtendLeases(ctx context.Context, db DBTX, arg ExtendLeasesParams) ([]ExtendLeasesRow, error) {
 	rows, err := db.Query(ctx, extendLeases,
 		arg.Now,
 		arg.LeaseSeconds,
+		arg.Ids,
 		arg.RunnerID,
 		arg.Leases,
 	)
@@ -657,19 +662,6 @@ func (q *Queries) HeldAttempt(ctx context.Context, db DBTX, arg HeldAttemptParam
 	var held bool
 	err := row.Scan(&held)
 	return held, err
-}
-
-const indexScansOnly = `-- name: IndexScansOnly :exec
-
-SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)
-`
-
-// best first, as the claim ranked them
-// For the rest of the transaction: the queue's hot statements find their
-// rows by index scans whatever the statistics say (see Store.ClaimJobs).
-func (q *Queries) IndexScansOnly(ctx context.Context, db DBTX) error {
-	_, err := db.Exec(ctx, indexScansOnly)
-	return err
 }
 
 const insertJobEvent = `-- name: InsertJobEvent :exec
@@ -1779,6 +1771,7 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 }
 
 const touchWorkRequest = `-- name: TouchWorkRequest :one
+
 WITH touched AS (
     UPDATE runners t SET last_work_request_at = now()
     WHERE t.id = $1 AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds')
@@ -1786,6 +1779,7 @@ WITH touched AS (
 SELECT r.recovery FROM runners r WHERE r.id = $1
 `
 
+// best first, as the claim ranked them
 // Records that the runner asked for work and returns its recovery proof.
 // The time is a hint for takingWork (asked within three minutes), so it is
 // rewritten only once it is 30 seconds old: most requests for work write
