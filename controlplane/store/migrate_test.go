@@ -199,8 +199,9 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 }
 
 // A run an older version wrote at its claim (open, and no leased_at on the
-// job), as while replicas of both versions share the database, is
-// completed where its attempt ends: a result, an expired lease.
+// job), as while replicas of both versions share the database, is shown
+// once while the attempt is held, and completed where it ends: a result,
+// an expired lease.
 func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -220,6 +221,14 @@ func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 		reported, expired, b.pool.ID, runner, name)
 	require.NoError(t, err)
 
+	// While they are held, each shows its open run once.
+	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{reported, expired})
+	require.NoError(t, err)
+	for _, id := range []uuid.UUID{reported, expired} {
+		require.Len(t, runs[id], 1)
+		require.Nil(t, runs[id][0].FinishedAt)
+	}
+
 	zero := 0
 	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero}, 3,
 		func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} })
@@ -228,7 +237,7 @@ func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 
-	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{reported, expired})
+	runs, err = b.store.JobRunsForJobs(ctx, []uuid.UUID{reported, expired})
 	require.NoError(t, err)
 	require.Len(t, runs[reported], 1)
 	require.NotNil(t, runs[reported][0].FinishedAt)

@@ -13,12 +13,6 @@ import (
 // the transaction it runs in.
 const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
-// batcher is what indexScansOnly sends its pipelines through: a pool, a
-// connection or a transaction.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
 // indexScansOnly runs each statement of the queue's hot path (claims,
 // results, heartbeats) planned for index scans only, whatever the
 // statistics say and whatever the table looked like when the connection
@@ -29,11 +23,19 @@ type batcher interface {
 // reach no other statement outside a transaction. A request for work, or
 // its results, costs no round trip more for it (a transaction around each
 // claim cost agents that ask for 4 leases a sixth of their throughput).
+//
+// Inside a transaction the settings last to its end, as SET LOCAL does:
+// the statements that follow in it are planned with them too. Those of
+// FinishAttempts find their rows by key, as these must.
 func (s *Store) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
-	return indexScansOnly{s.conn(ctx).(batcher)}
+	return indexScansOnly{s.pipeliner(ctx)}
 }
 
-type indexScansOnly struct{ db batcher }
+type indexScansOnly struct {
+	db interface {
+		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+	}
+}
 
 func (d indexScansOnly) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}

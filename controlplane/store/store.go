@@ -38,6 +38,9 @@ var (
 type DB interface {
 	dbsqlc.DBTX
 	Begin(ctx context.Context) (pgx.Tx, error)
+	// SendBatch: the queue's hot statements go with their planner settings
+	// in one pipeline (see indexScansOnly).
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Store reads and writes the control plane's state.
@@ -281,6 +284,16 @@ func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) er
 // conn is the live transaction in ctx if there is one, otherwise the
 // store's DB. A finished transaction hands back to its parent's.
 func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
+	if state := liveTx(ctx); state != nil {
+		return state.tx
+	}
+	return s.db
+}
+
+// pipeliner is conn, for pipelines (see indexScansOnly).
+func (s *Store) pipeliner(ctx context.Context) interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+} {
 	if state := liveTx(ctx); state != nil {
 		return state.tx
 	}

@@ -1032,9 +1032,12 @@ SELECT r.job_id, r.attempt, r.runner_id, r.runner_name, r.leased_at, r.finished_
        r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version
 FROM job_runs r WHERE r.job_id = ANY($1::uuid[])
 UNION ALL
-SELECT j.id, j.attempt, ru.id, ru.name, j.leased_at, NULL, NULL, NULL, false, false, NULL, NULL, NULL
+SELECT j.id, j.attempt, ru.id, ru.name, coalesce(j.leased_at, now()), NULL, NULL, NULL, false, false, NULL, NULL, NULL
 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
 WHERE j.id = ANY($1::uuid[])
+  -- An older version (before migration 0016) wrote the run at its claim,
+  -- and left leased_at empty.
+  AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = j.id AND r.attempt = j.attempt)
 ORDER BY 1, 2
 `
 
