@@ -719,6 +719,21 @@ func TestTheServerPrunesExpiredCertificates(t *testing.T) {
 	require.Empty(t, b.lease(t, c, anyWork(0)), "the runner's certificate still works")
 }
 
+// A running server prunes audit entries past the retention, and keeps the
+// others.
+func TestTheServerPrunesTheAuditLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(o *controlplane.Options) { o.SweepInterval, o.AuditRetention = 20*time.Millisecond, time.Hour })
+	_, err := b.pool.Exec(context.Background(), `
+		INSERT INTO audit_log (at, actor_name, actor_role, action, outcome)
+		VALUES (now() - interval '2 hours', 'a', 'PLATFORM_ADMIN', 'old', 'ok'), (now(), 'a', 'PLATFORM_ADMIN', 'new', 'ok')`)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM audit_log WHERE action = 'old'") == 0
+	}, 10*time.Second, 20*time.Millisecond, "the entry two hours old pruned")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM audit_log WHERE action = 'new'"))
+}
+
 // /metrics shows each pool's unfinished jobs by state and its held GPUs
 // (read from PostgreSQL at the scrape), the job events this server wrote,
 // and when its certificates expire.

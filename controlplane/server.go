@@ -56,6 +56,9 @@ type Options struct {
 	SweepInterval time.Duration
 	// JobRetention is how long finished jobs are kept (0: jobs.DefaultRetention).
 	JobRetention time.Duration
+	// AuditRetention is how long audit entries are kept (0:
+	// DefaultAuditRetention).
+	AuditRetention time.Duration
 }
 
 // Server is a running control plane. Start it, then Stop it.
@@ -158,7 +161,7 @@ func (s *Server) Start(ctx context.Context) error {
 		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention}
 	s.goBackground(func() { sweeper.Run(bg) })
 	// As often as finished jobs are pruned (see jobs.Sweeper).
-	s.goBackground(func() { s.pruneCertificates(bg, 10*s.opts.SweepInterval) })
+	s.goBackground(func() { s.prune(bg, 10*s.opts.SweepInterval) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

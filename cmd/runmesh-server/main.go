@@ -131,6 +131,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		AdminTLS:           tlsCfg,
 		Defaults:           graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
 		JobRetention:       time.Duration(cfg.Jobs.RetentionDays) * 24 * time.Hour,
+		AuditRetention:     time.Duration(cfg.Audit.RetentionDays) * 24 * time.Hour,
 		CA:                 keys,
 		RunnerAddr:         cfg.Runner.Listen,
 		RunnerNames:        cfg.Runner.Names,

@@ -29,6 +29,7 @@ type Config struct {
 	Runner   Runner   `yaml:"runner"`
 	Pools    Pools    `yaml:"pools"`
 	Jobs     Jobs     `yaml:"jobs"`
+	Audit    Audit    `yaml:"audit"`
 	Log      Log      `yaml:"log"`
 }
 
@@ -72,6 +73,12 @@ type Pools struct {
 type Jobs struct {
 	// RetentionDays: a job that ended longer ago is deleted, with its
 	// events, runs and output.
+	RetentionDays int `yaml:"retention_days"`
+}
+
+// Audit says how long audit entries are kept.
+type Audit struct {
+	// RetentionDays: an entry written longer ago is deleted.
 	RetentionDays int `yaml:"retention_days"`
 }
 
@@ -186,6 +193,11 @@ func (c *Config) check() error {
 		c.Jobs.RetentionDays = 90
 	} else if c.Jobs.RetentionDays < 1 || c.Jobs.RetentionDays > 36500 {
 		return &InvalidError{Field: "jobs.retention_days", Reason: "between 1 and 36500"}
+	}
+	if c.Audit.RetentionDays == 0 {
+		c.Audit.RetentionDays = 365
+	} else if c.Audit.RetentionDays < 1 || c.Audit.RetentionDays > 36500 {
+		return &InvalidError{Field: "audit.retention_days", Reason: "between 1 and 36500"}
 	}
 	switch c.Log.Level {
 	case "":

@@ -30,6 +30,7 @@ func TestValidConfigGetsDefaults(t *testing.T) {
 	require.Equal(t, 30, c.Pools.DefaultLeaseSeconds)
 	require.Equal(t, 24, c.Pools.DefaultQueueTimeoutHours)
 	require.Equal(t, 90, c.Jobs.RetentionDays)
+	require.Equal(t, 365, c.Audit.RetentionDays)
 	require.Equal(t, "info", c.Log.Level)
 	require.Equal(t, ":8443", c.Runner.Listen)
 	require.Equal(t, 24*time.Hour, c.Runner.CertLifetime())
@@ -59,6 +60,7 @@ func TestInvalidSettings(t *testing.T) {
 		"both urls":           {"version: 1\ndatabase: {url: x, url_file: y}\nadmin: {listen: '127.0.0.1:1'}\n", `url or url_file`},
 		"bad cert lifetime":   {valid + "  certificate_lifetime: 1s\n", `certificate_lifetime`},
 		"negative retention":  {valid + "jobs:\n  retention_days: -1\n", `jobs.retention_days`},
+		"audit kept for ever": {valid + "audit:\n  retention_days: 40000\n", `audit.retention_days`},
 		"plain http exposed":  {"version: 1\ndatabase: {url: x}\nadmin: {listen: ':8444'}\n", `loopback`},
 		"half of tls":         {"version: 1\ndatabase: {url: x}\nadmin: {listen: ':8444', tls_cert_file: c}\n", `go together`},
 		"lease out of range":  {valid + "pools: {default_lease_seconds: 1}\n", `between 5 and 3600`},

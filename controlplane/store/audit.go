@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
 )
@@ -45,4 +46,11 @@ func (s *Store) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]Aud
 		}
 	}
 	return out, nil
+}
+
+// PruneAudit deletes at most max audit entries written longer ago than
+// keep, oldest first, and returns how many it deleted.
+func (s *Store) PruneAudit(ctx context.Context, keep time.Duration, max int) (int, error) {
+	n, err := s.q.PruneAudit(ctx, s.conn(ctx), dbsqlc.PruneAuditParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+	return int(n), mapErr(err)
 }

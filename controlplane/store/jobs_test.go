@@ -848,6 +848,40 @@ func TestExpiredCertificatesArePruned(t *testing.T) {
 	require.Zero(t, again)
 }
 
+// Audit entries older than the retention go, oldest first, a batch at a
+// time; newer ones stay.
+func TestOldAuditEntriesArePruned(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	_, err := b.db.Exec(ctx, `
+		INSERT INTO audit_log (at, actor_name, actor_role, action, outcome)
+		SELECT now() - make_interval(days => d), 'a', 'PLATFORM_ADMIN', 'act' || d, 'ok'
+		FROM unnest(ARRAY[400, 380, 366, 300, 1]) AS d`)
+	require.NoError(t, err)
+	actions := func() []string {
+		var out []string
+		rows, err := b.db.Query(ctx, `SELECT action FROM audit_log ORDER BY at`)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var a string
+			require.NoError(t, rows.Scan(&a))
+			out = append(out, a)
+		}
+		return out
+	}
+	year := 365 * 24 * time.Hour
+	n, err := b.store.PruneAudit(ctx, year, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.Equal(t, []string{"act366", "act300", "act1"}, actions(), "the oldest first")
+	n, err = b.store.PruneAudit(ctx, year, 1000)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, []string{"act300", "act1"}, actions())
+}
+
 // The end of several jobs' output at once: whole chunks that fit in the
 // tail, across attempts, in order, with each job's total; none for a job
 // without output.

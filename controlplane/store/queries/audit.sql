@@ -9,3 +9,15 @@ SELECT * FROM audit_log
 WHERE (sqlc.narg('before_id')::bigint IS NULL OR id < sqlc.narg('before_id'))
 ORDER BY id DESC
 LIMIT @max_rows;
+
+-- name: PruneAudit :execrows
+-- Entries written more than keep_seconds ago (by the database's clock),
+-- oldest first, at most max_rows; SKIP LOCKED lets replicas share the work.
+DELETE FROM audit_log
+WHERE id IN (
+    SELECT id FROM audit_log
+    WHERE at < now() - make_interval(secs => @keep_seconds::float8)
+    ORDER BY at, id
+    LIMIT @max_rows
+    FOR UPDATE SKIP LOCKED
+);

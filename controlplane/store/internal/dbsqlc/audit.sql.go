@@ -94,3 +94,29 @@ func (q *Queries) ListAudit(ctx context.Context, db DBTX, arg ListAuditParams) (
 	}
 	return items, nil
 }
+
+const pruneAudit = `-- name: PruneAudit :execrows
+DELETE FROM audit_log
+WHERE id IN (
+    SELECT id FROM audit_log
+    WHERE at < now() - make_interval(secs => $1::float8)
+    ORDER BY at, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type PruneAuditParams struct {
+	KeepSeconds float64
+	MaxRows     int32
+}
+
+// Entries written more than keep_seconds ago (by the database's clock),
+// oldest first, at most max_rows; SKIP LOCKED lets replicas share the work.
+func (q *Queries) PruneAudit(ctx context.Context, db DBTX, arg PruneAuditParams) (int64, error) {
+	result, err := db.Exec(ctx, pruneAudit, arg.KeepSeconds, arg.MaxRows)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
