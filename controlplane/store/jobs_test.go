@@ -815,18 +815,7 @@ func TestExpiredCertificatesArePruned(t *testing.T) {
 		_, err := b.store.RevokeCertificate(ctx, store.Revocation{Serial: v.Serial, RevokedAt: now, ExpiresAt: v.ExpiresAt})
 		require.NoError(t, err)
 	}
-	serials := func(table string) []string {
-		var out []string
-		rows, err := b.db.Query(ctx, "SELECT serial FROM "+table+" ORDER BY serial")
-		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var s string
-			require.NoError(t, rows.Scan(&s))
-			out = append(out, s)
-		}
-		return out
-	}
+	serials := func(table string) []string { return texts(t, b.db, "SELECT serial FROM "+table+" ORDER BY serial") }
 
 	certs, revs, err := b.store.PruneCertificates(ctx, 30*day, 2)
 	require.NoError(t, err)
@@ -848,6 +837,22 @@ func TestExpiredCertificatesArePruned(t *testing.T) {
 	require.Zero(t, again)
 }
 
+// texts is the one text column of query's rows.
+func texts(t *testing.T, db *pgxpool.Pool, query string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), query)
+	require.NoError(t, err)
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		require.NoError(t, rows.Scan(&v))
+		out = append(out, v)
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
 // Audit entries older than the retention go, oldest first, a batch at a
 // time; newer ones stay.
 func TestOldAuditEntriesArePruned(t *testing.T) {
@@ -859,18 +864,7 @@ func TestOldAuditEntriesArePruned(t *testing.T) {
 		SELECT now() - make_interval(days => d), 'a', 'PLATFORM_ADMIN', 'act' || d, 'ok'
 		FROM unnest(ARRAY[400, 380, 366, 300, 1]) AS d`)
 	require.NoError(t, err)
-	actions := func() []string {
-		var out []string
-		rows, err := b.db.Query(ctx, `SELECT action FROM audit_log ORDER BY at`)
-		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var a string
-			require.NoError(t, rows.Scan(&a))
-			out = append(out, a)
-		}
-		return out
-	}
+	actions := func() []string { return texts(t, b.db, `SELECT action FROM audit_log ORDER BY at`) }
 	year := 365 * 24 * time.Hour
 	n, err := b.store.PruneAudit(ctx, year, 2)
 	require.NoError(t, err)
