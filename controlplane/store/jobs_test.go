@@ -1138,14 +1138,15 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 	require.NoError(t, err)
 	defer db.Close()
 	s := store.New(db)
-	const settings = `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_bitmapscan')`
+	const settings = `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_bitmapscan') || ','
+		|| current_setting('plan_cache_mode')`
 	for range 3 { // one connection: any leak would block the next call
 		got, err := s.IndexScansOnlyForTest(ctx, settings)
 		require.NoError(t, err)
-		require.Equal(t, "off,off", got)
+		require.Equal(t, "off,off,force_generic_plan", got)
 		var after string
 		require.NoError(t, db.QueryRow(ctx, settings).Scan(&after))
-		require.Equal(t, "on,on", after, "the settings outlived their statement")
+		require.Equal(t, "on,on,auto", after, "the settings outlived their statement")
 
 		rows, err := s.IndexScansOnlyRowsForTest(ctx, `SELECT g::text FROM generate_series(1, 3) g`)
 		require.NoError(t, err)
@@ -1164,7 +1165,7 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 		require.Equal(t, "x", got)
 		var later string
 		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&later))
-		require.Equal(t, "off,off", later)
+		require.Equal(t, "off,off,force_generic_plan", later)
 		return nil
 	}))
 }

@@ -10,8 +10,15 @@ import (
 )
 
 // indexScansOnlySQL turns sequential and bitmap scans off for the rest of
-// the transaction it runs in.
-const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+// the transaction it runs in, and has each prepared statement keep the one
+// plan it makes (a generic plan). With only index scans to choose from, a
+// plan made once is as good as one made per call, and planning per call
+// weighed on small requests: every batch of results planned its ReadJobs
+// again, since a custom plan for a few ids always looked cheaper than the
+// generic one. Runners asking for 4 leases at a time (bench-lease
+// -lease-max 4): 3,460 jobs/s with this, 3,210 without.
+const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
+	set_config('plan_cache_mode', 'force_generic_plan', true)`
 
 // indexScansOnly runs each statement of the queue's hot path (claims,
 // results, heartbeats) planned for index scans only, whatever the
