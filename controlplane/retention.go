@@ -11,29 +11,17 @@ import (
 // pruning, certificates grew by a row per runner every 16 hours for ever.
 const certificateRetention = 30 * 24 * time.Hour
 
-// DefaultAuditRetention keeps audit entries a year.
-const DefaultAuditRetention = 365 * 24 * time.Hour
+// defaultAuditRetention keeps audit entries a year.
+const defaultAuditRetention = 365 * 24 * time.Hour
 
 // pruneBatch bounds one transaction of pruning.
 const pruneBatch = 1000
 
-// prune deletes, every interval until ctx ends, certificates long expired
-// and audit entries past their retention, batch after batch until none is
-// left. (Finished jobs are the sweeper's: see jobs.Sweeper.)
-func (s *Server) prune(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		s.pruneCertificates(ctx)
-		s.pruneAudit(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
+// The sweeper runs these beside its pruning of finished jobs
+// (jobs.Sweeper.AlsoPrune), batch after batch until none is left.
 
+// pruneCertificates deletes certificates long expired, and their
+// revocations.
 func (s *Server) pruneCertificates(ctx context.Context) {
 	var certs, revocations int
 	for {
@@ -55,10 +43,11 @@ func (s *Server) pruneCertificates(ctx context.Context) {
 	}
 }
 
+// pruneAudit deletes audit entries past their retention.
 func (s *Server) pruneAudit(ctx context.Context) {
 	keep := s.opts.AuditRetention
 	if keep == 0 {
-		keep = DefaultAuditRetention
+		keep = defaultAuditRetention
 	}
 	total := 0
 	for {

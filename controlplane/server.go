@@ -56,8 +56,7 @@ type Options struct {
 	SweepInterval time.Duration
 	// JobRetention is how long finished jobs are kept (0: jobs.DefaultRetention).
 	JobRetention time.Duration
-	// AuditRetention is how long audit entries are kept (0:
-	// DefaultAuditRetention).
+	// AuditRetention is how long audit entries are kept (0: a year).
 	AuditRetention time.Duration
 }
 
@@ -134,7 +133,7 @@ func New(o Options) (*Server, error) {
 	})
 	// This replica's identity cache forgets as soon as a runner change it
 	// made commits; other replicas' caches forget on the NOTIFY.
-	o.Store.OnRunnerChange(s.runnerAPI.Forget)
+	o.Store.OnRunnerChange(s.runnerAPI.Heard)
 	s.runner = &http.Server{
 		Handler:           s.metrics.instrument("runner", "", s.runnerAPI.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -158,10 +157,9 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.runnerAPI.Run(bg) })
 	sweeper := &jobs.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
-		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention}
+		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention,
+		AlsoPrune: []func(context.Context){s.pruneCertificates, s.pruneAudit}}
 	s.goBackground(func() { sweeper.Run(bg) })
-	// As often as finished jobs are pruned (see jobs.Sweeper).
-	s.goBackground(func() { s.prune(bg, 10*s.opts.SweepInterval) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

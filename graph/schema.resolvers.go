@@ -649,9 +649,12 @@ func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) 
 
 // Recovery is the resolver for the recovery field.
 func (r *runnerResolver) Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error) {
-	p, ok, err := fleet.Recovery(*obj)
-	if !ok || err != nil || obj.RecoveryAt == nil {
-		return nil, err
+	p, ok, err := fleet.ParseRecovery(obj.Recovery)
+	if err != nil {
+		return nil, fmt.Errorf("runner %s: %w", obj.ID, err)
+	}
+	if !ok || obj.RecoveryAt == nil {
+		return nil, nil
 	}
 	return &model.RecoveryProof{
 		AgentInstance: p.AgentInstance, BootID: p.BootID, SurvivorsChecked: p.SurvivorsChecked,

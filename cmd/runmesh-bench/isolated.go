@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,24 +92,14 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 		reps, jobsPerRep, batch, perClaim)
 	var total time.Duration
 	for i, step := range isolatedSteps {
-		slices.Sort(spent[i])
-		m := spent[i][(len(spent[i])-1)/2]
+		m := medianBy(spent[i], micros)
 		total += m
-		fmt.Fprintf(out, "  %-7s %5.1f µs   (%s)\n", step, micros(m), durations(spent[i]))
+		fmt.Fprintf(out, "  %-7s %5.1f µs   (%s)\n", step, micros(m), listed(spent[i], func(d time.Duration) string {
+			return fmt.Sprintf("%.1f", micros(d))
+		}))
 	}
 	fmt.Fprintf(out, "  %-7s %5.1f µs\n", "total", micros(total))
 	return nil
 }
 
 func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-
-func durations(ds []time.Duration) string {
-	s := ""
-	for i, d := range ds {
-		if i > 0 {
-			s += ", "
-		}
-		s += fmt.Sprintf("%.1f", micros(d))
-	}
-	return s
-}

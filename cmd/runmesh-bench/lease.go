@@ -349,16 +349,25 @@ func coresOver(u cpuUse, d time.Duration) cores {
 
 // median is the round with the median rate (the lower middle one of an
 // even count).
-func median(rs []round) round {
-	s := slices.Clone(rs)
-	slices.SortFunc(s, func(a, b round) int { return cmp.Compare(a.rate, b.rate) })
+func median(rs []round) round { return medianBy(rs, func(r round) float64 { return r.rate }) }
+
+// medianBy is the element of xs with the median key (the lower middle one
+// of an even count).
+func medianBy[T any](xs []T, key func(T) float64) T {
+	s := slices.Clone(xs)
+	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
 	return s[(len(s)-1)/2]
 }
 
 func rates(rs []round) string {
-	parts := make([]string, len(rs))
-	for i, r := range rs {
-		parts[i] = fmt.Sprintf("%.0f", r.rate)
+	return listed(rs, func(r round) string { return fmt.Sprintf("%.0f", r.rate) })
+}
+
+// listed is xs, each as f writes it, comma-separated.
+func listed[T any](xs []T, f func(T) string) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = f(x)
 	}
 	return strings.Join(parts, ", ")
 }

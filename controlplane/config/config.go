@@ -179,25 +179,21 @@ func (c *Config) check() error {
 	if d, err := time.ParseDuration(c.Runner.CertificateLifetime); err != nil || d < 5*time.Minute || d > 90*24*time.Hour {
 		return &InvalidError{Field: "runner.certificate_lifetime", Reason: "a duration between 5m and 2160h"}
 	}
-	if c.Pools.DefaultLeaseSeconds == 0 {
-		c.Pools.DefaultLeaseSeconds = 30
-	} else if c.Pools.DefaultLeaseSeconds < 5 || c.Pools.DefaultLeaseSeconds > 3600 {
-		return &InvalidError{Field: "pools.default_lease_seconds", Reason: "between 5 and 3600"}
-	}
-	if c.Pools.DefaultQueueTimeoutHours == 0 {
-		c.Pools.DefaultQueueTimeoutHours = 24
-	} else if c.Pools.DefaultQueueTimeoutHours < 1 || c.Pools.DefaultQueueTimeoutHours > 8760 {
-		return &InvalidError{Field: "pools.default_queue_timeout_hours", Reason: "between 1 and 8760"}
-	}
-	if c.Jobs.RetentionDays == 0 {
-		c.Jobs.RetentionDays = 90
-	} else if c.Jobs.RetentionDays < 1 || c.Jobs.RetentionDays > 36500 {
-		return &InvalidError{Field: "jobs.retention_days", Reason: "between 1 and 36500"}
-	}
-	if c.Audit.RetentionDays == 0 {
-		c.Audit.RetentionDays = 365
-	} else if c.Audit.RetentionDays < 1 || c.Audit.RetentionDays > 36500 {
-		return &InvalidError{Field: "audit.retention_days", Reason: "between 1 and 36500"}
+	for _, n := range []struct {
+		field            string
+		v                *int
+		def, least, most int
+	}{
+		{"pools.default_lease_seconds", &c.Pools.DefaultLeaseSeconds, 30, 5, 3600},
+		{"pools.default_queue_timeout_hours", &c.Pools.DefaultQueueTimeoutHours, 24, 1, 8760},
+		{"jobs.retention_days", &c.Jobs.RetentionDays, 90, 1, 36500},
+		{"audit.retention_days", &c.Audit.RetentionDays, 365, 1, 36500},
+	} {
+		if *n.v == 0 {
+			*n.v = n.def
+		} else if *n.v < n.least || *n.v > n.most {
+			return &InvalidError{Field: n.field, Reason: fmt.Sprintf("between %d and %d", n.least, n.most)}
+		}
 	}
 	switch c.Log.Level {
 	case "":

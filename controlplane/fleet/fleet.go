@@ -67,17 +67,8 @@ func GPUs(r store.Runner) ([]runnerapi.GPU, error) {
 	return gpus, nil
 }
 
-// Recovery reads back the runner's latest recovery proof; ok is false
-// before its agent sent one.
-func Recovery(r store.Runner) (proof runnerapi.RecoveryProof, ok bool, err error) {
-	proof, ok, err = ParseRecovery(r.Recovery)
-	if err != nil {
-		err = fmt.Errorf("runner %s: %w", r.ID, err)
-	}
-	return proof, ok, err
-}
-
-// ParseRecovery reads a recovery proof as stored (nil: none yet).
+// ParseRecovery reads a recovery proof as stored; ok is false before the
+// runner's agent sent one (nil).
 func ParseRecovery(raw []byte) (proof runnerapi.RecoveryProof, ok bool, err error) {
 	if raw == nil {
 		return proof, false, nil
@@ -204,7 +195,7 @@ func TakingWork(r store.Runner, now time.Time) bool {
 	}
 	// The proof is for the agent instance that sent it; whether a request
 	// comes from that instance is the lease handler's check.
-	if proof, ok, err := Recovery(r); !ok || err != nil || !proof.Proves(proof.AgentInstance) {
+	if proof, ok, err := ParseRecovery(r.Recovery); !ok || err != nil || !proof.Proves(proof.AgentInstance) {
 		return false
 	}
 	recent := func(t *time.Time) bool { return t != nil && now.Sub(*t) < recentActivity }

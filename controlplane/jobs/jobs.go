@@ -72,6 +72,9 @@ type Sweeper struct {
 	// Retention is how long a finished job is kept, with its events, runs
 	// and output (0: DefaultRetention).
 	Retention time.Duration
+	// AlsoPrune are other retention passes (the server's certificates and
+	// audit log), run after the jobs' at the same pace.
+	AlsoPrune []func(context.Context)
 }
 
 // DefaultRetention keeps finished jobs 90 days.
@@ -183,6 +186,9 @@ func (s *Sweeper) pruneEvery(ctx context.Context, interval time.Duration) {
 	defer t.Stop()
 	for {
 		s.prune(ctx)
+		for _, prune := range s.AlsoPrune {
+			prune(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return

@@ -15,14 +15,15 @@ import (
 // identities caches what the handshake and every request check: a
 // certificate's standing, and the runner it names with its inventory. At
 // thousands of heartbeats a second the check must not be a query each.
-// The replica that changes a runner or revokes empties its cache before it
-// answers; every other replica drops what the LISTEN/NOTIFY broadcast of
-// the same commit names, milliseconds later: the runner's entries, a
-// pool's runners' entries, or a revoked serial's. Only a broadcast that
-// names nothing it can read (after the listener reconnects) empties the
-// whole cache: before, every enrolment, approval or quarantine anywhere
-// did, and each of thousands of runners then cost two queries again. The
-// TTL bounds staleness if a notification were ever lost.
+// A change drops what it names: the runner's entries, a pool's runners'
+// entries, or a revoked serial's. The replica that made it drops them
+// before it answers (store.OnRunnerChange), every other one when the
+// LISTEN/NOTIFY broadcast of the same commit arrives, milliseconds later.
+// Only a broadcast that names nothing it can read (after the listener
+// reconnects) empties the whole cache: before, every enrolment, approval
+// or quarantine did, and each of thousands of runners then cost two
+// queries again. The TTL bounds staleness if a notification were ever
+// lost.
 type identities struct {
 	store *store.Store
 	ttl   time.Duration
@@ -99,7 +100,10 @@ func (c *identities) forgetIf(drop func(serial string, e identity) bool) {
 func (c *identities) heard(channel, payload string) {
 	switch {
 	case channel == store.ChannelRevocations && payload != "":
-		c.forgetIf(func(serial string, _ identity) bool { return serial == payload })
+		c.mu.Lock()
+		c.gen++
+		delete(c.entries, payload) // entries are by serial
+		c.mu.Unlock()
 	case channel == store.ChannelRunnerStatus && strings.HasPrefix(payload, store.PoolChanged):
 		pool, err := uuid.Parse(strings.TrimPrefix(payload, store.PoolChanged))
 		if err != nil {

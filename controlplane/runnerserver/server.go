@@ -64,10 +64,10 @@ func New(o Options) *Server {
 // Run keeps the identity cache honest until ctx ends.
 func (s *Server) Run(ctx context.Context) { s.ids.watch(ctx, s.o.Listener) }
 
-// Forget drops every cached identity: call it when this replica has just
-// changed a runner or revoked a certificate, so its next request does not
-// wait for the notification.
-func (s *Server) Forget() { s.ids.forget() }
+// Heard drops what a runner change names (see store.OnRunnerChange): call
+// it when this replica has just changed a runner or revoked a certificate,
+// so its next request does not wait for the notification.
+func (s *Server) Heard(channel, payload string) { s.ids.heard(channel, payload) }
 
 // Handler routes the runner listener.
 func (s *Server) Handler() http.Handler {

@@ -92,8 +92,8 @@ func (s *Store) RevokeCertificate(ctx context.Context, r Revocation) (bool, erro
 			return mapErr(err)
 		}
 		added = n == 1
-		s.runnerChangedAfterCommit(ctx)
-		return mapErr(s.q.NotifyRevocation(ctx, s.conn(ctx), r.Serial))
+		s.runnerChanged(ctx, ChannelRevocations, r.Serial)
+		return nil
 	})
 	return added, err
 }

@@ -258,10 +258,8 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 		}
 		if faulted {
 			// failuresInARow changed, and may have quarantined the runner:
-			// one notification for the batch.
-			if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), runnerID.String()); err != nil {
-				return mapErr(err)
-			}
+			// one notification for the batch, after the commit.
+			s.runnerChanged(ctx, ChannelRunnerStatus, runnerID.String())
 		}
 		for typ, n := range events {
 			s.countJobEvents(ctx, typ, n)

@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +120,64 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no wake-up for the pool")
 	}
+}
+
+// A change to a runner's standing reaches this replica's hooks with what
+// it names, and other replicas by NOTIFY with the same, once committed:
+// the runner for a change of it, the pool for a change of its settings,
+// the serial for a revocation. A change rolled back reaches nobody.
+func TestRunnerChangesNameWhatChanged(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := jobsSetup(t)
+	r := b.runner(t, 1, 1024, 0)
+	type heard struct{ channel, payload string }
+	var mu sync.Mutex
+	var hooked []heard
+	b.store.OnRunnerChange(func(channel, payload string) {
+		mu.Lock()
+		hooked = append(hooked, heard{channel, payload})
+		mu.Unlock()
+	})
+	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
+	go l.Run(ctx)
+	<-l.Ready()
+	runners, revocations := l.Subscribe(store.ChannelRunnerStatus), l.Subscribe(store.ChannelRevocations)
+	defer runners.Close()
+	defer revocations.Close()
+
+	err := b.store.WithTx(ctx, func(ctx context.Context) error {
+		_, err := b.store.UpdateRunner(ctx, store.AllOrganisations(), r, func(context.Context, store.Runner) error { return nil })
+		require.NoError(t, err)
+		return errors.New("rolled back")
+	})
+	require.Error(t, err)
+	_, err = b.store.UpdateRunner(ctx, store.AllOrganisations(), r, func(context.Context, store.Runner) error { return nil })
+	require.NoError(t, err)
+	_, err = b.store.UpdatePool(ctx, store.AllOrganisations(), b.pool.ID, func(*store.Pool) error { return nil })
+	require.NoError(t, err)
+	_, err = b.store.RevokeCertificate(ctx, store.Revocation{Serial: "42", RevokedAt: time.Now()})
+	require.NoError(t, err)
+
+	want := []heard{
+		{store.ChannelRunnerStatus, r.String()},
+		{store.ChannelRunnerStatus, store.PoolChanged + b.pool.ID.String()},
+		{store.ChannelRevocations, "42"},
+	}
+	mu.Lock()
+	require.Equal(t, want, hooked, "this replica's hooks, at once")
+	mu.Unlock()
+	var got []heard
+	for len(got) < len(want) {
+		select {
+		case p := <-runners.C:
+			got = append(got, heard{store.ChannelRunnerStatus, p})
+		case p := <-revocations.C:
+			got = append(got, heard{store.ChannelRevocations, p})
+		case <-time.After(10 * time.Second):
+			t.Fatalf("notified %v", got)
+		}
+	}
+	require.ElementsMatch(t, want, got, "other replicas, by NOTIFY")
 }

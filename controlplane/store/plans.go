@@ -35,7 +35,7 @@ const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set
 // the statements that follow in it are planned with them too. Those of
 // FinishAttempts find their rows by key, as these must.
 func (s *Store) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
-	return indexScansOnly{s.pipeliner(ctx)}
+	return indexScansOnly{s.conn(ctx)}
 }
 
 type indexScansOnly struct {

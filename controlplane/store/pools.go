@@ -117,7 +117,8 @@ func (s *Store) UpdatePool(ctx context.Context, scope Scope, id uuid.UUID, chang
 		// A changed rule may let waiting jobs fit waiting runners.
 		s.notifyAfterCommit(ctx, ChannelJobs, id.String())
 		// Replicas cache runners with their pool's lease: make them re-read.
-		return mapErr(s.q.NotifyRunnerStatus(ctx, s.conn(ctx), PoolChanged+id.String()))
+		s.runnerChanged(ctx, ChannelRunnerStatus, PoolChanged+id.String())
+		return nil
 	})
 	return out, err
 }

@@ -151,9 +151,7 @@ func (s *Store) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 			return err
 		}
 		// runnerEvents subscribers see the new, pending runner.
-		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), row.ID.String()); err != nil {
-			return mapErr(err)
-		}
+		s.runnerChanged(ctx, ChannelRunnerStatus, row.ID.String())
 		out, err = s.Runner(ctx, AllOrganisations(), row.ID)
 		return err
 	})
@@ -241,10 +239,7 @@ func (s *Store) UpdateRunner(ctx context.Context, scope Scope, id uuid.UUID, cha
 		if err := change(ctx, runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)); err != nil {
 			return err
 		}
-		if err := s.q.NotifyRunnerStatus(ctx, s.conn(ctx), id.String()); err != nil {
-			return mapErr(err)
-		}
-		s.runnerChangedAfterCommit(ctx)
+		s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
 		out, err = s.Runner(ctx, scope, id)
 		return err
 	})

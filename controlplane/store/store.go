@@ -48,18 +48,20 @@ type Store struct {
 	db DB
 	q  *dbsqlc.Queries
 
-	hooksMu       sync.Mutex // guards runnerChanged and jobEvents
-	runnerChanged []func()
-	jobEvents     []func(typ string, n int)
+	hooksMu     sync.Mutex // guards runnerHooks and jobEvents
+	runnerHooks []func(channel, payload string)
+	jobEvents   []func(typ string, n int)
 }
 
 // OnRunnerChange registers f to run after every commit that changed a
-// runner's standing (status, inventory, controls, a revoked certificate).
-// The runner listener uses it to drop its cache before the change is even
-// answered; other replicas hear it by LISTEN/NOTIFY.
-func (s *Store) OnRunnerChange(f func()) {
+// runner's standing (status, inventory, controls, a revoked certificate),
+// with the notification the commit sent other replicas: ChannelRunnerStatus
+// and the runner's id, or ChannelRevocations and the serial. The runner
+// listener uses it to drop what it cached of that runner before the change
+// is even answered; other replicas hear the same by LISTEN/NOTIFY.
+func (s *Store) OnRunnerChange(f func(channel, payload string)) {
 	s.hooksMu.Lock()
-	s.runnerChanged = append(s.runnerChanged, f)
+	s.runnerHooks = append(s.runnerHooks, f)
 	s.hooksMu.Unlock()
 }
 
@@ -106,13 +108,18 @@ func (s *Store) jobEventsHappened(events map[string]int) {
 	}
 }
 
-// runnerChangedAfterCommit schedules the runner-change hooks.
-func (s *Store) runnerChangedAfterCommit(ctx context.Context) {
+// runnerChanged tells every replica, once the transaction in ctx has
+// committed, that a runner's standing changed: payload on channel
+// (ChannelRunnerStatus: a runner id, or PoolChanged and a pool id;
+// ChannelRevocations: a serial), to other replicas by NOTIFY and to this
+// one's hooks (OnRunnerChange) directly.
+func (s *Store) runnerChanged(ctx context.Context, channel, payload string) {
+	s.notifyAfterCommit(ctx, channel, payload)
 	s.hooksMu.Lock()
-	hooks := append([]func(){}, s.runnerChanged...)
+	hooks := append([]func(string, string){}, s.runnerHooks...)
 	s.hooksMu.Unlock()
 	for _, f := range hooks {
-		s.AfterCommit(ctx, f)
+		s.AfterCommit(ctx, func() { f(channel, payload) })
 	}
 }
 
@@ -232,11 +239,7 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	// A savepoint's parent is the transaction it opens in (a finished one
 	// in ctx is skipped).
 	parent := liveTx(ctx)
-	var db DB = s.db
-	if parent != nil {
-		db = parent.tx
-	}
-	tx, err := db.Begin(ctx)
+	tx, err := s.conn(ctx).Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin: %w", mapErr(err))
 	}
@@ -251,10 +254,12 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit: %w", mapErr(err))
 	}
+	// Finished first: a goroutine still holding ctx can add nothing that
+	// the hand-over below would miss.
+	state.over.Store(true)
 	if parent != nil {
 		state.release()
 	} else {
-		state.over.Store(true)
 		state.mu.Lock()
 		hooks, notes, events := state.afterCommit, state.notes, state.events
 		state.mu.Unlock()
@@ -283,17 +288,7 @@ func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) er
 
 // conn is the live transaction in ctx if there is one, otherwise the
 // store's DB. A finished transaction hands back to its parent's.
-func (s *Store) conn(ctx context.Context) dbsqlc.DBTX {
-	if state := liveTx(ctx); state != nil {
-		return state.tx
-	}
-	return s.db
-}
-
-// pipeliner is conn, for pipelines (see indexScansOnly).
-func (s *Store) pipeliner(ctx context.Context) interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-} {
+func (s *Store) conn(ctx context.Context) DB {
 	if state := liveTx(ctx); state != nil {
 		return state.tx
 	}

@@ -86,7 +86,7 @@ UPDATE jobs SET cancel_requested = true WHERE id = @id;
 -- locked. Its run is written when the attempt ends; until then the job row
 -- is the record of it (runner, attempt, leased_at).
 WITH r AS (
-    SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
+    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, @default_lease_seconds::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
     WHERE ru.id = @runner_id AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL

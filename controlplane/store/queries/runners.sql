@@ -51,11 +51,6 @@ SET status = @status, status_reason = @status_reason,
     decided_at = coalesce(sqlc.narg('now')::timestamptz, now()), decided_by = sqlc.narg('decided_by')
 WHERE id = @id;
 
--- name: NotifyRunnerStatus :exec
--- Wakes enrolment long-polls (and mTLS checks) on every replica; delivered
--- when the surrounding transaction commits.
-SELECT pg_notify('runmesh_runner_status', @runner_id::text);
-
 -- name: InsertCertificate :exec
 INSERT INTO certificates (serial, runner_id, der, not_before, not_after)
 VALUES (@serial, sqlc.narg('runner_id'), @der, @not_before, @not_after)
@@ -80,10 +75,6 @@ CROSS JOIN LATERAL (
     SELECT * FROM certificates WHERE runner_id = r.id ORDER BY not_after DESC LIMIT 1
 ) c;
 
--- name: NotifyRevocation :exec
--- A serial was revoked: every replica drops what it cached about it.
-SELECT pg_notify('runmesh_revocations', @serial::text);
-
 -- name: InsertRevocation :execrows
 INSERT INTO certificate_revocations (serial, reason_code, reason, revoked_at, expires_at, mtls, provisioner_id)
 VALUES (@serial, @reason_code, @reason, @revoked_at, sqlc.narg('expires_at'), @mtls, @provisioner_id)
@@ -101,12 +92,16 @@ ON CONFLICT (serial) DO NOTHING;
 -- name: CertificateStanding :one
 -- What a presented certificate is worth: unknown serials are as good as
 -- revoked (fail closed), and so is any certificate of a runner that is not
--- approved, whatever its serial.
+-- approved, whatever its serial. One row whatever the serial, the
+-- certificate and its runner each looked up once.
 SELECT
-    EXISTS (SELECT 1 FROM certificates c WHERE c.serial = @serial) AS known,
+    (c.serial IS NOT NULL)::boolean AS known,
     EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = @serial) AS revoked,
-    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = @serial), '')::text AS runner_status,
-    (SELECT c.runner_id FROM certificates c WHERE c.serial = @serial) AS runner_id;
+    coalesce(r.status, '')::text AS runner_status,
+    c.runner_id
+FROM (SELECT 1) one
+LEFT JOIN certificates c ON c.serial = @serial
+LEFT JOIN runners r ON r.id = c.runner_id;
 
 -- name: PruneCertificates :execrows
 -- Certificates that expired more than keep_seconds ago, oldest first, at

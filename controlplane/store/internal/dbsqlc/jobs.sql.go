@@ -14,7 +14,7 @@ import (
 
 const claimJobs = `-- name: ClaimJobs :many
 WITH r AS (
-    SELECT ru.id, ru.pool_id, ru.name, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
+    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, $1::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
     WHERE ru.id = $2 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL

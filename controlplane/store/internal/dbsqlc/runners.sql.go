@@ -14,10 +14,13 @@ import (
 
 const certificateStanding = `-- name: CertificateStanding :one
 SELECT
-    EXISTS (SELECT 1 FROM certificates c WHERE c.serial = $1) AS known,
+    (c.serial IS NOT NULL)::boolean AS known,
     EXISTS (SELECT 1 FROM certificate_revocations v WHERE v.serial = $1) AS revoked,
-    coalesce((SELECT r.status FROM certificates c JOIN runners r ON r.id = c.runner_id WHERE c.serial = $1), '')::text AS runner_status,
-    (SELECT c.runner_id FROM certificates c WHERE c.serial = $1) AS runner_id
+    coalesce(r.status, '')::text AS runner_status,
+    c.runner_id
+FROM (SELECT 1) one
+LEFT JOIN certificates c ON c.serial = $1
+LEFT JOIN runners r ON r.id = c.runner_id
 `
 
 type CertificateStandingRow struct {
@@ -29,7 +32,8 @@ type CertificateStandingRow struct {
 
 // What a presented certificate is worth: unknown serials are as good as
 // revoked (fail closed), and so is any certificate of a runner that is not
-// approved, whatever its serial.
+// approved, whatever its serial. One row whatever the serial, the
+// certificate and its runner each looked up once.
 func (q *Queries) CertificateStanding(ctx context.Context, db DBTX, serial string) (CertificateStandingRow, error) {
 	row := db.QueryRow(ctx, certificateStanding, serial)
 	var i CertificateStandingRow
@@ -475,27 +479,6 @@ func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParam
 		return nil, err
 	}
 	return items, nil
-}
-
-const notifyRevocation = `-- name: NotifyRevocation :exec
-SELECT pg_notify('runmesh_revocations', $1::text)
-`
-
-// A serial was revoked: every replica drops what it cached about it.
-func (q *Queries) NotifyRevocation(ctx context.Context, db DBTX, serial string) error {
-	_, err := db.Exec(ctx, notifyRevocation, serial)
-	return err
-}
-
-const notifyRunnerStatus = `-- name: NotifyRunnerStatus :exec
-SELECT pg_notify('runmesh_runner_status', $1::text)
-`
-
-// Wakes enrolment long-polls (and mTLS checks) on every replica; delivered
-// when the surrounding transaction commits.
-func (q *Queries) NotifyRunnerStatus(ctx context.Context, db DBTX, runnerID string) error {
-	_, err := db.Exec(ctx, notifyRunnerStatus, runnerID)
-	return err
 }
 
 const pruneCertificates = `-- name: PruneCertificates :execrows
