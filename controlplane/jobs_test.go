@@ -538,7 +538,6 @@ func TestBatchResults(t *testing.T) {
 func TestHostFaultsInABatchCountInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	ctx := context.Background()
 	runnerID, c, _ := b.approvedRunner(t, measured(8))
 	for range 2 {
 		_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
@@ -555,9 +554,7 @@ func TestHostFaultsInABatchCountInOrder(t *testing.T) {
 	}})
 	r := b.call(t, c, http.MethodPost, runnerapi.PathResults, body)
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
-	var failures int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT failures_in_a_row FROM runners WHERE id = $1`, runnerID).Scan(&failures))
-	require.Equal(t, 1, failures)
+	require.Equal(t, 1, b.count(t, `SELECT failures_in_a_row FROM runners WHERE id = $1`, runnerID))
 }
 
 // Requests for work that could not be meant are refused and lease nothing.
@@ -677,9 +674,7 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 	b := setup(t, func(o *controlplane.Options) {
 		o.SweepInterval, o.JobRetention = 20*time.Millisecond, time.Nanosecond
 	})
-	_, c, _ := b.approvedRunner(t, measured(0))
-	held, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
-	require.Len(t, b.lease(t, c, anyWork(0)), 1)
+	held, _, _ := b.leasedJob(t)
 	done, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	waiting, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state } }`, map[string]any{"id": done})
@@ -700,8 +695,9 @@ func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
 	}
 }
 
-// A running server prunes certificates long expired, and keeps the
-// runner's newest.
+// A running server prunes certificates long expired and keeps the others
+// (the rule, each runner's newest included: TestExpiredCertificatesArePruned
+// in the store).
 func TestTheServerPrunesExpiredCertificates(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *controlplane.Options) { o.SweepInterval = 20 * time.Millisecond })

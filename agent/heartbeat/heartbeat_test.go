@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/runmesh/runmesh/agent/capacity"
 )
 
 // The watchdog's question: beats attempted within three intervals and a
@@ -28,5 +30,21 @@ func TestAliveWhileBeatsAreAttempted(t *testing.T) {
 		if err := l.Alive(context.Background()); (err == nil) != c.alive {
 			t.Errorf("last beat %v ago, interval %v: %v, want alive %v", c.ago, c.every, err, c.alive)
 		}
+	}
+}
+
+// A beat attempted, even one that fails, is what keeps the agent alive for
+// the watchdog.
+func TestABeatAttemptedKeepsTheAgentAlive(t *testing.T) {
+	l := &Loop{First: 10 * time.Second, Collector: &capacity.Collector{Host: capacity.HostProbe{Root: t.TempDir()}}}
+	l.last.Store(time.Now().Add(-10 * time.Minute).UnixNano())
+	if err := l.Alive(context.Background()); err == nil {
+		t.Fatal("alive with the last beat 10 minutes ago")
+	}
+	if err := l.Once(context.Background()); err == nil {
+		t.Fatal("a beat measured a host that is not there")
+	}
+	if err := l.Alive(context.Background()); err != nil {
+		t.Fatalf("after a beat attempted now: %v", err)
 	}
 }

@@ -538,6 +538,14 @@ func TestOutputNoOneTakesIsKeptSmallOnTheHost(t *testing.T) {
 	if size() < 0 {
 		t.Fatal("the file itself is gone")
 	}
+	// Under the bound, what comes next stays (many polls later).
+	kept := size() + 2*int64(len(line))
+	appendTo(t, p.Log, line)
+	appendTo(t, p.Log, line)
+	time.Sleep(30 * 10 * time.Millisecond)
+	if got := size(); got != kept {
+		t.Fatalf("the file holds %d bytes, want %d", got, kept)
+	}
 }
 
 // A job adopted without its lease record books an unknown share of the

@@ -87,6 +87,11 @@ func (b jobsBundle) leaseAndLetExpire(t *testing.T, r uuid.UUID, at *time.Time, 
 	require.NoError(t, err)
 }
 
+// succeed decides every outcome a success.
+func succeed(store.Outcome, store.Job) store.Transition {
+	return store.Transition{State: store.JobSucceeded}
+}
+
 func anything(runner uuid.UUID) store.ClaimRequest {
 	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 	return store.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
@@ -190,8 +195,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.Equal(t, 2, second.Attempt)
 
 	zero := 0
-	done := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
-	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero}, 3, done)
+	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero}, 3, succeed)
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 	require.ErrorIs(t, b.store.AppendLog(ctx, j.ID, first.Attempt, r, 0, []byte("late")), store.ErrStaleAttempt)
 	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
@@ -203,10 +207,10 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 
 	// The current attempt is accepted, once.
 	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
-	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, done)
+	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
 	require.NoError(t, err)
 	require.Equal(t, store.JobSucceeded, fin.State)
-	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, done)
+	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
 	events, err := b.store.JobEvents(ctx, j.ID, 0)
@@ -496,6 +500,21 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, store.JobLeased, got.State)
 	require.Zero(t, got.Undelivered)
+	// Nor does the return of a lease its runner reported RUNNING: that one
+	// was delivered.
+	running := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	delivered, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, running.ID, delivered.ID)
+	_, err = b.store.ExtendLeases(ctx, r, 60, []store.LeaseReport{{LeaseID: delivered.ID, Attempt: 1, Phase: "RUNNING"}})
+	require.NoError(t, err)
+	back, err := b.store.ReturnUndelivered(ctx, r, []store.Job{delivered})
+	require.NoError(t, err)
+	require.Zero(t, back)
+	got, err = b.store.Job(ctx, store.AllOrganisations(), running.ID)
+	require.NoError(t, err)
+	require.Equal(t, store.JobRunning, got.State)
 
 	n, err := b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
 	require.NoError(t, err)
@@ -567,7 +586,6 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
-	succeed := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
 	zero := 0
 	var finished []uuid.UUID
 	for range 4 {
@@ -609,6 +627,11 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, uuid.Nil, last)
+	// A walk goes on after the id it is given: from the last job ended,
+	// nothing is left to take.
+	n, _, err = b.store.PruneJobs(ctx, -time.Hour, cancelled.ID, 100)
+	require.NoError(t, err)
+	require.Zero(t, n)
 	// Cut off an hour from now: a batch at a time, oldest first, each
 	// batch going on after the last.
 	n, last, err = b.store.PruneJobs(ctx, -time.Hour, uuid.Nil, 2)
@@ -862,7 +885,7 @@ func TestOldAuditEntriesArePruned(t *testing.T) {
 	_, err := b.db.Exec(ctx, `
 		INSERT INTO audit_log (at, actor_name, actor_role, action, outcome)
 		SELECT now() - make_interval(days => d), 'a', 'PLATFORM_ADMIN', 'act' || d, 'ok'
-		FROM unnest(ARRAY[400, 380, 366, 300, 1]) AS d`)
+		FROM unnest(ARRAY[366, 1, 400, 300, 380]) AS d`)
 	require.NoError(t, err)
 	actions := func() []string { return texts(t, b.db, `SELECT action FROM audit_log ORDER BY at`) }
 	year := 365 * 24 * time.Hour
@@ -1058,7 +1081,6 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		return got
 	}
 	zero := 0
-	succeed := func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} }
 	// leaseAndEnd claims n jobs and ends them; it returns what the claim
 	// read and what the results read.
 	leaseAndEnd := func(n int) (claimed, ended reads) {

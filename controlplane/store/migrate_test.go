@@ -188,7 +188,7 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 	// Its end writes its run once.
 	zero := 0
 	_, err = s.FinishAttempt(ctx, store.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero}, 3,
-		func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} })
+		succeed)
 	require.NoError(t, err)
 	runs, err = s.JobRunsForJobs(ctx, []uuid.UUID{held})
 	require.NoError(t, err)
@@ -231,7 +231,7 @@ func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 
 	zero := 0
 	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero}, 3,
-		func(store.Outcome, store.Job) store.Transition { return store.Transition{State: store.JobSucceeded} })
+		succeed)
 	require.NoError(t, err)
 	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
 	require.NoError(t, err)
