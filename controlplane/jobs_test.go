@@ -485,11 +485,17 @@ func TestBatchResults(t *testing.T) {
 	hostFault := runnerapi.LeaseResult{LeaseID: mine[2].LeaseID, ResultRequest: runnerapi.ResultRequest{Attempt: 1, ReturnReason: &reason, HostFault: true}}
 
 	// Refused whole, and nothing changes. The results over the maximum are
-	// each well formed: only the count can refuse them.
+	// each well formed, and together past runnerapi.MaxBodyBytes (results
+	// have a bound of their own): only the count can refuse them.
 	before := states()
+	digest := "sha256:" + strings.Repeat("ab", 124)
 	tooMany := make([]runnerapi.LeaseResult, runnerapi.MaxResultsPerRequest+1)
 	for i := range tooMany {
 		tooMany[i] = exit(mine[0], 0)
+		tooMany[i].ImageDigest = &digest
+	}
+	if body, _ := json.Marshal(tooMany); len(body) <= runnerapi.MaxBodyBytes {
+		t.Fatalf("the results over the maximum take %d bytes: not past MaxBodyBytes", len(body))
 	}
 	both := exit(mine[1], 0)
 	both.ReturnReason = &reason
@@ -504,10 +510,16 @@ func TestBatchResults(t *testing.T) {
 		require.Equal(t, runnerapi.CodeBadRequest, r.Code, name)
 		require.Equal(t, before, states(), name)
 	}
+	r := b.call(t, c, http.MethodPost, runnerapi.PathResults,
+		fmt.Appendf(nil, `{"results": [{"lease_id": %q, "attempt": 1, "exit_code": 0, "return_reason": "%s"}]}`,
+			mine[0].LeaseID, strings.Repeat(" ", runnerapi.MaxResultsBodyBytes)))
+	require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, r.Body)
+	require.Equal(t, runnerapi.CodeTooLarge, r.Code)
+	require.Equal(t, before, states())
 
 	stale := exit(mine[1], 0)
 	stale.Attempt = 2
-	r := post([]runnerapi.LeaseResult{exit(mine[0], 0), stale, hostFault, exit(theirs[0], 0), exit(mine[0], 1), exit(mine[1], 7)})
+	r = post([]runnerapi.LeaseResult{exit(mine[0], 0), stale, hostFault, exit(theirs[0], 0), exit(mine[0], 1), exit(mine[1], 7)})
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
 	var resp runnerapi.ResultsResponse
 	require.NoError(t, json.Unmarshal([]byte(r.Body), &resp))

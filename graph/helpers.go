@@ -198,8 +198,9 @@ func newJob(in model.SubmitJobInput) (store.NewJob, error) {
 	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
 		return store.NewJob{}, badInputf("idempotencyKey: 1 to 200 characters")
 	}
-	// The spec travels whole in every lease answer (up to 128 of them),
-	// so it is bounded: an agent reads at most runnerapi.LeaseAnswerBytes.
+	// The spec travels whole in every lease answer, so it is bounded: an
+	// agent reads at most runnerapi.LeaseAnswerBytes. (The claim measures
+	// specs as text, at least these bytes: see ClaimJobs.)
 	size := len(in.Image)
 	for _, a := range in.Command {
 		size += len(a)

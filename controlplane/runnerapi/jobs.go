@@ -71,17 +71,27 @@ var kindName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 // agent's kinds setting).
 const MaxKinds = 16
 
-// MaxLeasesPerRequest bounds LeaseRequest.Max.
-const MaxLeasesPerRequest = 128
+// MaxLeasesPerRequest bounds LeaseRequest.Max. (A runner with room for
+// many small jobs takes them in few requests: each request's own cost, a
+// claim and two round trips, is most of a small job's.)
+const MaxLeasesPerRequest = 512
 
 // MaxJobSpecBytes bounds a job's image, command and env together, so that
 // a lease answer stays under LeaseAnswerBytes.
 const MaxJobSpecBytes = 64 << 10
 
+// MaxAnswerSpecBytes bounds the specs in one lease answer together: an
+// answer takes jobs best first while their specs fit, so that many small
+// jobs go in one answer and large ones in several. It is 128 full specs,
+// and always room for one.
+const MaxAnswerSpecBytes = 128 * MaxJobSpecBytes
+
 // LeaseAnswerBytes is the most an answer granting up to max leases can
-// take: max full specs, each escaped at worst to six bytes a byte
-// (\u0000), with 4 KiB a lease for the rest.
-func LeaseAnswerBytes(max int) int { return max * (6*MaxJobSpecBytes + 4<<10) }
+// take: its specs, each byte escaped at worst to six (\u0000), with 4 KiB
+// a lease for the rest.
+func LeaseAnswerBytes(max int) int {
+	return 6*min(max*MaxJobSpecBytes, MaxAnswerSpecBytes) + max*(4<<10)
+}
 
 // Lease is a job the runner now holds, at an attempt.
 type Lease struct {
@@ -165,8 +175,15 @@ type ResultRequest struct {
 // PathResults is where a runner reports several attempts' ends at once.
 const PathResults = "/v1/results"
 
-// MaxResultsPerRequest bounds ResultsRequest.Results (with digests, 128 stay well inside MaxBodyBytes).
-const MaxResultsPerRequest = 128
+// MaxResultsPerRequest bounds ResultsRequest.Results: the results of one
+// lease answer fit in one request.
+const MaxResultsPerRequest = MaxLeasesPerRequest
+
+// MaxResultsBodyBytes bounds a results request's body instead of
+// MaxBodyBytes: a result takes at most about 6.5 KiB as JSON (its return
+// reason, digest and version each escaped at worst to six bytes a byte),
+// so any MaxResultsPerRequest valid results fit.
+const MaxResultsBodyBytes = MaxResultsPerRequest * 8 << 10
 
 // LeaseResult is one lease's result in a batch.
 type LeaseResult struct {

@@ -125,7 +125,7 @@ func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	return s.o.Store.ClaimJobs(ctx, store.ClaimRequest{
-		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds,
+		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
 		Free:    store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)
@@ -289,7 +289,7 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 	c := callerFrom(r.Context())
 	var req runnerapi.ResultsRequest
-	if !decode(w, r, &req) {
+	if !decodeWithin(w, r, &req, runnerapi.MaxResultsBodyBytes) {
 		return
 	}
 	if len(req.Results) == 0 || len(req.Results) > runnerapi.MaxResultsPerRequest {

@@ -135,10 +135,15 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, runnerapi.Error{Error: runnerapi.ErrorBody{Code: code, Message: msg}})
 }
 
-// decode reads exactly one JSON object with no unknown fields, within the
-// size limit.
+// decode reads exactly one JSON object with no unknown fields, within
+// runnerapi.MaxBodyBytes.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, runnerapi.MaxBodyBytes)
+	return decodeWithin(w, r, v, runnerapi.MaxBodyBytes)
+}
+
+// decodeWithin is decode within limit bytes.
+func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	body := http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
@@ -150,7 +155,7 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	case err == nil:
 		return true
 	case errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, runnerapi.CodeTooLarge, fmt.Sprintf("request body over %d bytes", runnerapi.MaxBodyBytes))
+		writeError(w, http.StatusRequestEntityTooLarge, runnerapi.CodeTooLarge, fmt.Sprintf("request body over %d bytes", limit))
 	default:
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "malformed request: "+err.Error())
 	}

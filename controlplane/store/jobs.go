@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -304,7 +305,11 @@ type ClaimRequest struct {
 	Free                Claim // what the runner says it has free now
 	Largest             Claim // the largest job it will run
 	DefaultLeaseSeconds int
-	Now                 *time.Time // nil: the database's clock
+	// SpecBytes bounds the leased jobs' image, command and env together,
+	// as text (at least what submission counted): an answer carrying
+	// them stays within what the runner reads. Zero: no bound.
+	SpecBytes int64
+	Now       *time.Time // nil: the database's clock
 }
 
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
@@ -324,10 +329,15 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 	// PostgreSQL's work per leased job grew from 28 to 87 µs over 100,000
 	// jobs; it stays at 25 to 40 µs with this), or sequential scans of a
 	// table it took for empty.
+	specBytes := c.SpecBytes
+	if specBytes == 0 {
+		specBytes = math.MaxInt64
+	}
 	rows, err := s.q.ClaimJobs(ctx, s.indexScansOnly(ctx), dbsqlc.ClaimJobsParams{
 		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
 		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
 		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
+		MaxSpecBytes: specBytes,
 	})
 	if err != nil {
 		return nil, mapErr(err)

@@ -325,6 +325,60 @@ func TestJobsClaimedTogetherFitTogether(t *testing.T) {
 	require.Len(t, got, 1)
 }
 
+// A claim stops where its jobs' specs would pass the bound the answer
+// has, measured as PostgreSQL writes them out (at least the bytes that
+// submission counted), and leaves the rest queued as they were.
+func TestJobsClaimedTogetherFitTheAnswersSpecBound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	var ids []uuid.UUID
+	for range 8 {
+		j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) {
+			n.Command = []string{"sh", "-c", `echo "hi"`}
+			n.Env = map[string]string{"A": strings.Repeat("v", 1000)}
+		})
+		ids = append(ids, j.ID)
+	}
+	var measured int64
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT octet_length(image) + octet_length(command::text) + octet_length(env::text)
+		FROM jobs WHERE id = $1`, ids[0]).Scan(&measured))
+	counted := int64(len("busybox") + len("sh") + len("-c") + len(`echo "hi"`) + len("A") + 1000)
+	require.Greater(t, measured, counted, "escaped and delimited, the text is longer than what submission counted")
+
+	queued := func() []uuid.UUID {
+		var q []uuid.UUID
+		rows, err := b.db.Query(ctx, `SELECT id FROM jobs WHERE state = 'QUEUED' AND attempt = 0
+			AND (SELECT count(*) FROM job_events e WHERE e.job_id = jobs.id) = 1 ORDER BY id`)
+		require.NoError(t, err)
+		for rows.Next() {
+			var id uuid.UUID
+			require.NoError(t, rows.Scan(&id))
+			q = append(q, id)
+		}
+		require.NoError(t, rows.Err())
+		return q
+	}
+	for _, c := range []struct {
+		bound int64
+		want  int
+	}{{2*measured - 1, 1}, {3 * measured, 3}} {
+		req := anything(b.runner(t, 64, 65536, 0))
+		req.SpecBytes = c.bound
+		before := queued()
+		got, err := b.store.ClaimJobs(ctx, req, 16)
+		require.NoError(t, err)
+		require.Equal(t, c.want, len(got), "bound %d", c.bound)
+		require.Equal(t, before[c.want:], queued(), "the rest stay queued, untouched")
+		for i, j := range got {
+			require.Equal(t, before[i], j.ID, "the best first")
+		}
+	}
+	got, err := b.store.ClaimJobs(ctx, anything(b.runner(t, 64, 65536, 0)), 16)
+	require.NoError(t, err)
+	require.Len(t, got, 4, "no bound: all the rest")
+}
+
 func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -36,7 +36,8 @@ room AS (
     FROM r, booked, held
 ),
 candidates AS (
-    SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at
+    SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
+           octet_length(j.image) + octet_length(j.command::text) + octet_length(j.env::text) AS spec_bytes
     FROM jobs j, r, room
     -- A scalar, not a join column: with the pool fixed the planner walks
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
@@ -54,11 +55,13 @@ candidates AS (
 ),
 fitting AS (
     SELECT c.id
-    FROM (SELECT c.id, c.cores, c.memory_mib, c.gpus, c.priority, c.submitted_at,
-                 sum(c.cores) OVER w AS cores_sum, sum(c.memory_mib) OVER w AS memory_sum, sum(c.gpus) OVER w AS gpus_sum
+    FROM (SELECT c.id, c.cores, c.memory_mib, c.gpus, c.priority, c.submitted_at, c.spec_bytes,
+                 sum(c.cores) OVER w AS cores_sum, sum(c.memory_mib) OVER w AS memory_sum, sum(c.gpus) OVER w AS gpus_sum,
+                 sum(c.spec_bytes) OVER w AS spec_sum
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
+      AND c.spec_sum <= $12::bigint
 ),
 leased AS (
     UPDATE jobs j
@@ -88,6 +91,7 @@ type ClaimJobsParams struct {
 	MaxMemoryMib        int64
 	MaxGpus             int32
 	MaxJobs             int32
+	MaxSpecBytes        int64
 }
 
 type ClaimJobsRow struct {
@@ -123,8 +127,10 @@ type ClaimJobsRow struct {
 // retired. Each job must fit the largest job the runner asked for, and its
 // kind must be one the runner runs; all of them together must fit what the
 // runner has (minus what its held jobs book and, for GPUs, its holds) and
-// the free room it reported, taken best first. A memory claim needs a
-// runner that enforces memory limits, unless the pool says otherwise.
+// the free room it reported, taken best first, and their specs (image,
+// command and env as text, at least what the submission counted) must fit
+// max_spec_bytes, which bounds the answer. A memory claim needs a runner
+// that enforces memory limits, unless the pool says otherwise.
 // SKIP LOCKED lets concurrent claimers (other runners, other replicas) pass
 // over rows another claim is taking instead of waiting on them; the winner
 // moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
@@ -154,6 +160,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.MaxMemoryMib,
 		arg.MaxGpus,
 		arg.MaxJobs,
+		arg.MaxSpecBytes,
 	)
 	if err != nil {
 		return nil, err
