@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -377,6 +378,66 @@ func TestJobsClaimedTogetherFitTheAnswersSpecBound(t *testing.T) {
 	got, err := b.store.ClaimJobs(ctx, anything(b.runner(t, 64, 65536, 0)), 16)
 	require.NoError(t, err)
 	require.Len(t, got, 4, "no bound: all the rest")
+}
+
+// Ended attempts record what their runner reported, exactly: zeros stay
+// zeros, extremes stay themselves, and what it left out stays NULL. A
+// requeue's time is kept, and so is the job's own where the transition
+// names none.
+func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 64, 65536, 0)
+	for range 3 {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	leased, err := b.store.ClaimJobs(ctx, anything(r), 3)
+	require.NoError(t, err)
+	require.Len(t, leased, 3)
+	zero, lowest, most, reason, digest, version := 0, math.MinInt32, int64(math.MaxInt64), "image would not pull", "sha256:ab", "v1"
+	none := int64(0)
+	later := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
+	outcomes := []store.Outcome{
+		{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ExitCode: &zero, PeakMemoryMiB: &none, ImageDigest: &digest, RunnerVersion: &version},
+		{JobID: leased[1].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true},
+		{JobID: leased[2].ID, Attempt: 1, RunnerID: r, ExitCode: &lowest, OOM: true, PeakMemoryMiB: &most},
+	}
+	decide := func(o store.Outcome, _ store.Job) store.Transition {
+		if o.ReturnReason != nil {
+			return store.Transition{State: store.JobQueued, Reason: "given back", AvailableAt: &later}
+		}
+		return store.Transition{State: store.JobFailed, Reason: "exit"}
+	}
+	var availableBefore time.Time
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT available_at FROM jobs WHERE id = $1`, leased[2].ID).Scan(&availableBefore))
+	done, err := b.store.FinishAttempts(ctx, r, outcomes, 3, decide)
+	require.NoError(t, err)
+	for _, d := range done {
+		require.NoError(t, d.Err)
+	}
+	rows, err := b.db.Query(ctx, `SELECT coalesce(exit_code::text, 'NULL'), coalesce(return_reason, 'NULL'), host_fault, oom,
+			coalesce(peak_memory_mib::text, 'NULL'), coalesce(image_digest, 'NULL'), coalesce(runner_version, 'NULL')
+		FROM job_runs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id`, []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID})
+	require.NoError(t, err)
+	var got []string
+	for rows.Next() {
+		var exit, why, peak, dig, ver string
+		var fault, oom bool
+		require.NoError(t, rows.Scan(&exit, &why, &fault, &oom, &peak, &dig, &ver))
+		got = append(got, fmt.Sprintf("%s %s %t %t %s %s %s", exit, why, fault, oom, peak, dig, ver))
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{
+		"0 NULL false false 0 sha256:ab v1",
+		"NULL image would not pull true false NULL NULL NULL",
+		"-2147483648 NULL false true 9223372036854775807 NULL NULL",
+	}, got)
+	var requeuedAt, keptAt time.Time
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT (SELECT available_at FROM jobs WHERE id = $1), (SELECT available_at FROM jobs WHERE id = $2)`,
+		leased[1].ID, leased[2].ID).Scan(&requeuedAt, &keptAt))
+	require.True(t, later.Equal(requeuedAt), "requeued for %v, not %v", later, requeuedAt)
+	require.True(t, availableBefore.Equal(keptAt), "no time in the transition: the job's own stays")
 }
 
 func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
