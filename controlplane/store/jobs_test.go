@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -1305,6 +1306,54 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 		require.Equal(t, "off,off,force_generic_plan", later)
 		return nil
 	}))
+}
+
+// Ending a batch of attempts joins the outcomes to their jobs by hash: as
+// a nested loop (PostgreSQL takes the outcomes' arrays for ten rows), each
+// outcome was compared with every job of the batch. The plan is read as
+// auto_explain reports it, through notices on a connection of the test's.
+func TestEndingAttemptsJoinsTheBatchByHash(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 64, 65536, 0)
+	for range 20 {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	leased, err := b.store.ClaimJobs(ctx, anything(r), 20)
+	require.NoError(t, err)
+	require.Len(t, leased, 20)
+
+	var plans []string
+	cfg, err := pgx.ParseConfig(b.db.Config().ConnConfig.ConnString())
+	require.NoError(t, err)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) { plans = append(plans, n.Message) }
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for _, q := range []string{`LOAD 'auto_explain'`, `SET auto_explain.log_min_duration = 0`, `SET auto_explain.log_level = notice`} {
+		_, err := conn.Exec(ctx, q)
+		require.NoError(t, err)
+	}
+	outcomes := make([]store.Outcome, len(leased))
+	zero := 0
+	for i, l := range leased {
+		outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
+	}
+	done, err := store.New(conn).FinishAttempts(ctx, r, outcomes, 3, succeed)
+	require.NoError(t, err)
+	for _, d := range done {
+		require.NoError(t, d.Err)
+	}
+	var plan string
+	for _, p := range plans {
+		if strings.Contains(p, "-- name: FinishAttempts") {
+			plan = p
+		}
+	}
+	require.NotEmpty(t, plan, "no plan reported for FinishAttempts among %d", len(plans))
+	require.Contains(t, plan, "Hash Join")
+	require.NotContains(t, plan, "Nested Loop", plan)
 }
 
 // A memory claim no runner of the pool enforces is blocked, with the

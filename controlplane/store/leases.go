@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -63,21 +64,20 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 	return out, nil
 }
 
-// Outcome is how an attempt ended, as its runner reports it. Its JSON is
-// part of a row of FinishAttempts.
+// Outcome is how an attempt ended, as its runner reports it.
 type Outcome struct {
-	JobID    uuid.UUID `json:"-"`
-	Attempt  int       `json:"-"`
-	RunnerID uuid.UUID `json:"-"`
+	JobID    uuid.UUID
+	Attempt  int
+	RunnerID uuid.UUID
 	// ExitCode, when the job's process ran to an end; otherwise
 	// ReturnReason says why the runner gives the job back.
-	ExitCode      *int    `json:"exit_code"`
-	ReturnReason  *string `json:"return_reason"`
-	HostFault     bool    `json:"host_fault"`
-	OOM           bool    `json:"oom"`
-	PeakMemoryMiB *int64  `json:"peak_memory_mib"`
-	ImageDigest   *string `json:"image_digest"`
-	RunnerVersion *string `json:"runner_version"`
+	ExitCode      *int
+	ReturnReason  *string
+	HostFault     bool
+	OOM           bool
+	PeakMemoryMiB *int64
+	ImageDigest   *string // an empty one is none
+	RunnerVersion *string // an empty one is none
 }
 
 // Transition is what an outcome does to the job: its next state, why, and
@@ -100,6 +100,53 @@ func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter in
 	return done[0].Job, done[0].Err
 }
 
+// finishParams is a batch of decided outcomes as FinishAttempts takes
+// them: an array a field. Where Go has nil, the statement takes a stand-in
+// that no real value can be (see FinishAttempts in queries/jobs.sql).
+type finishParams dbsqlc.FinishAttemptsParams
+
+// noNumber stands for a nil exit code or peak memory: exit codes are
+// int32, and no peak is negative.
+const noNumber = math.MinInt64
+
+func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
+	event := string(t.State)
+	if t.State == JobQueued {
+		event = "REQUEUED"
+	}
+	exit, peak := int64(noNumber), int64(noNumber)
+	if o.ExitCode != nil {
+		exit = int64(*o.ExitCode)
+	}
+	if o.PeakMemoryMiB != nil {
+		peak = *o.PeakMemoryMiB
+	}
+	text := func(v *string) string {
+		if v == nil {
+			return ""
+		}
+		return *v
+	}
+	var availableAt time.Time // the zero time: none
+	if t.AvailableAt != nil {
+		availableAt = *t.AvailableAt
+	}
+	p.Ids = append(p.Ids, o.JobID)
+	p.Attempts = append(p.Attempts, int32(o.Attempt))
+	p.States = append(p.States, string(t.State))
+	p.StateReasons = append(p.StateReasons, t.Reason)
+	p.AvailableAt = append(p.AvailableAt, availableAt)
+	p.CancelRequested = append(p.CancelRequested, cancelRequested)
+	p.Events = append(p.Events, event)
+	p.ExitCodes = append(p.ExitCodes, exit)
+	p.ReturnReasons = append(p.ReturnReasons, text(o.ReturnReason))
+	p.HostFaults = append(p.HostFaults, o.HostFault)
+	p.Ooms = append(p.Ooms, o.OOM)
+	p.PeakMemoryMib = append(p.PeakMemoryMib, peak)
+	p.ImageDigests = append(p.ImageDigests, text(o.ImageDigest))
+	p.RunnerVersions = append(p.RunnerVersions, text(o.RunnerVersion))
+}
+
 // Finished is how one outcome of a batch went: the job after it, or
 // ErrStaleAttempt (nothing of it was recorded).
 type Finished struct {
@@ -119,16 +166,6 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 	out := make([]Finished, len(outcomes))
 	err := s.withTxRetry(ctx, func(ctx context.Context) error {
 		clear(out) // a retried transaction starts over
-		type jobRow struct {
-			ID              uuid.UUID  `json:"id"`
-			Attempt         int        `json:"attempt"`
-			State           JobState   `json:"state"`
-			StateReason     string     `json:"state_reason"`
-			AvailableAt     *time.Time `json:"available_at"`
-			CancelRequested bool       `json:"cancel_requested"`
-			Event           string     `json:"event"`
-			Outcome
-		}
 		transitions := make([]*Transition, len(outcomes))
 		after := make(map[uuid.UUID]Job, len(outcomes))
 		// finish decides the outcomes at idx on the jobs as read and
@@ -139,8 +176,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			for _, row := range read {
 				held[row.ID] = jobFromRow(row)
 			}
-			var rows []jobRow
-			var ids []uuid.UUID
+			var p finishParams
 			decided := map[uuid.UUID]int{}
 			for _, i := range idx {
 				o := outcomes[i]
@@ -155,21 +191,13 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				t := decide(o, h)
 				transitions[i] = &t
 				decided[o.JobID] = i
-				event := string(t.State)
-				if t.State == JobQueued {
-					event = "REQUEUED"
-				}
-				rows = append(rows, jobRow{ID: o.JobID, Attempt: o.Attempt, State: t.State, StateReason: t.Reason,
-					AvailableAt: t.AvailableAt, CancelRequested: h.CancelRequested, Event: event, Outcome: o})
-				ids = append(ids, o.JobID)
+				p.add(o, t, h.CancelRequested)
 			}
-			if len(rows) == 0 {
+			if len(p.Ids) == 0 {
 				return nil, nil
 			}
-			rowsJSON, _ := json.Marshal(rows) // uuids, strings, ints, times: always encodable
-			updated, err := s.q.FinishAttempts(ctx, s.conn(ctx), dbsqlc.FinishAttemptsParams{
-				RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Rows: rowsJSON, Ids: ids,
-			})
+			p.RunnerID = uuid.NullUUID{UUID: runnerID, Valid: true}
+			updated, err := s.q.FinishAttempts(ctx, s.hashJoins(ctx), dbsqlc.FinishAttemptsParams(p))
 			if err != nil {
 				return nil, mapErr(err)
 			}
