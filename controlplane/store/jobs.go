@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -128,31 +129,13 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
 	}
 	poolID := ns[0].PoolID
-	type row struct {
-		ID               uuid.UUID         `json:"id"`
-		SubmittedBy      *uuid.UUID        `json:"submitted_by"`
-		Image            string            `json:"image"`
-		Command          []string          `json:"command"`
-		Env              map[string]string `json:"env"`
-		Cores            float64           `json:"cores"`
-		MemoryMiB        int64             `json:"memory_mib"`
-		GPUs             int               `json:"gpus"`
-		WallClockSeconds int               `json:"wall_clock_seconds"`
-		Priority         int               `json:"priority"`
-		MaxAttempts      int               `json:"max_attempts"`
-		IdempotencyKey   *string           `json:"idempotency_key"`
-		Kind             string            `json:"kind"`
-	}
-	rows := make([]row, len(ns))
-	for i, n := range ns {
+	p := dbsqlc.InsertJobsParams{PoolID: poolID}
+	for _, n := range ns {
 		if n.PoolID != poolID {
 			return nil, nil, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
 		}
-		if n.Command == nil {
-			n.Command = []string{}
-		}
-		if n.Env == nil {
-			n.Env = map[string]string{}
+		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
+			return nil, nil, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
 		}
 		// Jobs of one batch share submitted_at; time-ordered ids keep the
 		// lease order the order given.
@@ -160,20 +143,40 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		if err != nil {
 			return nil, nil, err
 		}
-		rows[i] = row{ID: id, SubmittedBy: n.SubmittedBy, Image: n.Image, Command: n.Command, Env: n.Env, Cores: n.Claim.Cores,
-			MemoryMiB: n.Claim.MemoryMiB, GPUs: n.Claim.GPUs, WallClockSeconds: n.Claim.WallClockSeconds, Priority: n.Priority,
-			MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind}
-	}
-	doc, err := json.Marshal(rows)
-	if err != nil {
-		return nil, nil, err
+		env := []byte("{}")
+		if n.Env != nil {
+			if env, err = json.Marshal(n.Env); err != nil {
+				return nil, nil, err
+			}
+		}
+		var submittedBy uuid.UUID // the nil UUID: none
+		if n.SubmittedBy != nil {
+			submittedBy = *n.SubmittedBy
+		}
+		key := "" // none
+		if n.IdempotencyKey != nil {
+			key = *n.IdempotencyKey
+		}
+		p.Ids = append(p.Ids, id)
+		p.SubmittedBy = append(p.SubmittedBy, submittedBy)
+		p.Images = append(p.Images, n.Image)
+		p.Commands = append(p.Commands, textArray(n.Command))
+		p.Envs = append(p.Envs, string(env))
+		p.Cores = append(p.Cores, n.Claim.Cores)
+		p.MemoryMib = append(p.MemoryMib, n.Claim.MemoryMiB)
+		p.Gpus = append(p.Gpus, int32(n.Claim.GPUs))
+		p.WallClockSeconds = append(p.WallClockSeconds, int32(n.Claim.WallClockSeconds))
+		p.Priorities = append(p.Priorities, int32(n.Priority))
+		p.MaxAttempts = append(p.MaxAttempts, int32(n.MaxAttempts))
+		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
+		p.Kinds = append(p.Kinds, n.Kind)
 	}
 	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
 	err = s.WithTx(ctx, func(ctx context.Context) error {
 		if _, err := s.Pool(ctx, scope, poolID); err != nil {
 			return err
 		}
-		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), dbsqlc.InsertJobsParams{PoolID: poolID, Jobs: doc})
+		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), p)
 		if err != nil {
 			return mapErr(err)
 		}
@@ -181,13 +184,13 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		for _, r := range inserted {
 			byID[r.ID] = jobFromRow(dbsqlc.Job(r))
 		}
-		for i, r := range rows {
-			if j, ok := byID[r.ID]; ok {
+		for i, id := range p.Ids {
+			if j, ok := byID[id]; ok {
 				jobs[i], created[i] = j, true
 				continue
 			}
 			// Not inserted: its key was used before.
-			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: r.IdempotencyKey})
+			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey})
 			if err != nil {
 				return mapErr(err)
 			}
@@ -204,6 +207,29 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		return nil, nil, err
 	}
 	return jobs, created, nil
+}
+
+// textArray writes a PostgreSQL array literal of texts: each element
+// quoted, its quotes and backslashes escaped, so that none reads as NULL,
+// a delimiter or a nested array.
+func textArray(elems []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(e); j++ {
+			if e[j] == '"' || e[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(e[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
 }
 
 // jobEvent records a change of a job and wakes its subscribers.

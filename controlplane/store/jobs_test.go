@@ -482,6 +482,45 @@ func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
 	require.Equal(t, []uuid.UUID{before.ID, got[0].ID, got[1].ID, got[3].ID, got[5].ID}, order)
 }
 
+// A submitted job's spec is stored exactly as given, whatever its texts
+// hold (commands travel as array literals), and who submitted it stays
+// unknown where it was.
+func TestSubmittedJobsKeepTheirSpecExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	digest := sha256.Sum256([]byte("submitter"))
+	a, err := b.store.CreateAdminWithToken(ctx, store.NewAdmin{Name: "submitter", Role: store.RoleOrgAdmin, OrganisationID: &b.org.ID, TokenHash: digest[:]})
+	require.NoError(t, err)
+	admin := a.ID
+	odd := []string{"a,b", `"q"`, `back\slash`, `\"`, "NULL", "", "{x}", " spaced ", "ünï", "}", "{"}
+	given := []store.NewJob{
+		{PoolID: b.pool.ID, Image: "img", Command: odd, Env: map[string]string{"A": `"{x}"\`, "B": ""},
+			Claim: store.Claim{Cores: 0.5, MemoryMiB: 3, GPUs: 1, WallClockSeconds: 7}, Priority: -2, MaxAttempts: 4, Kind: "default", SubmittedBy: &admin},
+		{PoolID: b.pool.ID, Image: "img", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"},
+	}
+	got, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), given)
+	require.NoError(t, err)
+	for i, j := range got {
+		read, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+		require.NoError(t, err)
+		require.Equal(t, j, read, "as returned, as stored")
+		want := given[i]
+		if want.Command == nil {
+			want.Command = []string{}
+		}
+		if want.Env == nil {
+			want.Env = map[string]string{}
+		}
+		require.Equal(t, want.Command, read.Command)
+		require.Equal(t, want.Env, read.Env)
+		require.Equal(t, want.SubmittedBy, read.SubmittedBy)
+		require.Equal(t, want.Claim, read.Claim)
+		require.Equal(t, want.Priority, read.Priority)
+		require.Equal(t, want.MaxAttempts, read.MaxAttempts)
+	}
+}
+
 func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -492,6 +531,10 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	stray := ok
 	stray.PoolID = otherPool.ID
 	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, stray})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	emptyKey, empty := ok, "" // the stand-in for no key is no key
+	emptyKey.IdempotencyKey = &empty
+	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, emptyKey})
 	require.ErrorIs(t, err, store.ErrInvalid)
 
 	outsider, err := b.store.CreateOrganisation(ctx, "outsider")

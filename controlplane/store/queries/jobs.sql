@@ -454,16 +454,40 @@ FROM set_config('synchronous_commit', 'off', true),
 -- A batch submission in one statement, with each new job's SUBMITTED event.
 -- Ids are chosen by the caller, so it knows which row is which input. Keys
 -- already used in the pool insert nothing; the caller reads those jobs back.
-WITH inserted AS (
-INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                  priority, max_attempts, idempotency_key, kind)
-SELECT v.id, @pool_id, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
-       v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
-FROM jsonb_to_recordset(@jobs::jsonb) AS v (
-        id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
-        wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
-ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING *
+-- The jobs come as one array a field (as FinishAttempts's outcomes do, and
+-- why): stand-ins for nil are the nil UUID and an empty key, and a job's
+-- command and env come as an array literal and a JSON object each. Jobs
+-- without a key are inserted without ON CONFLICT: its speculative insert
+-- costs each row a lock and a second WAL record, for keys they have not.
+WITH v AS (
+    SELECT * FROM ROWS FROM (
+        unnest(@ids::uuid[]), unnest(@submitted_by::uuid[]), unnest(@images::text[]), unnest(@commands::text[]),
+        unnest(@envs::text[]), unnest(@cores::float8[]), unnest(@memory_mib::bigint[]), unnest(@gpus::int[]),
+        unnest(@wall_clock_seconds::int[]), unnest(@priorities::int[]), unnest(@max_attempts::int[]),
+        unnest(@idempotency_keys::text[]), unnest(@kinds::text[])
+    ) AS v (id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts,
+            idempotency_key, kind)
+),
+unkeyed AS (
+    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                      priority, max_attempts, kind)
+    SELECT v.id, @pool_id, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
+    FROM v WHERE v.idempotency_key = ''
+    RETURNING *
+),
+keyed AS (
+    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                      priority, max_attempts, idempotency_key, kind)
+    SELECT v.id, @pool_id, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
+           v.idempotency_key, v.kind
+    FROM v WHERE v.idempotency_key <> ''
+    ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING *
+),
+inserted AS (
+    SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted

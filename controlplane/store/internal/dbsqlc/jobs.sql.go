@@ -736,16 +736,35 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 }
 
 const insertJobs = `-- name: InsertJobs :many
-WITH inserted AS (
-INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                  priority, max_attempts, idempotency_key, kind)
-SELECT v.id, $1, v.submitted_by, v.image, v.command, v.env, v.cores, v.memory_mib, v.gpus,
-       v.wall_clock_seconds, v.priority, v.max_attempts, v.idempotency_key, v.kind
-FROM jsonb_to_recordset($2::jsonb) AS v (
-        id uuid, submitted_by uuid, image text, command text[], env jsonb, cores float8, memory_mib bigint, gpus int,
-        wall_clock_seconds int, priority int, max_attempts int, idempotency_key text, kind text)
-ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at
+WITH v AS (
+    SELECT id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind FROM ROWS FROM (
+        unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::text[]), unnest($4::text[]),
+        unnest($5::text[]), unnest($6::float8[]), unnest($7::bigint[]), unnest($8::int[]),
+        unnest($9::int[]), unnest($10::int[]), unnest($11::int[]),
+        unnest($12::text[]), unnest($13::text[])
+    ) AS v (id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts,
+            idempotency_key, kind)
+),
+unkeyed AS (
+    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                      priority, max_attempts, kind)
+    SELECT v.id, $14, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
+    FROM v WHERE v.idempotency_key = ''
+    RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at
+),
+keyed AS (
+    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+                      priority, max_attempts, idempotency_key, kind)
+    SELECT v.id, $14, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
+           v.idempotency_key, v.kind
+    FROM v WHERE v.idempotency_key <> ''
+    ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at
+),
+inserted AS (
+    SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM unkeyed UNION ALL SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM keyed
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted
@@ -754,8 +773,20 @@ SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, 
 `
 
 type InsertJobsParams struct {
-	PoolID uuid.UUID
-	Jobs   []byte
+	Ids              []uuid.UUID
+	SubmittedBy      []uuid.UUID
+	Images           []string
+	Commands         []string
+	Envs             []string
+	Cores            []float64
+	MemoryMib        []int64
+	Gpus             []int32
+	WallClockSeconds []int32
+	Priorities       []int32
+	MaxAttempts      []int32
+	IdempotencyKeys  []string
+	Kinds            []string
+	PoolID           uuid.UUID
 }
 
 type InsertJobsRow struct {
@@ -789,8 +820,28 @@ type InsertJobsRow struct {
 // A batch submission in one statement, with each new job's SUBMITTED event.
 // Ids are chosen by the caller, so it knows which row is which input. Keys
 // already used in the pool insert nothing; the caller reads those jobs back.
+// The jobs come as one array a field (as FinishAttempts's outcomes do, and
+// why): stand-ins for nil are the nil UUID and an empty key, and a job's
+// command and env come as an array literal and a JSON object each. Jobs
+// without a key are inserted without ON CONFLICT: its speculative insert
+// costs each row a lock and a second WAL record, for keys they have not.
 func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]InsertJobsRow, error) {
-	rows, err := db.Query(ctx, insertJobs, arg.PoolID, arg.Jobs)
+	rows, err := db.Query(ctx, insertJobs,
+		arg.Ids,
+		arg.SubmittedBy,
+		arg.Images,
+		arg.Commands,
+		arg.Envs,
+		arg.Cores,
+		arg.MemoryMib,
+		arg.Gpus,
+		arg.WallClockSeconds,
+		arg.Priorities,
+		arg.MaxAttempts,
+		arg.IdempotencyKeys,
+		arg.Kinds,
+		arg.PoolID,
+	)
 	if err != nil {
 		return nil, err
 	}
