@@ -180,13 +180,13 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		if err != nil {
 			return mapErr(err)
 		}
-		byID := make(map[uuid.UUID]Job, len(inserted))
+		byID := make(map[uuid.UUID]dbsqlc.InsertJobsRow, len(inserted))
 		for _, r := range inserted {
-			byID[r.ID] = jobFromRow(dbsqlc.Job(r))
+			byID[r.ID] = r
 		}
 		for i, id := range p.Ids {
-			if j, ok := byID[id]; ok {
-				jobs[i], created[i] = j, true
+			if r, ok := byID[id]; ok {
+				jobs[i], created[i] = newJob(ns[i], r), true
 				continue
 			}
 			// Not inserted: its key was used before.
@@ -207,6 +207,24 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		return nil, nil, err
 	}
 	return jobs, created, nil
+}
+
+// newJob is the job n became: what the database decided of it (r), and
+// the rest as given, stored as jobFromRow reads it back.
+func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
+	command, env := n.Command, n.Env
+	if command == nil {
+		command = []string{}
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	return Job{
+		ID: r.ID, PoolID: n.PoolID, SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
+		Priority: n.Priority, MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
+		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt,
+	}
 }
 
 // textArray writes a PostgreSQL array literal of texts: each element

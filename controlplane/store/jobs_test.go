@@ -416,6 +416,9 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 	require.NoError(t, err)
 	for _, d := range done {
 		require.NoError(t, d.Err)
+		stored, err := b.store.Job(ctx, store.AllOrganisations(), d.Job.ID)
+		require.NoError(t, err)
+		require.Equal(t, stored, d.Job, "the job as ended is the job as stored")
 	}
 	rows, err := b.db.Query(ctx, `SELECT coalesce(exit_code::text, 'NULL'), coalesce(return_reason, 'NULL'), host_fault, oom,
 			coalesce(peak_memory_mib::text, 'NULL'), coalesce(image_digest, 'NULL'), coalesce(runner_version, 'NULL')

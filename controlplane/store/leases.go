@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"time"
@@ -176,6 +177,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			for _, row := range read {
 				held[row.ID] = jobFromRow(row)
 			}
+			byID := maps.Clone(held)
 			var p finishParams
 			decided := map[uuid.UUID]int{}
 			for _, i := range idx {
@@ -202,7 +204,13 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return nil, mapErr(err)
 			}
 			for _, row := range updated {
-				after[row.ID] = jobFromRow(dbsqlc.Job(row))
+				// The job as read, with what the update changed: what it
+				// did not change is fenced (attempt, runner, cancel) or
+				// never changes (the spec).
+				j := byID[row.ID]
+				j.State, j.StateReason, j.FinishedAt, j.AvailableAt = JobState(row.State), row.StateReason, row.FinishedAt, row.AvailableAt
+				j.RunnerID, j.LeaseExpiresAt = nil, nil
+				after[row.ID] = j
 				delete(decided, row.ID)
 			}
 			var changed []int

@@ -237,7 +237,9 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    RETURNING j.*
+    -- What the update changed (the caller read the rest), and what the
+    -- run and the event need.
+    RETURNING j.id, j.attempt, j.leased_at, j.state, j.state_reason, j.finished_at, j.available_at
 ),
 -- A run an older version wrote at the claim (before migration 0016) is
 -- completed, here as where an attempt ends otherwise, instead of failing
@@ -264,7 +266,7 @@ event_rows AS (
     FROM done JOIN ROWS FROM (unnest(@ids::uuid[]), unnest(@events::text[]), unnest(@state_reasons::text[]))
          AS t (id, event, state_reason) ON t.id = done.id
 )
-SELECT * FROM done;
+SELECT id, state, state_reason, finished_at, available_at FROM done;
 
 -- name: HeldAttempt :one
 -- Whether the runner holds the job at this attempt (log uploads).
@@ -459,6 +461,8 @@ FROM set_config('synchronous_commit', 'off', true),
 -- command and env come as an array literal and a JSON object each. Jobs
 -- without a key are inserted without ON CONFLICT: its speculative insert
 -- costs each row a lock and a second WAL record, for keys they have not.
+-- It returns what the database decided of each new job; the caller has
+-- the rest (writing out and reading back whole rows cost both sides).
 WITH v AS (
     SELECT * FROM ROWS FROM (
         unnest(@ids::uuid[]), unnest(@submitted_by::uuid[]), unnest(@images::text[]), unnest(@commands::text[]),
@@ -474,7 +478,7 @@ unkeyed AS (
     SELECT v.id, @pool_id, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
     FROM v WHERE v.idempotency_key = ''
-    RETURNING *
+    RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
     INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
@@ -484,7 +488,7 @@ keyed AS (
            v.idempotency_key, v.kind
     FROM v WHERE v.idempotency_key <> ''
     ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING *
+    RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 inserted AS (
     SELECT * FROM unkeyed UNION ALL SELECT * FROM keyed

@@ -429,7 +429,9 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at
+    -- What the update changed (the caller read the rest), and what the
+    -- run and the event need.
+    RETURNING j.id, j.attempt, j.leased_at, j.state, j.state_reason, j.finished_at, j.available_at
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
@@ -453,7 +455,7 @@ event_rows AS (
     FROM done JOIN ROWS FROM (unnest($1::uuid[]), unnest($15::text[]), unnest($5::text[]))
          AS t (id, event, state_reason) ON t.id = done.id
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM done
+SELECT id, state, state_reason, finished_at, available_at FROM done
 `
 
 type FinishAttemptsParams struct {
@@ -475,31 +477,11 @@ type FinishAttemptsParams struct {
 }
 
 type FinishAttemptsRow struct {
-	ID               uuid.UUID
-	PoolID           uuid.UUID
-	SubmittedBy      uuid.NullUUID
-	Image            string
-	Command          []string
-	Env              []byte
-	Cores            float64
-	MemoryMib        int64
-	Gpus             int32
-	WallClockSeconds int32
-	Priority         int32
-	MaxAttempts      int32
-	IdempotencyKey   *string
-	Kind             string
-	State            string
-	StateReason      string
-	Attempt          int32
-	RunnerID         uuid.NullUUID
-	LeaseExpiresAt   *time.Time
-	AvailableAt      time.Time
-	CancelRequested  bool
-	SubmittedAt      time.Time
-	FinishedAt       *time.Time
-	Undelivered      int32
-	LeasedAt         *time.Time
+	ID          uuid.UUID
+	State       string
+	StateReason string
+	FinishedAt  *time.Time
+	AvailableAt time.Time
 }
 
 // Fencing: only the runner holding a job at exactly the attempt may end it.
@@ -544,30 +526,10 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 		var i FinishAttemptsRow
 		if err := rows.Scan(
 			&i.ID,
-			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
 			&i.State,
 			&i.StateReason,
-			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
 			&i.FinishedAt,
-			&i.Undelivered,
-			&i.LeasedAt,
+			&i.AvailableAt,
 		); err != nil {
 			return nil, err
 		}
@@ -751,7 +713,7 @@ unkeyed AS (
     SELECT v.id, $14, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
     FROM v WHERE v.idempotency_key = ''
-    RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at
+    RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
     INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
@@ -761,15 +723,15 @@ keyed AS (
            v.idempotency_key, v.kind
     FROM v WHERE v.idempotency_key <> ''
     ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at
+    RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 inserted AS (
-    SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM unkeyed UNION ALL SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM keyed
+    SELECT id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at FROM unkeyed UNION ALL SELECT id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at FROM keyed
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt) SELECT id, 'SUBMITTED', 0 FROM inserted
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM inserted
+SELECT id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at FROM inserted
 `
 
 type InsertJobsParams struct {
@@ -790,31 +752,14 @@ type InsertJobsParams struct {
 }
 
 type InsertJobsRow struct {
-	ID               uuid.UUID
-	PoolID           uuid.UUID
-	SubmittedBy      uuid.NullUUID
-	Image            string
-	Command          []string
-	Env              []byte
-	Cores            float64
-	MemoryMib        int64
-	Gpus             int32
-	WallClockSeconds int32
-	Priority         int32
-	MaxAttempts      int32
-	IdempotencyKey   *string
-	Kind             string
-	State            string
-	StateReason      string
-	Attempt          int32
-	RunnerID         uuid.NullUUID
-	LeaseExpiresAt   *time.Time
-	AvailableAt      time.Time
-	CancelRequested  bool
-	SubmittedAt      time.Time
-	FinishedAt       *time.Time
-	Undelivered      int32
-	LeasedAt         *time.Time
+	ID              uuid.UUID
+	State           string
+	StateReason     string
+	Attempt         int32
+	Undelivered     int32
+	AvailableAt     time.Time
+	CancelRequested bool
+	SubmittedAt     time.Time
 }
 
 // A batch submission in one statement, with each new job's SUBMITTED event.
@@ -825,6 +770,8 @@ type InsertJobsRow struct {
 // command and env come as an array literal and a JSON object each. Jobs
 // without a key are inserted without ON CONFLICT: its speculative insert
 // costs each row a lock and a second WAL record, for keys they have not.
+// It returns what the database decided of each new job; the caller has
+// the rest (writing out and reading back whole rows cost both sides).
 func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams) ([]InsertJobsRow, error) {
 	rows, err := db.Query(ctx, insertJobs,
 		arg.Ids,
@@ -851,30 +798,13 @@ func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams)
 		var i InsertJobsRow
 		if err := rows.Scan(
 			&i.ID,
-			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
 			&i.State,
 			&i.StateReason,
 			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
+			&i.Undelivered,
 			&i.AvailableAt,
 			&i.CancelRequested,
 			&i.SubmittedAt,
-			&i.FinishedAt,
-			&i.Undelivered,
-			&i.LeasedAt,
 		); err != nil {
 			return nil, err
 		}
