@@ -37,7 +37,7 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 	noop := store.NewJob{PoolID: poolID, Image: "noop", Claim: store.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
 	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 	claim := store.ClaimRequest{RunnerID: runnerID, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 60}
-	decide := func(o store.Outcome, held store.Job) store.Transition { return jobs.Decide(o, held, time.Now()) }
+	decide := func(o store.Outcome, held store.HeldJob) store.Transition { return jobs.Decide(o, held, time.Now()) }
 	const perClaim = 125
 	zero := 0
 	// timed runs f and adds the backend's CPU time meanwhile to the step.

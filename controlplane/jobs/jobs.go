@@ -30,7 +30,7 @@ func Backoff(attempt int) time.Duration {
 }
 
 // Decide maps an attempt's outcome to the job's next state.
-func Decide(o store.Outcome, held store.Job, now time.Time) store.Transition {
+func Decide(o store.Outcome, held store.HeldJob, now time.Time) store.Transition {
 	switch {
 	case held.CancelRequested:
 		return store.Transition{State: store.JobCancelled, Reason: "cancelled while it ran"}

@@ -252,7 +252,7 @@ func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) st
 	return o
 }
 
-func decideNow(o store.Outcome, held store.Job) store.Transition {
+func decideNow(o store.Outcome, held store.HeldJob) store.Transition {
 	return jobs.Decide(o, held, time.Now())
 }
 
@@ -272,14 +272,14 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
-	j, err := s.o.Store.FinishAttempt(r.Context(), s.outcome(c, id, req), s.o.QuarantineAfter, decideNow)
+	state, err := s.o.Store.FinishAttempt(r.Context(), s.outcome(c, id, req), s.o.QuarantineAfter, decideNow)
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
 		s.stale(w)
 	case err != nil:
 		s.internal(w, r, "result", err)
 	default:
-		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(j.State)})
+		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(state)})
 	}
 }
 
@@ -321,7 +321,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 			out.Results[i].Error = &runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: staleMessage}
 			continue
 		}
-		out.Results[i].State = string(d.Job.State)
+		out.Results[i].State = string(d.State)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -75,7 +75,9 @@ type Job struct {
 // Tries is how many attempts reached a runner: what maxAttempts bounds.
 // Only the first maxUndelivered leases that never reached one are
 // forgiven, so a job whose answers keep getting lost still comes to an end.
-func (j Job) Tries() int { return j.Attempt - min(j.Undelivered, maxUndelivered) }
+func (j Job) Tries() int { return tries(j.Attempt, j.Undelivered) }
+
+func tries(attempt, undelivered int) int { return attempt - min(undelivered, maxUndelivered) }
 
 const maxUndelivered = 3
 

@@ -90,7 +90,7 @@ func (b jobsBundle) leaseAndLetExpire(t *testing.T, r uuid.UUID, at *time.Time, 
 }
 
 // succeed decides every outcome a success.
-func succeed(store.Outcome, store.Job) store.Transition {
+func succeed(store.Outcome, store.HeldJob) store.Transition {
 	return store.Transition{State: store.JobSucceeded}
 }
 
@@ -211,7 +211,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
 	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
 	require.NoError(t, err)
-	require.Equal(t, store.JobSucceeded, fin.State)
+	require.Equal(t, store.JobSucceeded, fin)
 	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
@@ -404,7 +404,7 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 		{JobID: leased[1].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true},
 		{JobID: leased[2].ID, Attempt: 1, RunnerID: r, ExitCode: &lowest, OOM: true, PeakMemoryMiB: &most},
 	}
-	decide := func(o store.Outcome, _ store.Job) store.Transition {
+	decide := func(o store.Outcome, _ store.HeldJob) store.Transition {
 		if o.ReturnReason != nil {
 			return store.Transition{State: store.JobQueued, Reason: "given back", AvailableAt: &later}
 		}
@@ -414,12 +414,13 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT available_at FROM jobs WHERE id = $1`, leased[2].ID).Scan(&availableBefore))
 	done, err := b.store.FinishAttempts(ctx, r, outcomes, 3, decide)
 	require.NoError(t, err)
-	for _, d := range done {
+	for i, d := range done {
 		require.NoError(t, d.Err)
-		stored, err := b.store.Job(ctx, store.AllOrganisations(), d.Job.ID)
+		stored, err := b.store.Job(ctx, store.AllOrganisations(), outcomes[i].JobID)
 		require.NoError(t, err)
-		require.Equal(t, stored, d.Job, "the job as ended is the job as stored")
+		require.Equal(t, stored.State, d.State, "the state as answered is the state stored")
 	}
+	require.Equal(t, []store.JobState{store.JobFailed, store.JobQueued, store.JobFailed}, []store.JobState{done[0].State, done[1].State, done[2].State})
 	rows, err := b.db.Query(ctx, `SELECT coalesce(exit_code::text, 'NULL'), coalesce(return_reason, 'NULL'), host_fault, oom,
 			coalesce(peak_memory_mib::text, 'NULL'), coalesce(image_digest, 'NULL'), coalesce(runner_version, 'NULL')
 		FROM job_runs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id`, []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID})
@@ -617,7 +618,7 @@ func TestACancelDuringAResultIsNotLost(t *testing.T) {
 	require.NoError(t, err)
 	zero := 0
 	decisions := 0
-	decide := func(o store.Outcome, h store.Job) store.Transition {
+	decide := func(o store.Outcome, h store.HeldJob) store.Transition {
 		decisions++
 		if decisions == 1 {
 			_, err := b.store.CancelJob(ctx, store.AllOrganisations(), j.ID)
@@ -631,7 +632,7 @@ func TestACancelDuringAResultIsNotLost(t *testing.T) {
 	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero}, 3, decide)
 	require.NoError(t, err)
 	require.Equal(t, 2, decisions)
-	require.Equal(t, store.JobCancelled, fin.State)
+	require.Equal(t, store.JobCancelled, fin)
 }
 
 // A lease that never reached its runner goes back at once, fenced like a

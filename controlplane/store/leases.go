@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"time"
@@ -92,13 +91,37 @@ type Transition struct {
 	CountsAsHostFault bool
 }
 
-// FinishAttempt ends one attempt: FinishAttempts of one outcome.
-func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) (Job, error) {
+// HeldJob is what ending an attempt reads of its job: what the fence and
+// the decision rest on.
+type HeldJob struct {
+	ID              uuid.UUID
+	PoolID          uuid.UUID
+	State           JobState
+	Attempt         int
+	Undelivered     int // see Job
+	MaxAttempts     int
+	RunnerID        *uuid.UUID
+	CancelRequested bool
+}
+
+// Tries is how many attempts reached a runner (see Job.Tries).
+func (j HeldJob) Tries() int { return tries(j.Attempt, j.Undelivered) }
+
+func heldFromRow(r dbsqlc.ReadJobsRow) HeldJob {
+	return HeldJob{
+		ID: r.ID, PoolID: r.PoolID, State: JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		MaxAttempts: int(r.MaxAttempts), RunnerID: uuidPtr(r.RunnerID), CancelRequested: r.CancelRequested,
+	}
+}
+
+// FinishAttempt ends one attempt: FinishAttempts of one outcome. It
+// returns the job's state after it.
+func (s *Store) FinishAttempt(ctx context.Context, o Outcome, quarantineAfter int, decide func(Outcome, HeldJob) Transition) (JobState, error) {
 	done, err := s.FinishAttempts(ctx, o.RunnerID, []Outcome{o}, quarantineAfter, decide)
 	if err != nil {
-		return Job{}, err
+		return "", err
 	}
-	return done[0].Job, done[0].Err
+	return done[0].State, done[0].Err
 }
 
 // finishParams is a batch of decided outcomes as FinishAttempts takes
@@ -148,11 +171,11 @@ func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
 	p.RunnerVersions = append(p.RunnerVersions, text(o.RunnerVersion))
 }
 
-// Finished is how one outcome of a batch went: the job after it, or
-// ErrStaleAttempt (nothing of it was recorded).
+// Finished is how one outcome of a batch went: the job's state after it,
+// or ErrStaleAttempt (nothing of it was recorded).
 type Finished struct {
-	Job Job
-	Err error
+	State JobState
+	Err   error
 }
 
 // FinishAttempts ends attempts of one runner's jobs in one transaction,
@@ -163,21 +186,22 @@ type Finished struct {
 // the outcomes in order (quarantining it at quarantineAfter). A batch costs
 // a handful of statements whatever its size, which is what lets a runner
 // (or many finishing together) report cheaply.
-func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome, quarantineAfter int, decide func(Outcome, Job) Transition) ([]Finished, error) {
+func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome, quarantineAfter int, decide func(Outcome, HeldJob) Transition) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
 	err := s.withTxRetry(ctx, func(ctx context.Context) error {
 		clear(out) // a retried transaction starts over
 		transitions := make([]*Transition, len(outcomes))
-		after := make(map[uuid.UUID]Job, len(outcomes))
+		after := make(map[uuid.UUID]JobState, len(outcomes))
+		pools := make(map[uuid.UUID]uuid.UUID, len(outcomes))
 		// finish decides the outcomes at idx on the jobs as read and
 		// applies the decisions, fenced. It returns those whose job was
 		// held as read but changed before the update (a cancel, an expiry).
-		finish := func(idx []int, read []dbsqlc.Job) ([]int, error) {
-			held := make(map[uuid.UUID]Job, len(read))
+		finish := func(idx []int, read []dbsqlc.ReadJobsRow) ([]int, error) {
+			held := make(map[uuid.UUID]HeldJob, len(read))
 			for _, row := range read {
-				held[row.ID] = jobFromRow(row)
+				held[row.ID] = heldFromRow(row)
+				pools[row.ID] = row.PoolID
 			}
-			byID := maps.Clone(held)
 			var p finishParams
 			decided := map[uuid.UUID]int{}
 			for _, i := range idx {
@@ -204,13 +228,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return nil, mapErr(err)
 			}
 			for _, row := range updated {
-				// The job as read, with what the update changed: what it
-				// did not change is fenced (attempt, runner, cancel) or
-				// never changes (the spec).
-				j := byID[row.ID]
-				j.State, j.StateReason, j.FinishedAt, j.AvailableAt = JobState(row.State), row.StateReason, row.FinishedAt, row.AvailableAt
-				j.RunnerID, j.LeaseExpiresAt = nil, nil
-				after[row.ID] = j
+				after[row.ID] = JobState(row.State)
 				delete(decided, row.ID)
 			}
 			var changed []int
@@ -247,7 +265,11 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			if err != nil {
 				return mapErr(err)
 			}
-			if again, err := finish(changed, locked); err != nil {
+			read = read[:0]
+			for _, row := range locked {
+				read = append(read, dbsqlc.ReadJobsRow(row))
+			}
+			if again, err := finish(changed, read); err != nil {
 				return err
 			} else if len(again) > 0 {
 				return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
@@ -264,10 +286,10 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			if t == nil {
 				continue
 			}
-			out[i].Job = after[outcomes[i].JobID]
+			out[i].State = after[outcomes[i].JobID]
 			changes = append(changes, outcomes[i].JobID.String())
 			if t.State == JobQueued {
-				requeued[out[i].Job.PoolID.String()] = true
+				requeued[pools[outcomes[i].JobID].String()] = true
 				events["REQUEUED"]++
 			} else {
 				events[string(t.State)]++

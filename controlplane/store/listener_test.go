@@ -122,6 +122,37 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	}
 }
 
+// A result that requeues its job wakes the runners waiting on its pool,
+// naming the pool, once committed.
+func TestARequeuingResultWakesItsPool(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	leased, err := b.store.ClaimJobs(ctx, anything(r), 1)
+	require.NoError(t, err)
+	require.Len(t, leased, 1)
+
+	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
+	go l.Run(ctx)
+	<-l.Ready()
+	work := l.Subscribe(store.ChannelJobs)
+	defer work.Close()
+	reason := "host went away"
+	got, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true}, 3,
+		func(store.Outcome, store.HeldJob) store.Transition { return store.Transition{State: store.JobQueued} })
+	require.NoError(t, err)
+	require.Equal(t, store.JobQueued, got)
+	select {
+	case p := <-work.C:
+		require.Equal(t, b.pool.ID.String(), p, "the wake-up names the job's pool")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up for the pool")
+	}
+}
+
 // A change to a runner's standing reaches this replica's hooks with what
 // it names, and other replicas by NOTIFY with the same, once committed:
 // the runner for a change of it, the pool for a change of its settings,

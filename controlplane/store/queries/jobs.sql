@@ -199,8 +199,9 @@ SELECT id, attempt, cancel_requested, started FROM extended;
 
 -- name: LockJobs :many
 -- The jobs a batch of results ends, locked in one order (id) so that
--- concurrent batches cannot deadlock.
-SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+-- concurrent batches cannot deadlock: what ReadJobs reads of them.
+SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 
 -- name: ReadJobs :many
 -- The jobs a batch of results ends, read without locks: FinishAttempts
@@ -208,8 +209,11 @@ SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- speed (locking every job first, with LockJobs, was no slower in
 -- bench-lease) but for what a cancel means: one that lands while a result
 -- is decided wins, and the job ends CANCELLED, where behind the result's
--- locks it would wait and then be refused as too late.
-SELECT * FROM jobs WHERE id = ANY(@ids::uuid[]);
+-- locks it would wait and then be refused as too late. Only what the
+-- decisions and the fence rest on: reading out the whole rows (the specs)
+-- cost both sides for nothing.
+SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: FinishAttempts :many
 -- Fencing: only the runner holding a job at exactly the attempt may end it.
@@ -237,9 +241,8 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    -- What the update changed (the caller read the rest), and what the
-    -- run and the event need.
-    RETURNING j.id, j.attempt, j.leased_at, j.state, j.state_reason, j.finished_at, j.available_at
+    -- What the caller and the run and the event need.
+    RETURNING j.id, j.attempt, j.leased_at, j.state
 ),
 -- A run an older version wrote at the claim (before migration 0016) is
 -- completed, here as where an attempt ends otherwise, instead of failing
@@ -266,7 +269,7 @@ event_rows AS (
     FROM done JOIN ROWS FROM (unnest(@ids::uuid[]), unnest(@events::text[]), unnest(@state_reasons::text[]))
          AS t (id, event, state_reason) ON t.id = done.id
 )
-SELECT id, state, state_reason, finished_at, available_at FROM done;
+SELECT id, state FROM done;
 
 -- name: HeldAttempt :one
 -- Whether the runner holds the job at this attempt (log uploads).

@@ -429,9 +429,8 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    -- What the update changed (the caller read the rest), and what the
-    -- run and the event need.
-    RETURNING j.id, j.attempt, j.leased_at, j.state, j.state_reason, j.finished_at, j.available_at
+    -- What the caller and the run and the event need.
+    RETURNING j.id, j.attempt, j.leased_at, j.state
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
@@ -455,7 +454,7 @@ event_rows AS (
     FROM done JOIN ROWS FROM (unnest($1::uuid[]), unnest($15::text[]), unnest($5::text[]))
          AS t (id, event, state_reason) ON t.id = done.id
 )
-SELECT id, state, state_reason, finished_at, available_at FROM done
+SELECT id, state FROM done
 `
 
 type FinishAttemptsParams struct {
@@ -477,11 +476,8 @@ type FinishAttemptsParams struct {
 }
 
 type FinishAttemptsRow struct {
-	ID          uuid.UUID
-	State       string
-	StateReason string
-	FinishedAt  *time.Time
-	AvailableAt time.Time
+	ID    uuid.UUID
+	State string
 }
 
 // Fencing: only the runner holding a job at exactly the attempt may end it.
@@ -524,13 +520,7 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 	var items []FinishAttemptsRow
 	for rows.Next() {
 		var i FinishAttemptsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.State,
-			&i.StateReason,
-			&i.FinishedAt,
-			&i.AvailableAt,
-		); err != nil {
+		if err := rows.Scan(&i.ID, &i.State); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1261,46 +1251,41 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 }
 
 const lockJobs = `-- name: LockJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 `
 
+type LockJobsRow struct {
+	ID              uuid.UUID
+	PoolID          uuid.UUID
+	State           string
+	Attempt         int32
+	Undelivered     int32
+	MaxAttempts     int32
+	RunnerID        uuid.NullUUID
+	CancelRequested bool
+}
+
 // The jobs a batch of results ends, locked in one order (id) so that
-// concurrent batches cannot deadlock.
-func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job, error) {
+// concurrent batches cannot deadlock: what ReadJobs reads of them.
+func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]LockJobsRow, error) {
 	rows, err := db.Query(ctx, lockJobs, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []LockJobsRow
 	for rows.Next() {
-		var i Job
+		var i LockJobsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
 			&i.State,
-			&i.StateReason,
 			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
-			&i.FinishedAt,
 			&i.Undelivered,
-			&i.LeasedAt,
+			&i.MaxAttempts,
+			&i.RunnerID,
+			&i.CancelRequested,
 		); err != nil {
 			return nil, err
 		}
@@ -1458,50 +1443,47 @@ func (q *Queries) PrunableJobs(ctx context.Context, db DBTX, arg PrunableJobsPar
 }
 
 const readJobs = `-- name: ReadJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs WHERE id = ANY($1::uuid[])
+SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+FROM jobs WHERE id = ANY($1::uuid[])
 `
+
+type ReadJobsRow struct {
+	ID              uuid.UUID
+	PoolID          uuid.UUID
+	State           string
+	Attempt         int32
+	Undelivered     int32
+	MaxAttempts     int32
+	RunnerID        uuid.NullUUID
+	CancelRequested bool
+}
 
 // The jobs a batch of results ends, read without locks: FinishAttempts
 // re-checks under its own row locks what the decisions rest on. Not for
 // speed (locking every job first, with LockJobs, was no slower in
 // bench-lease) but for what a cancel means: one that lands while a result
 // is decided wins, and the job ends CANCELLED, where behind the result's
-// locks it would wait and then be refused as too late.
-func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Job, error) {
+// locks it would wait and then be refused as too late. Only what the
+// decisions and the fence rest on: reading out the whole rows (the specs)
+// cost both sides for nothing.
+func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]ReadJobsRow, error) {
 	rows, err := db.Query(ctx, readJobs, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []ReadJobsRow
 	for rows.Next() {
-		var i Job
+		var i ReadJobsRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
 			&i.State,
-			&i.StateReason,
 			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
-			&i.FinishedAt,
 			&i.Undelivered,
-			&i.LeasedAt,
+			&i.MaxAttempts,
+			&i.RunnerID,
+			&i.CancelRequested,
 		); err != nil {
 			return nil, err
 		}
