@@ -237,6 +237,13 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 	badReason := measured(0)
 	badReason.Limits = &runnerapi.LimitEnforcement{Memory: true, Reason: "x\x00"}
 	marshal := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	held := func(n int) []runnerapi.HeldLease {
+		leases := make([]runnerapi.HeldLease, n)
+		for i := range leases {
+			leases[i] = runnerapi.HeldLease{LeaseID: uuid.NewString(), Attempt: 1, Phase: runnerapi.PhaseRunning}
+		}
+		return leases
+	}
 
 	cases := []struct {
 		name   string
@@ -260,7 +267,8 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 		{"another runner", marshal(runnerapi.HeartbeatRequest{RunnerID: other, Capacity: measured(2)}), 403, runnerapi.CodeForbidden},
 		{"unknown field", `{"capacity":{},"gpus_extra":1}`, 400, runnerapi.CodeBadRequest},
 		{"bad severity", marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), Health: []runnerapi.Condition{{Name: "x", Severity: "panic"}}}), 400, runnerapi.CodeBadRequest},
-		{"oversize", `{"agent_version":"` + strings.Repeat("a", runnerapi.MaxBodyBytes) + `"}`, 413, runnerapi.CodeTooLarge},
+		{"more leases than a runner holds", marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), Leases: held(runnerapi.MaxHeldLeases + 1)}), 400, runnerapi.CodeBadRequest},
+		{"oversize", `{"agent_version":"` + strings.Repeat("a", runnerapi.MaxHeartbeatBodyBytes) + `"}`, 413, runnerapi.CodeTooLarge},
 	}
 	for _, tc := range cases {
 		r := b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, []byte(tc.body))
@@ -269,8 +277,21 @@ func TestImpossibleHeartbeatsAreRefusedAndStoreNothing(t *testing.T) {
 	}
 	require.Equal(t, before, state())
 
+	// As many leases as a runner may hold fit one heartbeat, though they
+	// take more than other requests may: each is answered.
+	many := []byte(marshal(runnerapi.HeartbeatRequest{Capacity: measured(2), Leases: held(runnerapi.MaxHeldLeases)}))
+	require.Greater(t, len(many), runnerapi.MaxBodyBytes)
+	r := b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, many)
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	var answer runnerapi.HeartbeatResponse
+	require.NoError(t, json.Unmarshal([]byte(r.Body), &answer))
+	require.Len(t, answer.Leases, runnerapi.MaxHeldLeases)
+	for _, l := range answer.Leases {
+		require.Equal(t, runnerapi.LeaseGone, l.Action)
+	}
+
 	// Without a certificate there is no heartbeat at all.
-	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathHeartbeat, []byte(marshal(runnerapi.HeartbeatRequest{Capacity: measured(2)})))
+	r = b.call(t, b.client(nil), http.MethodPost, runnerapi.PathHeartbeat, []byte(marshal(runnerapi.HeartbeatRequest{Capacity: measured(2)})))
 	require.Equal(t, http.StatusUnauthorized, r.Status)
 }
 

@@ -499,11 +499,21 @@ func TestBatchResults(t *testing.T) {
 	}
 	both := exit(mine[1], 0)
 	both.ReturnReason = &reason
+	wide, below, empty := 1<<40, int64(-1), ""
+	outOfRange := exit(mine[0], 0)
+	outOfRange.ExitCode = &wide
+	negativePeak := exit(mine[0], 0)
+	negativePeak.PeakMemoryMiB = &below
+	emptyDigest := exit(mine[0], 0)
+	emptyDigest.ImageDigest = &empty
 	for name, bad := range map[string][]runnerapi.LeaseResult{
-		"empty":                 {},
-		"exit code and reason":  {exit(mine[0], 0), both},
-		"not a lease":           {exit(mine[0], 0), {LeaseID: "x", ResultRequest: runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}}},
-		"more than the maximum": tooMany,
+		"exit code past 32 bits": {exit(mine[1], 0), outOfRange},
+		"negative peak memory":   {exit(mine[1], 0), negativePeak},
+		"an empty digest":        {exit(mine[1], 0), emptyDigest},
+		"empty":                  {},
+		"exit code and reason":   {exit(mine[0], 0), both},
+		"not a lease":            {exit(mine[0], 0), {LeaseID: "x", ResultRequest: runnerapi.ResultRequest{Attempt: 1, ExitCode: intp(0)}}},
+		"more than the maximum":  tooMany,
 	} {
 		r := post(bad)
 		require.Equal(t, http.StatusBadRequest, r.Status, name)

@@ -76,6 +76,16 @@ const MaxKinds = 16
 // claim and two round trips, is most of a small job's.)
 const MaxLeasesPerRequest = 512
 
+// MaxHeldLeases bounds the leases a runner holds at once: a heartbeat
+// names every one (see MaxHeartbeatBodyBytes), and a claim takes no more
+// than make up the difference.
+const MaxHeldLeases = 2 * MaxLeasesPerRequest
+
+// MaxHeartbeatBodyBytes bounds a heartbeat's body instead of MaxBodyBytes:
+// room for its capacity, health and version, and 128 bytes for each of
+// MaxHeldLeases leases (a lease is about 80 as JSON).
+const MaxHeartbeatBodyBytes = MaxBodyBytes + MaxHeldLeases*128
+
 // MaxJobSpecBytes bounds a job's image, command and env together, so that
 // a lease answer stays under LeaseAnswerBytes.
 const MaxJobSpecBytes = 64 << 10

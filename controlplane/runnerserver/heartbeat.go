@@ -3,6 +3,7 @@ package runnerserver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -21,7 +22,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	c := callerFrom(r.Context())
 	var req runnerapi.HeartbeatRequest
-	if !decode(w, r, &req) {
+	if !decodeWithin(w, r, &req, runnerapi.MaxHeartbeatBodyBytes) {
 		return
 	}
 	if req.RunnerID != "" && req.RunnerID != c.runner.ID.String() {
@@ -32,8 +33,8 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
 		return
 	}
-	if len(req.Leases) > 256 {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "leases: at most 256")
+	if len(req.Leases) > runnerapi.MaxHeldLeases {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("leases: at most %d", runnerapi.MaxHeldLeases))
 		return
 	}
 	if err := checkConditions(req.Health); err != nil {

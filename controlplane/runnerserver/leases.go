@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"time"
 
@@ -126,6 +127,7 @@ func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest
 	defer cancel()
 	return s.o.Store.ClaimJobs(ctx, store.ClaimRequest{
 		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
+		MaxHeld: runnerapi.MaxHeldLeases,
 		Free:    store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)
@@ -226,6 +228,12 @@ func checkResult(req runnerapi.ResultRequest) error {
 	if (req.ExitCode == nil) == (req.ReturnReason == nil) {
 		return errors.New("exactly one of exit_code and return_reason")
 	}
+	if req.ExitCode != nil && (*req.ExitCode < math.MinInt32 || *req.ExitCode > math.MaxInt32) {
+		return errors.New("exit_code: a 32-bit integer")
+	}
+	if req.PeakMemoryMiB != nil && *req.PeakMemoryMiB < 0 {
+		return errors.New("peak_memory_mib: not negative")
+	}
 	if req.ReturnReason != nil {
 		if err := runnerapi.CheckText("return_reason", *req.ReturnReason, 512); err != nil || *req.ReturnReason == "" {
 			return errors.New("return_reason: 1 to 512 characters, no control characters")
@@ -233,8 +241,8 @@ func checkResult(req runnerapi.ResultRequest) error {
 	}
 	for name, v := range map[string]*string{"image_digest": req.ImageDigest, "runner_version": req.RunnerVersion} {
 		if v != nil {
-			if err := runnerapi.CheckText(name, *v, 256); err != nil {
-				return err
+			if err := runnerapi.CheckText(name, *v, 256); err != nil || *v == "" {
+				return fmt.Errorf("%s: 1 to 256 bytes when given, no control characters", name)
 			}
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +141,16 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
 			return nil, nil, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
 		}
+		// Checked here, not by the table: they travel as int32, and the
+		// nil UUID stands for no submitter.
+		for _, v := range []int{n.Claim.GPUs, n.Claim.WallClockSeconds, n.Priority, n.MaxAttempts} {
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, nil, fmt.Errorf("%w: %d is out of range", ErrInvalid, v)
+			}
+		}
+		if n.SubmittedBy != nil && *n.SubmittedBy == uuid.Nil {
+			return nil, nil, fmt.Errorf("%w: no submitter has the nil UUID", ErrInvalid)
+		}
 		// Jobs of one batch share submitted_at; time-ordered ids keep the
 		// lease order the order given.
 		id, err := uuid.NewV7()
@@ -214,7 +226,8 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 // newJob is the job n became: what the database decided of it (r), and
 // the rest as given, stored as jobFromRow reads it back.
 func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
-	command, env := n.Command, n.Env
+	// Copies: the job is not to share the caller's slice and map.
+	command, env := slices.Clone(n.Command), maps.Clone(n.Env)
 	if command == nil {
 		command = []string{}
 	}
@@ -355,7 +368,10 @@ type ClaimRequest struct {
 	// as text (at least what submission counted): an answer carrying
 	// them stays within what the runner reads. Zero: no bound.
 	SpecBytes int64
-	Now       *time.Time // nil: the database's clock
+	// MaxHeld bounds the jobs the runner holds at once, these and those
+	// it held already. Zero: no bound.
+	MaxHeld int
+	Now     *time.Time // nil: the database's clock
 }
 
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
@@ -379,11 +395,15 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 	if specBytes == 0 {
 		specBytes = math.MaxInt64
 	}
+	maxHeld := int32(c.MaxHeld)
+	if c.MaxHeld <= 0 || c.MaxHeld > math.MaxInt32 {
+		maxHeld = math.MaxInt32
+	}
 	rows, err := s.q.ClaimJobs(ctx, s.indexScansOnly(ctx), dbsqlc.ClaimJobsParams{
 		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
 		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
 		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
-		MaxSpecBytes: specBytes,
+		MaxSpecBytes: specBytes, MaxHeld: maxHeld,
 	})
 	if err != nil {
 		return nil, mapErr(err)

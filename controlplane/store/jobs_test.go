@@ -381,6 +381,27 @@ func TestJobsClaimedTogetherFitTheAnswersSpecBound(t *testing.T) {
 	require.Len(t, got, 4, "no bound: all the rest")
 }
 
+// A runner holds at most MaxHeld jobs at once: a claim takes only what
+// makes up the difference, and none once it is reached.
+func TestAClaimKeepsWhatARunnerHoldsBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	for range 10 {
+		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	req := anything(b.runner(t, 64, 65536, 0))
+	req.MaxHeld = 5
+	for _, want := range []int{3, 2, 0} {
+		got, err := b.store.ClaimJobs(ctx, req, 3)
+		require.NoError(t, err)
+		require.Len(t, got, want)
+	}
+	var queued int
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM jobs WHERE state = 'QUEUED'`).Scan(&queued))
+	require.Equal(t, 5, queued)
+}
+
 // Ended attempts record what their runner reported, exactly: zeros stay
 // zeros, extremes stay themselves, and what it left out stays NULL. A
 // requeue's time is kept, and so is the job's own where the transition
@@ -538,8 +559,16 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 	emptyKey, empty := ok, "" // the stand-in for no key is no key
 	emptyKey.IdempotencyKey = &empty
-	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, emptyKey})
-	require.ErrorIs(t, err, store.ErrInvalid)
+	nobody, nilUUID := ok, uuid.Nil // the stand-in for no submitter
+	nobody.SubmittedBy = &nilUUID
+	wide := ok // parameters travel as int32
+	wide.Priority = 1 << 32
+	notUTF8 := ok
+	notUTF8.Command = []string{"\xff"}
+	for _, bad := range []store.NewJob{emptyKey, nobody, wide, notUTF8} {
+		_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, bad})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	}
 
 	outsider, err := b.store.CreateOrganisation(ctx, "outsider")
 	require.NoError(t, err)

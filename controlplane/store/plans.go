@@ -32,8 +32,9 @@ const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set
 // claim cost agents that ask for 4 leases a sixth of their throughput).
 //
 // Inside a transaction the settings last to its end, as SET LOCAL does:
-// the statements that follow in it are planned with them too. Those of
-// FinishAttempts find their rows by key, as these must.
+// the statements that follow in it are planned with them too (and, after
+// hashJoins, with nested loops off). Those of FinishAttempts find their
+// rows by key, as these must.
 func (s *Store) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
 	return indexScansOnly{s.conn(ctx), indexScansOnlySQL}
 }

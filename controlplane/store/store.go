@@ -308,7 +308,7 @@ func mapErr(err error) error {
 		switch pgErr.Code {
 		case "23505": // unique_violation
 			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
-		case "23514", "23502", "22001", "22003": // check, not null, too long, out of range
+		case "23514", "23502", "22001", "22003", "22021": // check, not null, too long, out of range, not UTF-8
 			return fmt.Errorf("%w: %s", ErrInvalid, firstNonEmpty(pgErr.ConstraintName, pgErr.ColumnName, pgErr.Code))
 		case "23503": // foreign_key_violation: the referenced row does not exist
 			return ErrNotFound

@@ -75,7 +75,8 @@ UPDATE jobs SET cancel_requested = true WHERE id = @id;
 -- retired. Each job must fit the largest job the runner asked for, and its
 -- kind must be one the runner runs; all of them together must fit what the
 -- runner has (minus what its held jobs book and, for GPUs, its holds) and
--- the free room it reported, taken best first, and their specs (image,
+-- the free room it reported, taken best first, with no more held at
+-- once than max_held, and their specs (image,
 -- command and env as text, at least what the submission counted) must fit
 -- max_spec_bytes, which bounds the answer. A memory claim needs a runner
 -- that enforces memory limits, unless the pool says otherwise.
@@ -101,7 +102,7 @@ WITH r AS (
 -- in a busy minute) instead of skipping those an index scan marked dead.
 booked AS (
     SELECT coalesce(sum(cores), 0)::float8 AS cores, coalesce(sum(memory_mib), 0)::bigint AS memory_mib,
-           coalesce(sum(gpus), 0)::int AS gpus
+           coalesce(sum(gpus), 0)::int AS gpus, count(*)::int AS held
     FROM jobs WHERE runner_id = @runner_id
 ),
 held AS (
@@ -129,7 +130,8 @@ candidates AS (
       AND j.gpus <= least(room.gpus, @max_gpus::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
-    LIMIT @max_jobs
+    -- At most max_held leases at once: a heartbeat names all it holds.
+    LIMIT least(sqlc.arg(max_jobs)::int, greatest(sqlc.arg(max_held)::int - (SELECT held FROM booked), 0))
     FOR UPDATE OF j SKIP LOCKED
 ),
 fitting AS (

@@ -22,7 +22,7 @@ WITH r AS (
 ),
 booked AS (
     SELECT coalesce(sum(cores), 0)::float8 AS cores, coalesce(sum(memory_mib), 0)::bigint AS memory_mib,
-           coalesce(sum(gpus), 0)::int AS gpus
+           coalesce(sum(gpus), 0)::int AS gpus, count(*)::int AS held
     FROM jobs WHERE runner_id = $2
 ),
 held AS (
@@ -50,7 +50,8 @@ candidates AS (
       AND j.gpus <= least(room.gpus, $10::int)
       AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
     ORDER BY j.priority DESC, j.submitted_at, j.id
-    LIMIT $11
+    -- At most max_held leases at once: a heartbeat names all it holds.
+    LIMIT least($11::int, greatest($12::int - (SELECT held FROM booked), 0))
     FOR UPDATE OF j SKIP LOCKED
 ),
 fitting AS (
@@ -61,7 +62,7 @@ fitting AS (
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
-      AND c.spec_sum <= $12::bigint
+      AND c.spec_sum <= $13::bigint
 ),
 leased AS (
     UPDATE jobs j
@@ -91,6 +92,7 @@ type ClaimJobsParams struct {
 	MaxMemoryMib        int64
 	MaxGpus             int32
 	MaxJobs             int32
+	MaxHeld             int32
 	MaxSpecBytes        int64
 }
 
@@ -127,7 +129,8 @@ type ClaimJobsRow struct {
 // retired. Each job must fit the largest job the runner asked for, and its
 // kind must be one the runner runs; all of them together must fit what the
 // runner has (minus what its held jobs book and, for GPUs, its holds) and
-// the free room it reported, taken best first, and their specs (image,
+// the free room it reported, taken best first, with no more held at
+// once than max_held, and their specs (image,
 // command and env as text, at least what the submission counted) must fit
 // max_spec_bytes, which bounds the answer. A memory claim needs a runner
 // that enforces memory limits, unless the pool says otherwise.
@@ -160,6 +163,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.MaxMemoryMib,
 		arg.MaxGpus,
 		arg.MaxJobs,
+		arg.MaxHeld,
 		arg.MaxSpecBytes,
 	)
 	if err != nil {
