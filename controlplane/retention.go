@@ -18,25 +18,34 @@ const defaultAuditRetention = 365 * 24 * time.Hour
 const pruneBatch = 1000
 
 // The sweeper runs these beside its pruning of finished jobs
-// (jobs.Sweeper.AlsoPrune), batch after batch until none is left.
+// (jobs.Sweeper.AlsoPrune).
+
+// drain runs batch after batch until one reports it was not full. An
+// error ends it, and is logged unless ctx ended.
+func (s *Server) drain(ctx context.Context, what string, batch func(context.Context) (full bool, err error)) {
+	for {
+		full, err := batch(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("pruning "+what, "err", err)
+			}
+			return
+		}
+		if !full {
+			return
+		}
+	}
+}
 
 // pruneCertificates deletes certificates long expired, and their
 // revocations.
 func (s *Server) pruneCertificates(ctx context.Context) {
 	var certs, revocations int
-	for {
+	s.drain(ctx, "expired certificates", func(ctx context.Context) (bool, error) {
 		c, r, err := s.opts.Store.PruneCertificates(ctx, certificateRetention, pruneBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("pruning expired certificates", "err", err)
-			}
-			return
-		}
 		certs, revocations = certs+c, revocations+r
-		if c < pruneBatch && r < pruneBatch {
-			break
-		}
-	}
+		return c == pruneBatch || r == pruneBatch, err
+	})
 	if certs+revocations > 0 {
 		s.log.Info("pruned expired certificates", "certificates", certs, "revocations", revocations,
 			"kept_past_expiry", certificateRetention.String())
@@ -50,19 +59,11 @@ func (s *Server) pruneAudit(ctx context.Context) {
 		keep = defaultAuditRetention
 	}
 	total := 0
-	for {
+	s.drain(ctx, "the audit log", func(ctx context.Context) (bool, error) {
 		n, err := s.opts.Store.PruneAudit(ctx, keep, pruneBatch)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("pruning the audit log", "err", err)
-			}
-			return
-		}
 		total += n
-		if n < pruneBatch {
-			break
-		}
-	}
+		return n == pruneBatch, err
+	})
 	if total > 0 {
 		s.log.Info("pruned the audit log", "entries", total, "retention", keep.String())
 	}

@@ -94,6 +94,16 @@ func succeed(store.Outcome, store.HeldJob) store.Transition {
 	return store.Transition{State: store.JobSucceeded}
 }
 
+// exitedZero is the outcome of each leased job's attempt exiting 0 on r.
+func exitedZero(r uuid.UUID, leased []store.Job) []store.Outcome {
+	zero := 0
+	outcomes := make([]store.Outcome, len(leased))
+	for i, l := range leased {
+		outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
+	}
+	return outcomes
+}
+
 func anything(runner uuid.UUID) store.ClaimRequest {
 	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 	return store.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
@@ -1272,7 +1282,6 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		}))
 		return got
 	}
-	zero := 0
 	// leaseAndEnd claims n jobs and ends them; it returns what the claim
 	// read and what the results read.
 	leaseAndEnd := func(n int) (claimed, ended reads) {
@@ -1285,10 +1294,7 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		if n == 0 {
 			return claimed, ended
 		}
-		outcomes := make([]store.Outcome, len(leased))
-		for i, l := range leased {
-			outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
-		}
+		outcomes := exitedZero(r, leased)
 		ended = measured(func(ctx context.Context) {
 			_, err := s.FinishAttempts(ctx, r, outcomes, 3, succeed)
 			require.NoError(t, err)
@@ -1411,12 +1417,7 @@ func TestEndingAttemptsJoinsTheBatchByHash(t *testing.T) {
 		_, err := conn.Exec(ctx, q)
 		require.NoError(t, err)
 	}
-	outcomes := make([]store.Outcome, len(leased))
-	zero := 0
-	for i, l := range leased {
-		outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
-	}
-	done, err := store.New(conn).FinishAttempts(ctx, r, outcomes, 3, succeed)
+	done, err := store.New(conn).FinishAttempts(ctx, r, exitedZero(r, leased), 3, succeed)
 	require.NoError(t, err)
 	for _, d := range done {
 		require.NoError(t, d.Err)

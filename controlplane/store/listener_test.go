@@ -10,11 +10,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 )
+
+// listening is a listener on db, running until ctx ends.
+func listening(ctx context.Context, db *pgxpool.Pool) *store.Listener {
+	l := store.NewListener(db, slog.New(slog.DiscardHandler))
+	go l.Run(ctx)
+	<-l.Ready()
+	return l
+}
+
+// wakesPool waits for the wake-up of pool on sub (ChannelJobs).
+func wakesPool(t *testing.T, sub *store.Subscription, pool uuid.UUID) {
+	t.Helper()
+	select {
+	case p := <-sub.C:
+		require.Equal(t, pool.String(), p, "the wake-up names the pool")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up for the pool")
+	}
+}
 
 // A subscriber that falls behind must not miss a change for good: what
 // overflows its buffer turns into "", the signal to re-read everything.
@@ -23,9 +44,7 @@ func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pool := storetest.NewPool(t)
-	l := store.NewListener(pool, slog.New(slog.DiscardHandler))
-	go l.Run(ctx)
-	<-l.Ready()
+	l := listening(ctx, pool)
 	sub := l.Subscribe(store.ChannelRunnerStatus)
 	defer sub.Close()
 
@@ -84,9 +103,7 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, claimed, jobs)
 
-	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
-	go l.Run(ctx)
-	<-l.Ready()
+	l := listening(ctx, b.db)
 	sub := l.Subscribe(store.ChannelJobChanges)
 	defer sub.Close()
 	work := l.Subscribe(store.ChannelJobs)
@@ -114,12 +131,7 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	for _, j := range claimed {
 		require.True(t, ids[j.ID.String()])
 	}
-	select {
-	case p := <-work.C:
-		require.Equal(t, b.pool.ID.String(), p)
-	case <-time.After(10 * time.Second):
-		t.Fatal("no wake-up for the pool")
-	}
+	wakesPool(t, work, b.pool.ID)
 }
 
 // A result that requeues its job wakes the runners waiting on its pool,
@@ -135,9 +147,7 @@ func TestARequeuingResultWakesItsPool(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, leased, 1)
 
-	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
-	go l.Run(ctx)
-	<-l.Ready()
+	l := listening(ctx, b.db)
 	work := l.Subscribe(store.ChannelJobs)
 	defer work.Close()
 	reason := "host went away"
@@ -145,12 +155,7 @@ func TestARequeuingResultWakesItsPool(t *testing.T) {
 		func(store.Outcome, store.HeldJob) store.Transition { return store.Transition{State: store.JobQueued} })
 	require.NoError(t, err)
 	require.Equal(t, store.JobQueued, got)
-	select {
-	case p := <-work.C:
-		require.Equal(t, b.pool.ID.String(), p, "the wake-up names the job's pool")
-	case <-time.After(10 * time.Second):
-		t.Fatal("no wake-up for the pool")
-	}
+	wakesPool(t, work, b.pool.ID)
 }
 
 // A change to a runner's standing reaches this replica's hooks with what
@@ -171,9 +176,7 @@ func TestRunnerChangesNameWhatChanged(t *testing.T) {
 		hooked = append(hooked, heard{channel, payload})
 		mu.Unlock()
 	})
-	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
-	go l.Run(ctx)
-	<-l.Ready()
+	l := listening(ctx, b.db)
 	runners, revocations := l.Subscribe(store.ChannelRunnerStatus), l.Subscribe(store.ChannelRevocations)
 	defer runners.Close()
 	defer revocations.Close()

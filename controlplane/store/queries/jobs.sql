@@ -229,22 +229,28 @@ FROM jobs WHERE id = ANY(@ids::uuid[]);
 -- digest or version says nothing). PostgreSQL takes an unnest of a
 -- parameter for ten rows, so it would join the outcomes to the jobs by a
 -- nested loop, comparing each with every job of the batch; the caller
--- turns nested loops off for this statement (see hashJoins).
+-- turns nested loops off for this statement (see hashJoins). The update
+-- returns the outcome with the job, so the run and the event are written
+-- from its rows alone.
 WITH done AS (
     UPDATE jobs j
     SET state = t.state, state_reason = t.state_reason, runner_id = NULL, lease_expires_at = NULL,
         finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
         available_at = coalesce(nullif(t.available_at, '0001-01-01 00:00:00Z'), j.available_at)
     FROM ROWS FROM (unnest(@ids::uuid[]), unnest(@attempts::int[]), unnest(@states::text[]), unnest(@state_reasons::text[]),
-                    unnest(@available_at::timestamptz[]), unnest(@cancel_requested::boolean[]))
-         AS t (id, attempt, state, state_reason, available_at, cancel_requested)
+                    unnest(@available_at::timestamptz[]), unnest(@cancel_requested::boolean[]), unnest(@events::text[]),
+                    unnest(@exit_codes::bigint[]), unnest(@return_reasons::text[]), unnest(@host_faults::boolean[]),
+                    unnest(@ooms::boolean[]), unnest(@peak_memory_mib::bigint[]), unnest(@image_digests::text[]),
+                    unnest(@runner_versions::text[]))
+         AS t (id, attempt, state, state_reason, available_at, cancel_requested, event, exit_code, return_reason,
+               host_fault, oom, peak_memory_mib, image_digest, runner_version)
     -- runner_id is set exactly while the job is held (see ClaimJobs).
     WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    -- What the caller and the run and the event need.
-    RETURNING j.id, j.attempt, j.leased_at, j.state
+    RETURNING j.id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
+              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
 ),
 -- A run an older version wrote at the claim (before migration 0016) is
 -- completed, here as where an attempt ends otherwise, instead of failing
@@ -252,14 +258,11 @@ WITH done AS (
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
                           host_fault, oom, peak_memory_mib, image_digest, runner_version)
-    SELECT done.id, done.attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id),
-           coalesce(done.leased_at, now()), now(),
-           nullif(t.exit_code, -9223372036854775808)::int, nullif(t.return_reason, ''), t.host_fault, t.oom,
-           nullif(t.peak_memory_mib, -9223372036854775808), nullif(t.image_digest, ''), nullif(t.runner_version, '')
-    FROM done JOIN ROWS FROM (unnest(@ids::uuid[]), unnest(@exit_codes::bigint[]), unnest(@return_reasons::text[]),
-                              unnest(@host_faults::boolean[]), unnest(@ooms::boolean[]), unnest(@peak_memory_mib::bigint[]),
-                              unnest(@image_digests::text[]), unnest(@runner_versions::text[]))
-         AS t (id, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version) ON t.id = done.id
+    SELECT d.id, d.attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id),
+           coalesce(d.leased_at, now()), now(),
+           nullif(d.exit_code, -9223372036854775808)::int, nullif(d.return_reason, ''), d.host_fault, d.oom,
+           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, '')
+    FROM done d
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
         host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
@@ -267,9 +270,7 @@ run_rows AS (
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
-    SELECT done.id, t.event, done.attempt, @runner_id, t.state_reason
-    FROM done JOIN ROWS FROM (unnest(@ids::uuid[]), unnest(@events::text[]), unnest(@state_reasons::text[]))
-         AS t (id, event, state_reason) ON t.id = done.id
+    SELECT d.id, d.event, d.attempt, @runner_id, d.state_reason FROM done d
 )
 SELECT id, state FROM done;
 

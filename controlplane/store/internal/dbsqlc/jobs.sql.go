@@ -426,27 +426,28 @@ WITH done AS (
         finished_at = CASE WHEN t.state IN ('SUCCEEDED', 'FAILED', 'CANCELLED', 'EXPIRED') THEN now() END,
         available_at = coalesce(nullif(t.available_at, '0001-01-01 00:00:00Z'), j.available_at)
     FROM ROWS FROM (unnest($1::uuid[]), unnest($3::int[]), unnest($4::text[]), unnest($5::text[]),
-                    unnest($6::timestamptz[]), unnest($7::boolean[]))
-         AS t (id, attempt, state, state_reason, available_at, cancel_requested)
+                    unnest($6::timestamptz[]), unnest($7::boolean[]), unnest($8::text[]),
+                    unnest($9::bigint[]), unnest($10::text[]), unnest($11::boolean[]),
+                    unnest($12::boolean[]), unnest($13::bigint[]), unnest($14::text[]),
+                    unnest($15::text[]))
+         AS t (id, attempt, state, state_reason, available_at, cancel_requested, event, exit_code, return_reason,
+               host_fault, oom, peak_memory_mib, image_digest, runner_version)
     -- runner_id is set exactly while the job is held (see ClaimJobs).
     WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    -- What the caller and the run and the event need.
-    RETURNING j.id, j.attempt, j.leased_at, j.state
+    RETURNING j.id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
+              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
                           host_fault, oom, peak_memory_mib, image_digest, runner_version)
-    SELECT done.id, done.attempt, $2, (SELECT name FROM runners WHERE id = $2),
-           coalesce(done.leased_at, now()), now(),
-           nullif(t.exit_code, -9223372036854775808)::int, nullif(t.return_reason, ''), t.host_fault, t.oom,
-           nullif(t.peak_memory_mib, -9223372036854775808), nullif(t.image_digest, ''), nullif(t.runner_version, '')
-    FROM done JOIN ROWS FROM (unnest($1::uuid[]), unnest($8::bigint[]), unnest($9::text[]),
-                              unnest($10::boolean[]), unnest($11::boolean[]), unnest($12::bigint[]),
-                              unnest($13::text[]), unnest($14::text[]))
-         AS t (id, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version) ON t.id = done.id
+    SELECT d.id, d.attempt, $2, (SELECT name FROM runners WHERE id = $2),
+           coalesce(d.leased_at, now()), now(),
+           nullif(d.exit_code, -9223372036854775808)::int, nullif(d.return_reason, ''), d.host_fault, d.oom,
+           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, '')
+    FROM done d
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
         host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
@@ -454,9 +455,7 @@ run_rows AS (
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
-    SELECT done.id, t.event, done.attempt, $2, t.state_reason
-    FROM done JOIN ROWS FROM (unnest($1::uuid[]), unnest($15::text[]), unnest($5::text[]))
-         AS t (id, event, state_reason) ON t.id = done.id
+    SELECT d.id, d.event, d.attempt, $2, d.state_reason FROM done d
 )
 SELECT id, state FROM done
 `
@@ -469,6 +468,7 @@ type FinishAttemptsParams struct {
 	StateReasons    []string
 	AvailableAt     []time.Time
 	CancelRequested []bool
+	Events          []string
 	ExitCodes       []int64
 	ReturnReasons   []string
 	HostFaults      []bool
@@ -476,7 +476,6 @@ type FinishAttemptsParams struct {
 	PeakMemoryMib   []int64
 	ImageDigests    []string
 	RunnerVersions  []string
-	Events          []string
 }
 
 type FinishAttemptsRow struct {
@@ -495,7 +494,9 @@ type FinishAttemptsRow struct {
 // digest or version says nothing). PostgreSQL takes an unnest of a
 // parameter for ten rows, so it would join the outcomes to the jobs by a
 // nested loop, comparing each with every job of the batch; the caller
-// turns nested loops off for this statement (see hashJoins).
+// turns nested loops off for this statement (see hashJoins). The update
+// returns the outcome with the job, so the run and the event are written
+// from its rows alone.
 // A run an older version wrote at the claim (before migration 0016) is
 // completed, here as where an attempt ends otherwise, instead of failing
 // the statement.
@@ -508,6 +509,7 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 		arg.StateReasons,
 		arg.AvailableAt,
 		arg.CancelRequested,
+		arg.Events,
 		arg.ExitCodes,
 		arg.ReturnReasons,
 		arg.HostFaults,
@@ -515,7 +517,6 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 		arg.PeakMemoryMib,
 		arg.ImageDigests,
 		arg.RunnerVersions,
-		arg.Events,
 	)
 	if err != nil {
 		return nil, err
