@@ -99,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fs.DurationVar(&o.river.poll, "river-poll", 20*time.Millisecond, "River's FetchPollInterval")
 		fs.BoolVar(&o.eachResult, "each-result", false, "runners report each result in a request of its own (default: one POST /v1/results per lease answer)")
 		fs.IntVar(&o.leaseMax, "lease-max", runnerapi.MaxLeasesPerRequest, "leases each simulated runner asks for at a time (the agent asks for at most 4)")
-		fs.IntVar(&o.rounds, "rounds", 3, "throughput rounds of each (runmesh's and River's taking turns); the medians are reported")
+		fs.IntVar(&o.rounds, "rounds", 7, "throughput rounds of each (runmesh's and River's taking turns); the medians are reported, and the ratio is the median of the rounds' ratios")
 		fs.BoolVar(&o.skipRiver, "no-river", false, "run runmesh alone, without River and the ratio (to compare two builds)")
 		fs.BoolVar(&o.isolated, "isolated", false, "instead of the throughput run, PostgreSQL's CPU per job for each step on its own: one connection, one statement at a time (-jobs a repetition, -rounds repetitions, at least 3)")
 		fs.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements and print, per job, the WAL and the statements PostgreSQL spent its time on")
