@@ -1219,6 +1219,44 @@ func TestAClaimReadsTheQueueInOrderEvenOnStaleStatistics(t *testing.T) {
 	}))
 }
 
+// Jobs that do not fit the runner are passed over inside the queue index:
+// a CPU runner's claim behind thousands of queued GPU jobs (waiting for a
+// GPU runner) fetches the job it takes, not each GPU job's row first. So
+// also for memory the runner cannot hold, or cannot enforce, and cores.
+func TestAClaimPassesOverJobsThatDoNotFitInTheIndex(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	b.runner(t, 64, 1<<20, 8) // a GPU runner: every job below could run somewhere
+	cpu := b.runner(t, 16, 65536, 0)
+	_, err := b.db.Exec(ctx, `
+		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, priority)
+		SELECT $1::uuid, 'x', 1, 0, 1, 60, 10 FROM generate_series(1, 2000)  -- GPUs
+		UNION ALL SELECT $1, 'x', 1, 262144, 0, 60, 10 FROM generate_series(1, 500)  -- more memory than it has
+		UNION ALL SELECT $1, 'x', 1, 1024, 0, 60, 10 FROM generate_series(1, 500)  -- memory it cannot enforce
+		UNION ALL SELECT $1, 'x', 32, 0, 0, 60, 10 FROM generate_series(1, 500)  -- more cores than it has`, b.pool.ID)
+	require.NoError(t, err)
+	fits := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}) // priority 0: last in the queue
+	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
+	require.NoError(t, err)
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		entries0, fetched0, err := b.store.JobIndexReads(ctx, "jobs_queued")
+		require.NoError(t, err)
+		req := anything(cpu)
+		req.Largest = store.Claim{Cores: 16, MemoryMiB: 65536}
+		req.Free = req.Largest
+		leased, err := b.store.ClaimJobs(ctx, req, 4)
+		require.NoError(t, err)
+		require.Len(t, leased, 1)
+		require.Equal(t, fits.ID, leased[0].ID)
+		entries, fetched, err := b.store.JobIndexReads(ctx, "jobs_queued")
+		require.NoError(t, err)
+		t.Logf("jobs_queued: %d entries returned, %d rows fetched", entries-entries0, fetched-fetched0)
+		require.Less(t, fetched-fetched0, int64(10), "rows fetched to lease 1 job behind 3,500 that do not fit")
+		return nil
+	}))
+}
+
 // A runner's claims and results read what they need, in order, whatever
 // the planner knew when the connection first planned them: a jobs table
 // never analyzed (a fresh install), or analyzed while empty (emptied, then

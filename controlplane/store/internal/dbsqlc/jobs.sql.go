@@ -38,17 +38,23 @@ room AS (
 candidates AS (
     SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
            octet_length(j.image) + octet_length(j.command::text) + octet_length(j.env::text) AS spec_bytes
-    FROM jobs j, r, room
-    -- A scalar, not a join column: with the pool fixed the planner walks
+    FROM jobs j
+    -- Scalars, not join columns: with the pool fixed the planner walks
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
     -- it read and sorted the whole queue (70 ms at 18k queued, not 1 ms).
+    -- The bounds on GPUs, memory and cores are scalars too, so the index
+    -- itself passes over jobs that do not fit (migration 0018) instead of
+    -- the rows being fetched to be refused. A runner that cannot enforce
+    -- memory limits, in a pool that does not allow that, takes no memory
+    -- claim: its memory bound is 0.
     WHERE j.pool_id = (SELECT pool_id FROM r) AND j.state = 'QUEUED'
+      AND j.gpus <= (SELECT least(room.gpus, $7::int) FROM room)
+      AND j.memory_mib <= (SELECT CASE WHEN r.enforces_limits OR r.allow_unenforced_memory
+                                       THEN least(room.memory_mib, $8::bigint) ELSE 0 END
+                           FROM r, room)
+      AND j.cores <= (SELECT least(room.cores, $9::float8) FROM room)
       AND j.available_at <= coalesce($3::timestamptz, now())
-      AND j.kind = ANY($7::text[])
-      AND j.cores <= least(room.cores, $8::float8)
-      AND j.memory_mib <= least(room.memory_mib, $9::bigint)
-      AND j.gpus <= least(room.gpus, $10::int)
-      AND (j.memory_mib = 0 OR r.enforces_limits OR r.allow_unenforced_memory)
+      AND j.kind = ANY($10::text[])
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
     LIMIT least($11::int, greatest($12::int - (SELECT held FROM booked), 0))
@@ -87,10 +93,10 @@ type ClaimJobsParams struct {
 	FreeCores           float64
 	FreeMemoryMib       int64
 	FreeGpus            int32
-	Kinds               []string
-	MaxCores            float64
-	MaxMemoryMib        int64
 	MaxGpus             int32
+	MaxMemoryMib        int64
+	MaxCores            float64
+	Kinds               []string
 	MaxJobs             int32
 	MaxHeld             int32
 	MaxSpecBytes        int64
@@ -158,10 +164,10 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.FreeCores,
 		arg.FreeMemoryMib,
 		arg.FreeGpus,
-		arg.Kinds,
-		arg.MaxCores,
-		arg.MaxMemoryMib,
 		arg.MaxGpus,
+		arg.MaxMemoryMib,
+		arg.MaxCores,
+		arg.Kinds,
 		arg.MaxJobs,
 		arg.MaxHeld,
 		arg.MaxSpecBytes,
