@@ -42,11 +42,11 @@ candidates AS (
     -- Scalars, not join columns: with the pool fixed the planner walks
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
     -- it read and sorted the whole queue (70 ms at 18k queued, not 1 ms).
-    -- The bounds on GPUs, memory and cores are scalars too, so the index
-    -- itself passes over jobs that do not fit (migration 0018) instead of
-    -- the rows being fetched to be refused. A runner that cannot enforce
-    -- memory limits, in a pool that does not allow that, takes no memory
-    -- claim: its memory bound is 0.
+    -- The bounds on GPUs, memory, cores and backoff are scalars too, so
+    -- the index itself passes over jobs that do not fit or must wait
+    -- (migration 0018) instead of the rows being fetched to be refused. A
+    -- runner that cannot enforce memory limits, in a pool that does not
+    -- allow that, takes no memory claim: its memory bound is 0.
     WHERE j.pool_id = (SELECT pool_id FROM r) AND j.state = 'QUEUED'
       AND j.gpus <= (SELECT least(room.gpus, $7::int) FROM room)
       AND j.memory_mib <= (SELECT CASE WHEN r.enforces_limits OR r.allow_unenforced_memory
