@@ -134,6 +134,12 @@ candidates AS (
                            FROM r, room)
       AND j.cores <= (SELECT least(room.cores, @max_cores::float8) FROM room)
       AND j.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+      -- Kinds as a range the index checks (exact for one kind, as most
+      -- runners run), then exactly on the row. An = ANY on an index column
+      -- after the first lets PostgreSQL plan an unordered scan and sort
+      -- the whole queue instead.
+      AND j.kind >= (SELECT min(k) FROM unnest(@kinds::text[]) AS k)
+      AND j.kind <= (SELECT max(k) FROM unnest(@kinds::text[]) AS k)
       AND j.kind = ANY(@kinds::text[])
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.

@@ -54,6 +54,12 @@ candidates AS (
                            FROM r, room)
       AND j.cores <= (SELECT least(room.cores, $9::float8) FROM room)
       AND j.available_at <= coalesce($3::timestamptz, now())
+      -- Kinds as a range the index checks (exact for one kind, as most
+      -- runners run), then exactly on the row. An = ANY on an index column
+      -- after the first lets PostgreSQL plan an unordered scan and sort
+      -- the whole queue instead.
+      AND j.kind >= (SELECT min(k) FROM unnest($10::text[]) AS k)
+      AND j.kind <= (SELECT max(k) FROM unnest($10::text[]) AS k)
       AND j.kind = ANY($10::text[])
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
