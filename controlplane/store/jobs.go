@@ -302,13 +302,10 @@ func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, erro
 	}
 	var rows []dbsqlc.Job
 	var err error
-	if scope.all && f.PoolID == nil && state == nil {
-		rows, err = s.q.ListJobs(ctx, s.conn(ctx), int32(f.Limit))
+	if scope.all && f.PoolID == nil {
+		rows, err = s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
 	} else {
-		// Some pools only, or jobs in one state: through each pool's own
-		// index, which checks the state on its entries (ListJobs would
-		// fetch every job's row, newest first, to find those in a state
-		// few are in).
+		// Some pools only: through each one's own index.
 		rows, err = s.q.ListJobsInPools(ctx, s.conn(ctx), dbsqlc.ListJobsInPoolsParams{
 			AllOrgs: scope.all, ScopeOrg: scope.org, PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit)})
 	}

@@ -20,8 +20,9 @@ FOR UPDATE OF j;
 -- Every pool's jobs, newest first by id: ids are UUIDv7, in submission
 -- order, and the primary key read backwards stops at the limit. (By
 -- submitted_at, which no index orders, every list read and sorted the
--- whole table.) A list of one state goes through ListJobsInPools.
+-- whole table.)
 SELECT * FROM jobs
+WHERE sqlc.narg('state')::text IS NULL OR state = sqlc.narg('state')
 ORDER BY id DESC
 LIMIT @max_rows;
 
@@ -42,11 +43,7 @@ CROSS JOIN LATERAL (
      -- share). Only jobs_pool gives this order.
      WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
        AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
-       -- The state as bounds the index checks on each entry (migration
-       -- 0019): exact when one is asked for, and between 'A' and 'Z',
-       -- which hold every state (upper-case words), when none is. As an
-       -- OR, it was checked on each row, fetched to be read.
-       AND jobs.state >= coalesce(sqlc.narg('state')::text, 'A') AND jobs.state <= coalesce(sqlc.narg('state')::text, 'Z')
+       AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT @max_rows)
     UNION ALL

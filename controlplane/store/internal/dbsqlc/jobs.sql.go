@@ -1114,16 +1114,22 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 
 const listJobs = `-- name: ListJobs :many
 SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs
+WHERE $1::text IS NULL OR state = $1
 ORDER BY id DESC
-LIMIT $1
+LIMIT $2
 `
+
+type ListJobsParams struct {
+	State   *string
+	MaxRows int32
+}
 
 // Every pool's jobs, newest first by id: ids are UUIDv7, in submission
 // order, and the primary key read backwards stops at the limit. (By
 // submitted_at, which no index orders, every list read and sorted the
-// whole table.) A list of one state goes through ListJobsInPools.
-func (q *Queries) ListJobs(ctx context.Context, db DBTX, maxRows int32) ([]Job, error) {
-	rows, err := db.Query(ctx, listJobs, maxRows)
+// whole table.)
+func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]Job, error) {
+	rows, err := db.Query(ctx, listJobs, arg.State, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
@@ -1178,11 +1184,7 @@ CROSS JOIN LATERAL (
      -- share). Only jobs_pool gives this order.
      WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
        AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
-       -- The state as bounds the index checks on each entry (migration
-       -- 0019): exact when one is asked for, and between 'A' and 'Z',
-       -- which hold every state (upper-case words), when none is. As an
-       -- OR, it was checked on each row, fetched to be read.
-       AND jobs.state >= coalesce($1::text, 'A') AND jobs.state <= coalesce($1::text, 'Z')
+       AND ($1::text IS NULL OR jobs.state = $1)
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT $2)
     UNION ALL
