@@ -265,7 +265,8 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 	// checkpoint behind, so that neither pays for the other's. (Both keep
 	// their finished jobs, as a queue in service does. Emptied tables, as
 	// River's own benchmark starts from, leave runmesh planning its
-	// statements for an empty table: see README.)
+	// statements for an empty table: see README.) A round into nil is a
+	// warm-up, run the same way and not counted.
 	if !o.skipRiver {
 		if err := migrateRiver(ctx, e); err != nil {
 			return fmt.Errorf("river: %w", err)
@@ -286,17 +287,18 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		*into = append(*into, round{rate, cpu})
+		if into != nil {
+			*into = append(*into, round{rate, cpu})
+		}
 		return writePGStats(ctx, e, o.pgStats && first, walStart, name, o.jobs, &report)
 	}
 	// Round -1 warms each side up and is not counted: the first round of
 	// either side opens connections and prepares its statements on each,
 	// which a service running for a while has done long before.
-	var warmUp []round
 	for i := -1; i < o.rounds; i++ {
 		oursTo, riverTo := &ours, &river
 		if i < 0 {
-			oursTo, riverTo = &warmUp, &warmUp
+			oursTo, riverTo = nil, nil
 		}
 		// The sides take turns going first; -pgstats reports each one's
 		// first counted round.

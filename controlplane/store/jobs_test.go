@@ -63,13 +63,35 @@ func (b jobsBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) 
 
 func (b jobsBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
 	t.Helper()
-	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
+	n := b.newJob(c)
 	for _, m := range mods {
 		m(&n)
 	}
 	j, _, err := b.store.SubmitJob(context.Background(), store.AllOrganisations(), n)
 	require.NoError(t, err)
 	return j
+}
+
+// newJob is a job of the bundle's pool that claims c.
+func (b jobsBundle) newJob(c store.Claim) store.NewJob {
+	return store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
+}
+
+// leased submits n one-core jobs in one batch and leases them all to r,
+// best first.
+func (b jobsBundle) leased(t *testing.T, r uuid.UUID, n int) []store.Job {
+	t.Helper()
+	ctx := context.Background()
+	batch := make([]store.NewJob, n)
+	for i := range batch {
+		batch[i] = b.newJob(store.Claim{Cores: 1, WallClockSeconds: 60})
+	}
+	_, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+	require.NoError(t, err)
+	leased, err := b.store.ClaimJobs(ctx, anything(r), n)
+	require.NoError(t, err)
+	require.Len(t, leased, n)
+	return leased
 }
 
 // leaseAndLetExpire leases the runner's next job at *at, as the attempt
@@ -421,12 +443,7 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 64, 65536, 0)
-	for range 3 {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	}
-	leased, err := b.store.ClaimJobs(ctx, anything(r), 3)
-	require.NoError(t, err)
-	require.Len(t, leased, 3)
+	leased := b.leased(t, r, 3)
 	zero, lowest, most, reason, digest, version := 0, math.MinInt32, int64(math.MaxInt64), "image would not pull", "sha256:ab", "v1"
 	none := int64(0)
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
@@ -1447,12 +1464,7 @@ func TestEndingAttemptsJoinsTheBatchByHash(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 64, 65536, 0)
-	for range 20 {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	}
-	leased, err := b.store.ClaimJobs(ctx, anything(r), 20)
-	require.NoError(t, err)
-	require.Len(t, leased, 20)
+	leased := b.leased(t, r, 20)
 
 	var plans []string
 	cfg, err := pgx.ParseConfig(b.db.Config().ConnConfig.ConnString())

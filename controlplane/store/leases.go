@@ -95,7 +95,6 @@ type Transition struct {
 // the decision rest on.
 type HeldJob struct {
 	ID              uuid.UUID
-	PoolID          uuid.UUID
 	State           JobState
 	Attempt         int
 	Undelivered     int // see Job
@@ -109,7 +108,7 @@ func (j HeldJob) Tries() int { return tries(j.Attempt, j.Undelivered) }
 
 func heldFromRow(r dbsqlc.ReadJobsRow) HeldJob {
 	return HeldJob{
-		ID: r.ID, PoolID: r.PoolID, State: JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		ID: r.ID, State: JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		MaxAttempts: int(r.MaxAttempts), RunnerID: uuidPtr(r.RunnerID), CancelRequested: r.CancelRequested,
 	}
 }
@@ -191,8 +190,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 	err := s.withTxRetry(ctx, func(ctx context.Context) error {
 		clear(out) // a retried transaction starts over
 		transitions := make([]*Transition, len(outcomes))
-		after := make(map[uuid.UUID]JobState, len(outcomes))
-		pools := make(map[uuid.UUID]uuid.UUID, len(outcomes))
+		after := make(map[uuid.UUID]dbsqlc.FinishAttemptsRow, len(outcomes)) // the job's state and pool
 		// finish decides the outcomes at idx on the jobs as read and
 		// applies the decisions, fenced. It returns those whose job was
 		// held as read but changed before the update (a cancel, an expiry).
@@ -200,7 +198,6 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			held := make(map[uuid.UUID]HeldJob, len(read))
 			for _, row := range read {
 				held[row.ID] = heldFromRow(row)
-				pools[row.ID] = row.PoolID
 			}
 			var p finishParams
 			decided := map[uuid.UUID]int{}
@@ -228,7 +225,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 				return nil, mapErr(err)
 			}
 			for _, row := range updated {
-				after[row.ID] = JobState(row.State)
+				after[row.ID] = row
 				delete(decided, row.ID)
 			}
 			var changed []int
@@ -261,13 +258,11 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			for _, i := range changed {
 				ids = append(ids, outcomes[i].JobID)
 			}
-			locked, err := s.q.LockJobs(ctx, s.conn(ctx), ids)
-			if err != nil {
+			if err := s.q.LockJobs(ctx, s.conn(ctx), ids); err != nil {
 				return mapErr(err)
 			}
-			read = read[:0]
-			for _, row := range locked {
-				read = append(read, dbsqlc.ReadJobsRow(row))
+			if read, err = s.q.ReadJobs(ctx, s.conn(ctx), ids); err != nil {
+				return mapErr(err)
 			}
 			if again, err := finish(changed, read); err != nil {
 				return err
@@ -286,10 +281,11 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			if t == nil {
 				continue
 			}
-			out[i].State = after[outcomes[i].JobID]
+			ended := after[outcomes[i].JobID]
+			out[i].State = JobState(ended.State)
 			changes = append(changes, outcomes[i].JobID.String())
 			if t.State == JobQueued {
-				requeued[pools[outcomes[i].JobID].String()] = true
+				requeued[ended.PoolID.String()] = true
 				events["REQUEUED"]++
 			} else {
 				events[string(t.State)]++

@@ -93,15 +93,7 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	b := jobsSetup(t)
 	r := b.runner(t, 1e5, 1<<30, 0)
 	const jobs = 250
-	batch := make([]store.NewJob, jobs)
-	for i := range batch {
-		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
-	}
-	_, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
-	require.NoError(t, err)
-	claimed, err := b.store.ClaimJobs(ctx, anything(r), jobs)
-	require.NoError(t, err)
-	require.Len(t, claimed, jobs)
+	claimed := b.leased(t, r, jobs)
 
 	l := listening(ctx, b.db)
 	sub := l.Subscribe(store.ChannelJobChanges)
@@ -142,10 +134,7 @@ func TestARequeuingResultWakesItsPool(t *testing.T) {
 	defer cancel()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
-	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	leased, err := b.store.ClaimJobs(ctx, anything(r), 1)
-	require.NoError(t, err)
-	require.Len(t, leased, 1)
+	leased := b.leased(t, r, 1)
 
 	l := listening(ctx, b.db)
 	work := l.Subscribe(store.ChannelJobs)

@@ -211,11 +211,11 @@ WITH extended AS (
 )
 SELECT id, attempt, cancel_requested, started FROM extended;
 
--- name: LockJobs :many
--- The jobs a batch of results ends, locked in one order (id) so that
--- concurrent batches cannot deadlock: what ReadJobs reads of them.
-SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
-FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
+-- name: LockJobs :exec
+-- Locks the jobs a batch of results ends, in one order (id) so that
+-- concurrent batches cannot deadlock. ReadJobs then reads them as locked:
+-- a statement after the locks sees the versions they hold.
+SELECT 1 FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 
 -- name: ReadJobs :many
 -- The jobs a batch of results ends, read without locks: FinishAttempts
@@ -226,7 +226,7 @@ FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- locks it would wait and then be refused as too late. Only what the
 -- decisions and the fence rest on: reading out the whole rows (the specs)
 -- cost both sides for nothing.
-SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+SELECT id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
 FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: FinishAttempts :many
@@ -261,7 +261,7 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    RETURNING j.id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
+    RETURNING j.id, j.pool_id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
               t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
 ),
 -- A run an older version wrote at the claim (before migration 0016) is
@@ -284,7 +284,7 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
     SELECT d.id, d.event, d.attempt, @runner_id, d.state_reason FROM done d
 )
-SELECT id, state FROM done;
+SELECT id, pool_id, state FROM done;
 
 -- name: HeldAttempt :one
 -- Whether the runner holds the job at this attempt (log uploads).

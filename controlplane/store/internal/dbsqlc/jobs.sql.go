@@ -449,7 +449,7 @@ WITH done AS (
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
-    RETURNING j.id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
+    RETURNING j.id, j.pool_id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
               t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
 ),
 run_rows AS (
@@ -469,7 +469,7 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
     SELECT d.id, d.event, d.attempt, $2, d.state_reason FROM done d
 )
-SELECT id, state FROM done
+SELECT id, pool_id, state FROM done
 `
 
 type FinishAttemptsParams struct {
@@ -491,8 +491,9 @@ type FinishAttemptsParams struct {
 }
 
 type FinishAttemptsRow struct {
-	ID    uuid.UUID
-	State string
+	ID     uuid.UUID
+	PoolID uuid.UUID
+	State  string
 }
 
 // Fencing: only the runner holding a job at exactly the attempt may end it.
@@ -537,7 +538,7 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 	var items []FinishAttemptsRow
 	for rows.Next() {
 		var i FinishAttemptsRow
-		if err := rows.Scan(&i.ID, &i.State); err != nil {
+		if err := rows.Scan(&i.ID, &i.PoolID, &i.State); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1267,51 +1268,16 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 	return items, nil
 }
 
-const lockJobs = `-- name: LockJobs :many
-SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
-FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
+const lockJobs = `-- name: LockJobs :exec
+SELECT 1 FROM jobs WHERE id = ANY($1::uuid[]) ORDER BY id FOR UPDATE
 `
 
-type LockJobsRow struct {
-	ID              uuid.UUID
-	PoolID          uuid.UUID
-	State           string
-	Attempt         int32
-	Undelivered     int32
-	MaxAttempts     int32
-	RunnerID        uuid.NullUUID
-	CancelRequested bool
-}
-
-// The jobs a batch of results ends, locked in one order (id) so that
-// concurrent batches cannot deadlock: what ReadJobs reads of them.
-func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]LockJobsRow, error) {
-	rows, err := db.Query(ctx, lockJobs, ids)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []LockJobsRow
-	for rows.Next() {
-		var i LockJobsRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.PoolID,
-			&i.State,
-			&i.Attempt,
-			&i.Undelivered,
-			&i.MaxAttempts,
-			&i.RunnerID,
-			&i.CancelRequested,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+// Locks the jobs a batch of results ends, in one order (id) so that
+// concurrent batches cannot deadlock. ReadJobs then reads them as locked:
+// a statement after the locks sees the versions they hold.
+func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) error {
+	_, err := db.Exec(ctx, lockJobs, ids)
+	return err
 }
 
 const notify = `-- name: Notify :exec
@@ -1460,13 +1426,12 @@ func (q *Queries) PrunableJobs(ctx context.Context, db DBTX, arg PrunableJobsPar
 }
 
 const readJobs = `-- name: ReadJobs :many
-SELECT id, pool_id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
+SELECT id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
 FROM jobs WHERE id = ANY($1::uuid[])
 `
 
 type ReadJobsRow struct {
 	ID              uuid.UUID
-	PoolID          uuid.UUID
 	State           string
 	Attempt         int32
 	Undelivered     int32
@@ -1494,7 +1459,6 @@ func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]Rea
 		var i ReadJobsRow
 		if err := rows.Scan(
 			&i.ID,
-			&i.PoolID,
 			&i.State,
 			&i.Attempt,
 			&i.Undelivered,
