@@ -39,7 +39,7 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 	$(GO) vet ./...
 
 test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then test-e2e
-	$(GO) run ./controlplane/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
+	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
 	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(MAKE) --no-print-directory test-e2e; \
 		else echo "test-e2e left out of a narrowed run"; fi
 

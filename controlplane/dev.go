@@ -11,12 +11,12 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/devenv"
-	"github.com/runmesh/runmesh/controlplane/pgcluster"
-	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/devenv"
+	"github.com/runmesh/runmesh/internal/pgcluster"
+	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 func measured(gpus int) runnerapi.Capacity {

@@ -18,10 +18,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
-	"github.com/runmesh/runmesh/controlplane/runnerserver"
+	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 func (b *testBundle) submit(t *testing.T, token string, input map[string]any) (string, string) {
@@ -686,7 +686,7 @@ func TestOutputPastTheBoundIsNotKept(t *testing.T) {
 	}
 	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": id})
 	require.Empty(t, code)
-	require.Equal(t, "first\nlast kept\n"+runnerserver.LogLimitNote, data["job"].(map[string]any)["logs"])
+	require.Equal(t, "first\nlast kept\n"+runnerhttp.LogLimitNote, data["job"].(map[string]any)["logs"])
 }
 
 // The sweeper of a running server prunes jobs past the retention (here

@@ -24,12 +24,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // testBundle is a whole control plane in process, on loopback, with two

@@ -17,11 +17,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runmesh/runmesh/controlplane/castore"
 	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/jobs"
-	"github.com/runmesh/runmesh/controlplane/runnerserver"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -68,7 +68,7 @@ type Server struct {
 	authority  *ca.Authority
 	listener   *store.Listener
 	heartbeats *fleet.Writer
-	runnerAPI  *runnerserver.Server
+	runnerAPI  *runnerhttp.Server
 	cert       *serverCert
 	admin      *http.Server
 	runner     *http.Server
@@ -127,7 +127,7 @@ func New(o Options) (*Server, error) {
 	}
 
 	s.heartbeats = fleet.NewWriter(o.Store, o.Log.With("component", "heartbeats"), fleet.WriterOptions{BatchSize: s.metrics.heartbeatBatch})
-	s.runnerAPI = runnerserver.New(runnerserver.Options{
+	s.runnerAPI = runnerhttp.New(runnerhttp.Options{
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
 	})
@@ -156,7 +156,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.cert.renew(bg) })
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.runnerAPI.Run(bg) })
-	sweeper := &jobs.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
+	sweeper := &queue.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
 		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention,
 		AlsoPrune: []func(context.Context){s.pruneCertificates, s.pruneAudit}}
 	s.goBackground(func() { sweeper.Run(bg) })

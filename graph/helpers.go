@@ -12,9 +12,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // loadOrganisation resolves an optional organisation reference through the

@@ -16,12 +16,12 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 	"github.com/vikstrous/dataloadgen"
 )
 

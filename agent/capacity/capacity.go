@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // DetectedPrefix starts every detected label's key. Declared labels may not

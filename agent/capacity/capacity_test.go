@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/agent/capacity"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // dgx is go-nvml's DGX A100 mock with the metrics it leaves unset filled in.

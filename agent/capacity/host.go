@@ -16,7 +16,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // HostProbe reads host facts below Root: "/" on a real host, a fixture

@@ -16,7 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/runmesh/runmesh/agent/capacity"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Version is the only config version this agent reads.

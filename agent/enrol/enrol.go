@@ -25,8 +25,8 @@ import (
 
 	"github.com/runmesh/runmesh/agent/identity"
 	"github.com/runmesh/runmesh/agent/runnerclient"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Options configure an enrolment.

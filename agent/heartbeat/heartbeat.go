@@ -15,7 +15,7 @@ import (
 
 	"github.com/runmesh/runmesh/agent/capacity"
 	"github.com/runmesh/runmesh/agent/runnerclient"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Beat is one heartbeat's outcome, for whoever watches the loop.

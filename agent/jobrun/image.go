@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/agent/jobunit"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // ImageError says why a job's image could not be had, and whose fault

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // ParsePodmanInfo reads the facts rendering needs from `podman info

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/agent/identity"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Client talks to one runner listener.

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // A lease answer may be as large as the leases asked for; every other

@@ -12,7 +12,7 @@ import (
 	"github.com/runmesh/runmesh/agent/jobrun"
 	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/agent/runnerclient"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // job is one held lease at one attempt.

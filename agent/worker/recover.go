@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/agent/jobunit"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // BootIDFile is where Linux keeps this boot's id.

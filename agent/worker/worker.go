@@ -25,7 +25,7 @@ import (
 	"github.com/runmesh/runmesh/agent/jobrun"
 	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/agent/runnerclient"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // API is the part of the runner API the worker uses.

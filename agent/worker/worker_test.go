@@ -15,7 +15,7 @@ import (
 	"github.com/runmesh/runmesh/agent/jobrun"
 	"github.com/runmesh/runmesh/agent/jobunit"
 	"github.com/runmesh/runmesh/agent/runnerclient"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // These tests drive the worker's decisions against an in-memory runtime

@@ -41,9 +41,9 @@ import (
 	"github.com/runmesh/runmesh/agent/renewal"
 	"github.com/runmesh/runmesh/agent/runnerclient"
 	"github.com/runmesh/runmesh/agent/worker"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
-	"github.com/runmesh/runmesh/controlplane/sdnotify"
+	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // version is set at build time.

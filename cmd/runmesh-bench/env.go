@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/pgcluster"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 

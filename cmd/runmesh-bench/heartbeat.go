@@ -29,12 +29,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/runmesh/runmesh/controlplane/castore"
-	"github.com/runmesh/runmesh/controlplane/pgcluster"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 type heartbeatOptions struct {

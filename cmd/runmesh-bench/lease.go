@@ -21,8 +21,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 type leaseOptions struct {

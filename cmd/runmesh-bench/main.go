@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 const usage = `usage: runmesh-bench BENCHMARK [flags]

@@ -17,8 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 type pkiOptions struct {

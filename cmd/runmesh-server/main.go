@@ -23,10 +23,10 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
-	"github.com/runmesh/runmesh/controlplane/sdnotify"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 

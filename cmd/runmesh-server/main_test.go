@@ -19,9 +19,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
-	"github.com/runmesh/runmesh/controlplane/devenv"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/internal/devenv"
 )
 
 const serverPkg = "github.com/runmesh/runmesh/cmd/runmesh-server"

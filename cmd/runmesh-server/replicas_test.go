@@ -24,11 +24,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
-	"github.com/runmesh/runmesh/controlplane/castore"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // TestTwoServerProcessesCompleteEveryJobOnce runs two runmesh-server

@@ -10,7 +10,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runmesh/runmesh/controlplane/devenv"
+	"github.com/runmesh/runmesh/internal/devenv"
 )
 
 type client struct {

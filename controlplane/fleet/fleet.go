@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Report turns a checked capacity report into what the store keeps.

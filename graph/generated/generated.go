@@ -15,9 +15,9 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/google/uuid"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/runmesh/runmesh/runnerapi"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -8444,7 +8444,7 @@ func (ec *executionContext) _Runner_gpus(ctx context.Context, field graphql.Coll
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
-			return ec.marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPUᚄ(ctx, selections, v)
+			return ec.marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPUᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8508,7 +8508,7 @@ func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.Co
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
-			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐConditionᚄ(ctx, selections, v)
+			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐConditionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12940,15 +12940,15 @@ func (ec *executionContext) marshalNFloat2float64(ctx context.Context, sel ast.S
 	return graphql.WrapContextMarshaler(ctx, res)
 }
 
-func (ec *executionContext) marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPU(ctx context.Context, sel ast.SelectionSet, v runnerapi.GPU) graphql.Marshaler {
+func (ec *executionContext) marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPU(ctx context.Context, sel ast.SelectionSet, v runnerapi.GPU) graphql.Marshaler {
 	return ec._GPU(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
+func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐGPU(ctx, sel, v[i])
+		return ec.marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPU(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -12960,15 +12960,15 @@ func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋco
 	return ret
 }
 
-func (ec *executionContext) marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐCondition(ctx context.Context, sel ast.SelectionSet, v runnerapi.Condition) graphql.Marshaler {
+func (ec *executionContext) marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐCondition(ctx context.Context, sel ast.SelectionSet, v runnerapi.Condition) graphql.Marshaler {
 	return ec._HealthCondition(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
+func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrunnerapiᚐCondition(ctx, sel, v[i])
+		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐCondition(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/devenv"
+	"github.com/runmesh/runmesh/internal/devenv"
 )
 
 var (

@@ -1,7 +1,7 @@
-// Package jobs holds the rules of the queue: what a result does to a job,
+// Package queue holds the rules of the queue: what a result does to a job,
 // how long a requeued job waits, and the sweeper that applies the queue's
 // time rules for the life of every server process.
-package jobs
+package queue
 
 import (
 	"context"

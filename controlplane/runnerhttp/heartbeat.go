@@ -1,4 +1,4 @@
-package runnerserver
+package runnerhttp
 
 import (
 	"encoding/json"
@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // maxConditions bounds the health list a runner may send.

@@ -1,4 +1,4 @@
-package runnerserver
+package runnerhttp
 
 import (
 	"crypto/ed25519"
@@ -11,10 +11,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 var runnerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)

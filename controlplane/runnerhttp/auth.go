@@ -1,4 +1,4 @@
-package runnerserver
+package runnerhttp
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 type callerKey struct{}

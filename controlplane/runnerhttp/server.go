@@ -1,8 +1,8 @@
-// Package runnerserver is the runner listener: enrolment, the long-poll
+// Package runnerhttp is the runner listener: enrolment, the long-poll
 // that hands an approved runner its certificate, the mutual-TLS runner API,
 // and step-ca's own endpoints. The organisation and pool of a request come
 // from the runner's row, never from the request.
-package runnerserver
+package runnerhttp
 
 import (
 	"context"
@@ -21,11 +21,11 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/jobs"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Options configure the runner listener's handlers.
@@ -56,7 +56,7 @@ type Server struct {
 func New(o Options) *Server {
 	o.Log = o.Log.With("component", "runnerapi")
 	if o.QuarantineAfter == 0 {
-		o.QuarantineAfter = jobs.DefaultQuarantineAfter
+		o.QuarantineAfter = queue.DefaultQuarantineAfter
 	}
 	return &Server{o: o, ids: newIdentities(o.Store)}
 }

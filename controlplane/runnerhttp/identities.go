@@ -1,4 +1,4 @@
-package runnerserver
+package runnerhttp
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 // Command withpg runs a command against a throwaway PostgreSQL server:
 //
-//	go run ./controlplane/pgcluster/withpg -- go test ./...
+//	go run ./internal/pgcluster/withpg -- go test ./...
 //
 // It starts a private cluster in a temporary directory, exports
 // TEST_DATABASE_URL, runs the command, and always stops and removes the
@@ -22,7 +22,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/runmesh/runmesh/controlplane/pgcluster"
+	"github.com/runmesh/runmesh/internal/pgcluster"
 )
 
 func main() {

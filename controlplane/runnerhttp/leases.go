@@ -1,4 +1,4 @@
-package runnerserver
+package runnerhttp
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/jobs"
-	"github.com/runmesh/runmesh/controlplane/runnerapi"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // leases grants the runner work that fits, claiming jobs one statement at
@@ -261,7 +261,7 @@ func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) st
 }
 
 func decideNow(o store.Outcome, held store.HeldJob) store.Transition {
-	return jobs.Decide(o, held, time.Now())
+	return queue.Decide(o, held, time.Now())
 }
 
 // result ends an attempt, fenced: a stale attempt gets 409 and changes
