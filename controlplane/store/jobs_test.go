@@ -1412,8 +1412,8 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 }
 
 // The hot statements' planner settings hold for the statement they are
-// sent with, and end with it outside a transaction: they reach no other
-// statement on the connection. An error in the statement is its caller's,
+// sent with, and end with it: they reach no other statement on the
+// connection. An error in the statement is its caller's,
 // and the pooled connection goes back.
 func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 	t.Parallel()
@@ -1441,7 +1441,8 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 		_, err = s.IndexScansOnlyForTest(ctx, `SELECT 'x' WHERE false`)
 		require.ErrorIs(t, err, pgx.ErrNoRows)
 	}
-	// Inside a transaction they last to its end, as SET LOCAL does.
+	// Inside a transaction they end with their statement too, and the
+	// transaction goes on (see TestPlannerSettingsEndWithTheirStatementInsideATransaction).
 	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
 		_, err := s.IndexScansOnlyForTest(ctx, settings)
 		require.NoError(t, err)
@@ -1450,7 +1451,7 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 		require.Equal(t, "x", got)
 		var later string
 		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&later))
-		require.Equal(t, "off,off,force_generic_plan", later)
+		require.Equal(t, "on,on,auto", later)
 		return nil
 	}))
 }

@@ -241,8 +241,7 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			all[i], ids[i] = i, o.JobID
 		}
 		// As for claims (see ClaimJobs): the jobs are read and ended by
-		// their ids. The planner settings last to the end of this
-		// transaction.
+		// their ids, each statement with its own planner settings.
 		read, err := s.q.ReadJobs(ctx, s.indexScansOnly(ctx), ids)
 		if err != nil {
 			return mapErr(err)
@@ -258,10 +257,10 @@ func (s *Store) FinishAttempts(ctx context.Context, runnerID uuid.UUID, outcomes
 			for _, i := range changed {
 				ids = append(ids, outcomes[i].JobID)
 			}
-			if err := s.q.LockJobs(ctx, s.conn(ctx), ids); err != nil {
+			if err := s.q.LockJobs(ctx, s.indexScansOnly(ctx), ids); err != nil {
 				return mapErr(err)
 			}
-			if read, err = s.q.ReadJobs(ctx, s.conn(ctx), ids); err != nil {
+			if read, err = s.q.ReadJobs(ctx, s.indexScansOnly(ctx), ids); err != nil {
 				return mapErr(err)
 			}
 			if again, err := finish(changed, read); err != nil {

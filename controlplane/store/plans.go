@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -9,68 +11,107 @@ import (
 	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
 )
 
-// indexScansOnlySQL turns sequential and bitmap scans off for the rest of
-// the transaction it runs in, and has each prepared statement keep the one
-// plan it makes (a generic plan). With only index scans to choose from, a
-// plan made once is as good as one made per call, and planning per call
-// weighed on small requests: every batch of results planned its ReadJobs
-// again, since a custom plan for a few ids always looked cheaper than the
-// generic one. Runners asking for 4 leases at a time (bench-lease
-// -lease-max 4): 3,460 jobs/s with this, 3,210 without.
-const indexScansOnlySQL = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true),
-	set_config('plan_cache_mode', 'force_generic_plan', true)`
+// planSettings are planner settings that one statement is sent with.
+// Each is set for that statement alone: outside a transaction the
+// statement and its settings run in one implicit transaction, which ends
+// them; inside one, the settings in force before are put back right after
+// the statement, in the same round trip, so a statement that follows in the
+// caller's transaction is planned as it would be on its own.
+type planSettings struct {
+	set     string // sets them (set_config(..., true): to the end of the transaction at most)
+	save    string // keeps the values in force, for restore
+	restore string // puts back what save kept
+}
 
-// indexScansOnly runs each statement of the queue's hot path (claims,
+// newPlanSettings builds the statements for settings, given as name and
+// value pairs.
+func newPlanSettings(pairs ...string) planSettings {
+	var set, saved, restore []string
+	for i := 0; i < len(pairs); i += 2 {
+		name, value := pairs[i], pairs[i+1]
+		set = append(set, fmt.Sprintf("set_config('%s', '%s', true)", name, value))
+		saved = append(saved, fmt.Sprintf("current_setting('%s')", name))
+		restore = append(restore, fmt.Sprintf("set_config('%s', split_part(current_setting('%s'), ',', %d), true)", name, savedSettings, i/2+1))
+	}
+	return planSettings{
+		set:     "SELECT " + strings.Join(set, ", "),
+		save:    fmt.Sprintf("SELECT set_config('%s', concat_ws(',', %s), true)", savedSettings, strings.Join(saved, ", ")),
+		restore: "SELECT " + strings.Join(restore, ", "),
+	}
+}
+
+// savedSettings is the placeholder setting that holds, inside a
+// transaction, the values a statement's settings replace.
+const savedSettings = "runmesh.saved_plan_settings"
+
+// indexScans turns sequential and bitmap scans off and has each prepared
+// statement keep the one plan it makes (a generic plan). With only index
+// scans to choose from, a plan made once is as good as one made per call,
+// and planning per call weighs on small requests: a custom plan for a few
+// ids always looks cheaper than the generic one, so every batch of results
+// would plan its read again.
+var indexScans = newPlanSettings("enable_seqscan", "off", "enable_bitmapscan", "off", "plan_cache_mode", "force_generic_plan")
+
+// indexScansHashJoins is indexScans with nested loops off as well, for a
+// statement that joins a batch given as arrays to the rows it names
+// (FinishAttempts): PostgreSQL estimates an unnest of a parameter at ten
+// rows, and would rather compare each element with every row than hash
+// either side.
+var indexScansHashJoins = newPlanSettings("enable_seqscan", "off", "enable_bitmapscan", "off", "plan_cache_mode", "force_generic_plan",
+	"enable_nestloop", "off")
+
+// indexScansOnly runs a statement of the queue's hot path (claims,
 // results, heartbeats) planned for index scans only, whatever the
 // statistics say and whatever the table looked like when the connection
-// first planned it (see ClaimJobs for what happened otherwise). It sends
-// the planner settings and the statement together, one round trip: as a
-// pipeline of two statements with one Sync they run in one transaction,
-// the caller's or an implicit one that ends with them, so the settings
-// reach no other statement outside a transaction. A request for work, or
-// its results, costs no round trip more for it (a transaction around each
-// claim cost agents that ask for 4 leases a sixth of their throughput).
-//
-// Inside a transaction the settings last to its end, as SET LOCAL does:
-// the statements that follow in it are planned with them too (and, after
-// hashJoins, with nested loops off). Those of FinishAttempts find their
-// rows by key, as these must.
+// first planned it (see ClaimJobs for what happens otherwise). It sends the
+// settings and the statement together, one round trip, as a pipeline with
+// one Sync. A request for work, or its results, costs no round trip more.
 func (s *Store) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
-	return indexScansOnly{s.conn(ctx), indexScansOnlySQL}
+	return s.planned(ctx, indexScans)
 }
 
-// hashJoinsSQL is indexScansOnlySQL with nested loops off as well.
-const hashJoinsSQL = indexScansOnlySQL + `, set_config('enable_nestloop', 'off', true)`
-
-// hashJoins is indexScansOnly for a statement that joins a batch given as
-// arrays to the rows it names (FinishAttempts): PostgreSQL takes an unnest
-// of a parameter for ten rows, and would rather compare each element with
-// every row than hash either side. With the batch's 125 results, ending
-// them took 51 to 55 µs a job instead of 29 (bench-lease -isolated).
+// hashJoins is indexScansOnly with nested loops off (indexScansHashJoins).
 func (s *Store) hashJoins(ctx context.Context) dbsqlc.DBTX {
-	return indexScansOnly{s.conn(ctx), hashJoinsSQL}
+	return s.planned(ctx, indexScansHashJoins)
 }
 
-type indexScansOnly struct {
+func (s *Store) planned(ctx context.Context, settings planSettings) dbsqlc.DBTX {
+	return plannedDB{db: s.conn(ctx), settings: settings, inTx: liveTx(ctx) != nil}
+}
+
+type plannedDB struct {
 	db interface {
 		SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	}
-	settings string // the planner settings sent before the statement
+	settings planSettings
+	inTx     bool // the settings must be put back after the statement
 }
 
-func (d indexScansOnly) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+func (d plannedDB) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := &pgx.Batch{}
-	b.Queue(d.settings)
+	if d.inTx {
+		b.Queue(d.settings.save)
+	}
+	b.Queue(d.settings.set)
 	b.Queue(sql, args...)
+	if d.inTx {
+		b.Queue(d.settings.restore)
+	}
+	before := 1 // the statements queued before sql
+	if d.inTx {
+		before = 2
+	}
 	br := d.db.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, err
+	for range before {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return nil, err
+		}
 	}
 	return br, nil
 }
 
-func (d indexScansOnly) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (d plannedDB) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	br, err := d.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -82,7 +123,7 @@ func (d indexScansOnly) Exec(ctx context.Context, sql string, args ...any) (pgco
 	return tag, err
 }
 
-func (d indexScansOnly) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (d plannedDB) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	br, err := d.send(ctx, sql, args)
 	if err != nil {
 		return nil, err
@@ -95,7 +136,7 @@ func (d indexScansOnly) Query(ctx context.Context, sql string, args ...any) (pgx
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-func (d indexScansOnly) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (d plannedDB) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := d.Query(ctx, sql, args...)
 	return batchRow{rows, err}
 }
