@@ -365,9 +365,9 @@ const jobChangesPerNotification = 200
 
 // send notifies, every channel in one statement (see the Notify query for
 // why its commit does not wait for the WAL). Job changes go comma-joined,
-// as few notifications as fit, because a notification per job cost as
-// much as the job's own writes when jobs are leased and finished by the
-// hundred.
+// as few notifications as fit: jobs are leased and finished by the
+// hundred, and a notification per job would cost about as much as the
+// job's own writes.
 func (s *Store) send(notes map[string][]string) {
 	if len(notes) == 0 {
 		return

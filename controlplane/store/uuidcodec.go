@@ -13,8 +13,8 @@ import (
 // Without it, pgx sees uuid.UUID and uuid.NullUUID only as driver.Valuer and
 // sql.Scanner: every id is formatted to text, parsed back by the codec and,
 // on the way out, formatted and parsed again, through reflection for
-// arrays. That was about a fifth of the server's CPU time in bench-lease,
-// whose statements pass and return hundreds of ids each.
+// arrays: a large share of the server's work when statements pass and
+// return hundreds of ids each.
 type uuidCodec struct{ pgtype.UUIDCodec }
 
 // registerUUIDCodec replaces the uuid and uuid[] types of a connection's

@@ -121,7 +121,7 @@ candidates AS (
     FROM jobs j
     -- Scalars, not join columns: with the pool fixed the planner walks
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
-    -- it read and sorted the whole queue (70 ms at 18k queued, not 1 ms).
+    -- it read and sorted the whole queue.
     -- The bounds on GPUs, memory, cores and backoff are scalars too, so
     -- the index itself passes over jobs that do not fit or must wait
     -- (migration 0018) instead of the rows being fetched to be refused. A
@@ -158,7 +158,7 @@ fitting AS (
 ),
 -- The jobs are found by their ids as an array, a primary key probe each.
 -- Joined to fitting instead, a plan made while the table was empty walked
--- the whole table once for each job (2.7 s for 128 jobs among 20,000).
+-- the whole table once for each job.
 leased AS (
     UPDATE jobs j
     SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
@@ -220,10 +220,10 @@ SELECT 1 FROM jobs WHERE id = ANY(@ids::uuid[]) ORDER BY id FOR UPDATE;
 -- name: ReadJobs :many
 -- The jobs a batch of results ends, read without locks: FinishAttempts
 -- re-checks under its own row locks what the decisions rest on. Not for
--- speed (locking every job first, with LockJobs, was no slower in
--- bench-lease) but for what a cancel means: one that lands while a result
--- is decided wins, and the job ends CANCELLED, where behind the result's
--- locks it would wait and then be refused as too late. Only what the
+-- speed (locking every job first, with LockJobs, is no slower) but for
+-- what a cancel means: one that lands while a result is decided wins,
+-- and the job ends CANCELLED, where behind the result's locks it would
+-- wait and then be refused as too late. Only what the
 -- decisions and the fence rest on: reading out the whole rows (the specs)
 -- cost both sides for nothing.
 SELECT id, state, attempt, undelivered, max_attempts, runner_id, cancel_requested
@@ -233,10 +233,10 @@ FROM jobs WHERE id = ANY(@ids::uuid[]);
 -- Fencing: only the runner holding a job at exactly the attempt may end it.
 -- Anything else matches no row, and the caller answers 409 for it. Each
 -- job it ends gets its run record and its event in this one statement.
--- The outcomes come as one array a field, not as a JSON document: parsing
--- one and walking it for each part was about a tenth of PostgreSQL's work
--- in bench-lease. An array cannot hold what Go leaves nil here, so the
--- caller sends a stand-in that is never a real value: the zero time, the
+-- The outcomes come as one array a field, not as a JSON document, which
+-- PostgreSQL would parse and walk again for each part. An array cannot
+-- hold what Go leaves nil here, so the caller sends a stand-in that is
+-- never a real value: the zero time, the
 -- least bigint, or an empty text (a return reason is never empty; an empty
 -- digest or version says nothing). PostgreSQL takes an unnest of a
 -- parameter for ten rows, so it would join the outcomes to the jobs by a
@@ -322,8 +322,7 @@ FOR UPDATE SKIP LOCKED;
 -- read the whole queue. An index of waiting jobs by age would spare that,
 -- but it also serves the claim's scan of queued jobs, and with statistics
 -- taken while the queue was empty the planner chose it for the claim and
--- sorted the whole queue on every claim (bench-lease fell from about 15,000
--- to 8,000 jobs/s): the claim's plan matters more.
+-- sorted the whole queue on every claim: the claim's plan matters more.
 SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, @default_queue_timeout_hours::int))

@@ -41,7 +41,7 @@ candidates AS (
     FROM jobs j
     -- Scalars, not join columns: with the pool fixed the planner walks
     -- jobs_queued in the ORDER BY's order and stops at the LIMIT. Joined,
-    -- it read and sorted the whole queue (70 ms at 18k queued, not 1 ms).
+    -- it read and sorted the whole queue.
     -- The bounds on GPUs, memory, cores and backoff are scalars too, so
     -- the index itself passes over jobs that do not fit or must wait
     -- (migration 0018) instead of the rows being fetched to be refused. A
@@ -161,7 +161,7 @@ type ClaimJobsRow struct {
 // in a busy minute) instead of skipping those an index scan marked dead.
 // The jobs are found by their ids as an array, a primary key probe each.
 // Joined to fitting instead, a plan made while the table was empty walked
-// the whole table once for each job (2.7 s for 128 jobs among 20,000).
+// the whole table once for each job.
 func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := db.Query(ctx, claimJobs,
 		arg.DefaultLeaseSeconds,
@@ -499,10 +499,10 @@ type FinishAttemptsRow struct {
 // Fencing: only the runner holding a job at exactly the attempt may end it.
 // Anything else matches no row, and the caller answers 409 for it. Each
 // job it ends gets its run record and its event in this one statement.
-// The outcomes come as one array a field, not as a JSON document: parsing
-// one and walking it for each part was about a tenth of PostgreSQL's work
-// in bench-lease. An array cannot hold what Go leaves nil here, so the
-// caller sends a stand-in that is never a real value: the zero time, the
+// The outcomes come as one array a field, not as a JSON document, which
+// PostgreSQL would parse and walk again for each part. An array cannot
+// hold what Go leaves nil here, so the caller sends a stand-in that is
+// never a real value: the zero time, the
 // least bigint, or an empty text (a return reason is never empty; an empty
 // digest or version says nothing). PostgreSQL takes an unnest of a
 // parameter for ten rows, so it would join the outcomes to the jobs by a
@@ -1442,10 +1442,10 @@ type ReadJobsRow struct {
 
 // The jobs a batch of results ends, read without locks: FinishAttempts
 // re-checks under its own row locks what the decisions rest on. Not for
-// speed (locking every job first, with LockJobs, was no slower in
-// bench-lease) but for what a cancel means: one that lands while a result
-// is decided wins, and the job ends CANCELLED, where behind the result's
-// locks it would wait and then be refused as too late. Only what the
+// speed (locking every job first, with LockJobs, is no slower) but for
+// what a cancel means: one that lands while a result is decided wins,
+// and the job ends CANCELLED, where behind the result's locks it would
+// wait and then be refused as too late. Only what the
 // decisions and the fence rest on: reading out the whole rows (the specs)
 // cost both sides for nothing.
 func (q *Queries) ReadJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]ReadJobsRow, error) {
@@ -1716,8 +1716,7 @@ type TimedOutJobsParams struct {
 // read the whole queue. An index of waiting jobs by age would spare that,
 // but it also serves the claim's scan of queued jobs, and with statistics
 // taken while the queue was empty the planner chose it for the claim and
-// sorted the whole queue on every claim (bench-lease fell from about 15,000
-// to 8,000 jobs/s): the claim's plan matters more.
+// sorted the whole queue on every claim: the claim's plan matters more.
 func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsParams) ([]Job, error) {
 	rows, err := db.Query(ctx, timedOutJobs, arg.DefaultQueueTimeoutHours, arg.Now, arg.MaxRows)
 	if err != nil {
