@@ -45,7 +45,7 @@ test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
 # Tests that run inside the sandbox, as the runmesh user.
-E2E_PACKAGES = ./agent/jobrun
+E2E_PACKAGES = ./agent/internal/jobrun
 # Tests that run here and drive an agent inside the sandbox.
 E2E_HOST_PACKAGES = ./cmd/runmesh-agent
 E2E_HOST_TESTS = TestJobsInTheSandbox

@@ -12,8 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/agent/jobrun"
-	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/jobstart"
 )
 
 // benchStart measures, as the runmesh user inside agent/sandbox, how long
@@ -22,37 +21,30 @@ import (
 // against a plain `podman run -d` of the same image and command. Both are
 // measured alternately, so that drift of the machine hits both alike.
 func benchStart(ctx context.Context, rounds int, podman, image string, out io.Writer) error {
-	facts, err := jobunit.ProbePodman(ctx, podman)
+	starter, err := jobstart.Open(ctx, podman, filepath.Join(os.Getenv("HOME"), "bench-logs"))
 	if err != nil {
 		return err
 	}
-	host := jobunit.NewHost(podman, facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "bench-logs"))
-	rt, err := jobrun.Connect(ctx, host)
-	if err != nil {
-		return err
-	}
-	defer rt.Close()
+	defer starter.Close()
 
 	var ours, plain []time.Duration
 	for i := range rounds + 1 { // the first round warms caches and is not counted
 		id := uuid.NewString()
-		job := jobunit.Job{JobID: id, LeaseID: id, Attempt: 1, Image: image, Command: []string{"sleep", "60"}, Cores: 1, WallClockSeconds: 600}
+		job := jobstart.Job{ID: id, Image: image, Command: []string{"sleep", "60"}, Cores: 1, WallClockSeconds: 600}
 		start := time.Now()
-		u, err := rt.Start(ctx, job)
+		started, err := starter.Start(ctx, job)
 		if err != nil {
 			return err
 		}
 		took := time.Since(start)
-		if err := rt.Stop(ctx, u.Name); err != nil {
+		if err := started.Remove(ctx); err != nil {
 			return err
 		}
-		_ = rt.Forget(ctx, u.Name)
-		os.Remove(u.LogPath)
 
 		name := "runmesh-bench-plain-" + id[:8]
 		start = time.Now()
 		// The same flags that bear on start-up time, without the unit.
-		logPath := filepath.Join(host.LogDir, name+".log")
+		logPath := filepath.Join(starter.LogDir(), name+".log")
 		if b, err := exec.CommandContext(ctx, podman, "run", "-d", "--rm", "--init", "--network=none", "--name", name,
 			"--log-driver=k8s-file", "--log-opt", "path="+logPath, image, "sleep", "60").CombinedOutput(); err != nil {
 			return fmt.Errorf("podman run: %v: %s", err, b)
@@ -68,7 +60,7 @@ func benchStart(ctx context.Context, rounds int, podman, image string, out io.Wr
 	}
 	slices.Sort(ours)
 	slices.Sort(plain)
-	fmt.Fprintf(out, "runmesh-bench start — %s; rootless podman (cgroup %s) in a systemd user manager, %s\n", machine(), facts.CgroupVersion, image)
+	fmt.Fprintf(out, "runmesh-bench start — %s; rootless podman (cgroup %s) in a systemd user manager, %s\n", machine(), starter.CgroupVersion(), image)
 	fmt.Fprintf(out, "lease held → container running (transient unit, podman run --sdnotify=conmon), n=%d: p50 %v  p99 %v\n",
 		len(ours), pct(ours, 50).Round(time.Millisecond), pct(ours, 99).Round(time.Millisecond))
 	fmt.Fprintf(out, "plain podman run -d, same image and command,                        n=%d: p50 %v  p99 %v\n",

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/capacity"
+	"github.com/runmesh/runmesh/agent/internal/capacity"
 )
 
 // The watchdog's question: beats attempted within three intervals and a

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

@@ -1,4 +1,4 @@
-package config_test
+package agent_test
 
 import (
 	"os"
@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runmesh/runmesh/agent/config"
+	"github.com/runmesh/runmesh/agent"
 )
 
-func load(t *testing.T, body string) (config.Config, error) {
+func load(t *testing.T, body string) (agent.Config, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "agent.yaml")
 	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return config.Load(path, "/var/lib/runmesh-agent")
+	return agent.LoadConfig(path, "/var/lib/runmesh-agent")
 }
 
 func TestLoadIsStrict(t *testing.T) {

@@ -1,11 +1,11 @@
-package main
+package agent
 
 import (
 	"crypto/x509"
 	"fmt"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/heartbeat"
+	"github.com/runmesh/runmesh/agent/internal/heartbeat"
 )
 
 // statusLine is the one-line health summary for sd_notify STATUS=.

@@ -9,9 +9,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/jobrun"
-	"github.com/runmesh/runmesh/agent/jobunit"
-	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/identity"
+	"github.com/runmesh/runmesh/agent/internal/identity"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/runmesh/runmesh/agent/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/jobrun"
 )
 
 // What podman 4.3 says when a pull fails, and whose fault that is.

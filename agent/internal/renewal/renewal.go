@@ -12,8 +12,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/identity"
-	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/identity"
+	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 )
 
 // Point is when a certificate should be renewed: two thirds into its life,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/renewal"
+	"github.com/runmesh/runmesh/agent/internal/renewal"
 )
 
 func TestPointIsTwoThirdsIntoTheLifeMinusJitter(t *testing.T) {

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/capacity"
-	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/capacity"
+	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/agent/capacity"
+	"github.com/runmesh/runmesh/agent/internal/capacity"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

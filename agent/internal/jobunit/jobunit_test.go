@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runmesh/runmesh/agent/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/jobunit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -75,7 +75,7 @@ func TestRenderGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (go test ./agent/jobunit -update writes it)", err)
+				t.Fatalf("%v (go test ./agent/internal/jobunit -update writes it)", err)
 			}
 			if got != string(want) {
 				t.Fatalf("%s differs from the rendering:\n%s", path, got)

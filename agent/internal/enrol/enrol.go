@@ -23,8 +23,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/identity"
-	"github.com/runmesh/runmesh/agent/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/identity"
+	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
 )

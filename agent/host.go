@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/runmesh/runmesh/agent/internal/capacity"
+	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// newCollector measures this host: GPUs through NVML, the rest from
+// /proc and cgroups; limits, from podman, go with every report. The
+// collector's GPUs must be closed.
+func newCollector(cfg Config, limits *runnerapi.LimitEnforcement) *capacity.Collector {
+	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+		cfg.WorkDir = os.TempDir()
+	}
+	return &capacity.Collector{
+		Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: capacity.NewGPUs(cfg.nvml()), Declared: cfg.Labels, Limits: limits,
+	}
+}
+
+// podmanProbe is what podman said at start-up, asked once: it decides both
+// the limits the agent reports and whether it could run jobs.
+type podmanProbe struct {
+	path  string
+	facts jobunit.PodmanFacts
+	err   error
+}
+
+func probePodman(ctx context.Context, cfg Config) podmanProbe {
+	// Every command that asks podman (run, enrol, capacity) asks it in the
+	// same environment, so they report the same limits.
+	userRuntimeDir()
+	p := podmanProbe{path: cfg.Podman}
+	if p.path == "" {
+		if p.path, p.err = exec.LookPath("podman"); p.err != nil {
+			p.err = errors.New("podman not found on PATH")
+			return p
+		}
+	}
+	p.facts, p.err = jobunit.ProbePodman(ctx, p.path)
+	return p
+}
+
+// limits says which limits hold for job containers; whatever podman could
+// not show is reported as not enforced, with the reason.
+func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
+	if p.err != nil {
+		return &runnerapi.LimitEnforcement{Reason: runnerapi.Clip(p.err.Error(), 512)}
+	}
+	e := jobunit.DetectEnforcement(p.facts)
+	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: runnerapi.Clip(e.Reason, 512)}
+}
+
+// openRuntime connects to the user's systemd manager when podman answers
+// rootless. Without both the agent still heartbeats, and its runtime
+// condition says why it takes no work.
+func openRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Runtime, runnerapi.Condition) {
+	bad := func(why string) (*jobrun.Runtime, runnerapi.Condition) {
+		return nil, runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: runnerapi.Clip("cannot run jobs: "+why, 200)}
+	}
+	switch {
+	case p.err != nil:
+		return bad(p.err.Error())
+	case !p.facts.Rootless:
+		return bad("podman is not rootless for this user (run the agent as its own unprivileged user)")
+	case os.Getenv("XDG_RUNTIME_DIR") == "":
+		return bad("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
+	}
+	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
+	rt, err := jobrun.Connect(ctx, host)
+	if err != nil {
+		return bad(err.Error())
+	}
+	return rt, runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)}
+}
+
+// userRuntimeDir points XDG_RUNTIME_DIR at the lingering user's directory
+// when the service manager did not set it: podman and the user's systemd
+// manager are both found through it.
+func userRuntimeDir() {
+	if os.Getenv("XDG_RUNTIME_DIR") != "" {
+		return
+	}
+	dir := fmt.Sprintf("/run/user/%d", os.Getuid())
+	if st, err := os.Stat(dir); err == nil && st.IsDir() {
+		os.Setenv("XDG_RUNTIME_DIR", dir)
+	}
+}
