@@ -108,7 +108,8 @@ func RunDev(ctx context.Context, o DevOptions) error {
 	}
 	printBanner(o.Out, env, envPath, firstRun)
 	sdnotify.Ready("serving (dev)")
-	go sdnotify.Watchdog(ctx, srv.Healthy)
+	go srv.Health().Follow(ctx, func(summary string) { sdnotify.Status("serving (dev); " + summary) })
+	go sdnotify.Watchdog(ctx, srv.Alive)
 
 	select {
 	case <-ctx.Done():

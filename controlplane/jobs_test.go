@@ -169,7 +169,7 @@ func TestAStaleResultIsRefusedWith409(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id, c, first := b.leasedJob(t)
-	// The lease expires and the sweeper gives the job a second attempt.
+	// The lease expires and the lease rescuer gives the job a second attempt.
 	_, err := b.pool.Exec(context.Background(), "UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = $1", id)
 	require.NoError(t, err)
 	var second []runnerapi.Lease
@@ -262,7 +262,7 @@ func TestAnExpiredLeaseIsRequeuedWithinLeasePlusSweep(t *testing.T) {
 	require.Len(t, l, 1)
 	require.Equal(t, 5, l[0].LeaseSeconds)
 	leased := time.Now()
-	// No heartbeat: the lease runs out and the sweeper (every second) takes it back.
+	// No heartbeat: the lease runs out and the lease rescuer (every second) takes it back.
 	var state string
 	require.Eventually(t, func() bool {
 		data, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})
@@ -689,9 +689,9 @@ func TestOutputPastTheBoundIsNotKept(t *testing.T) {
 	require.Equal(t, "first\nlast kept\n"+runnerhttp.LogLimitNote, data["job"].(map[string]any)["logs"])
 }
 
-// The sweeper of a running server prunes jobs past the retention (here
+// The job pruner of a running server prunes jobs past the retention (here
 // all finished ones: the retention is a nanosecond) and nothing else.
-func TestTheSweeperPrunesFinishedJobs(t *testing.T) {
+func TestTheServerPrunesFinishedJobs(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(o *controlplane.Options) {
 		o.SweepInterval, o.JobRetention = 20*time.Millisecond, time.Nanosecond

@@ -20,10 +20,11 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/maintenance"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
@@ -51,13 +52,22 @@ type Options struct {
 	// RunnerCertLifetime is the lifetime of runner certificates (and of the
 	// listener's own).
 	RunnerCertLifetime time.Duration
-	// SweepInterval is how often the sweeper applies the queue's time rules
-	// (expired leases, queue timeouts, blocked jobs). Default 1 s.
+	// SweepInterval is the lease rescuer's pace, the one a lease past its
+	// expiry waits on (default 1 s). The other maintenance services keep
+	// their multiples of it (see newMaintenance).
 	SweepInterval time.Duration
-	// JobRetention is how long finished jobs are kept (0: jobs.DefaultRetention).
+	// JobRetention is how long finished jobs are kept (0:
+	// maintenance.JobRetentionDefault).
 	JobRetention time.Duration
-	// AuditRetention is how long audit entries are kept (0: a year).
+	// AuditRetention is how long audit entries are kept (0:
+	// maintenance.AuditRetentionDefault).
 	AuditRetention time.Duration
+	// Health is the process's registry of conditions; the server adds its
+	// own to it (nil: a registry of its own).
+	Health *health.Registry
+	// HealthInterval is how often the server checks its conditions
+	// unasked (0: DefaultHealthInterval).
+	HealthInterval time.Duration
 }
 
 // Server is a running control plane. Start it, then Stop it.
@@ -68,6 +78,7 @@ type Server struct {
 	authority  *ca.Authority
 	listener   *store.Listener
 	heartbeats *fleet.Writer
+	upkeep     *maintenance.Maintainer
 	runnerAPI  *runnerhttp.Server
 	cert       *serverCert
 	admin      *http.Server
@@ -77,6 +88,7 @@ type Server struct {
 	serving    chan error
 	cancel     context.CancelFunc
 	bg         sync.WaitGroup
+	health     *serverHealth
 }
 
 // New builds a server; it binds nothing until Start.
@@ -93,7 +105,12 @@ func New(o Options) (*Server, error) {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = time.Second
 	}
+	if o.HealthInterval == 0 {
+		o.HealthInterval = DefaultHealthInterval
+	}
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds, o.Log.With("component", "metrics"))}
+	s.health = newServerHealth(o.Health)
+	s.upkeep = newMaintenance(o)
 	auth, err := ca.NewAuthority(o.CA, castore.New(o.Store))
 	if err != nil {
 		return nil, err
@@ -114,6 +131,7 @@ func New(o Options) (*Server, error) {
 		Enrolment:     enrol,
 		CAFingerprint: o.CA.Fingerprint(),
 		Listener:      s.listener,
+		Health:        s.health.reg,
 	})))
 	mux.Handle("GET /playground", graph.PlaygroundHandler("/graphql"))
 	mux.Handle("GET /metrics", s.metrics.handler())
@@ -152,14 +170,13 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.cert.issue(ctx); err != nil {
 		return err
 	}
+	if err := s.upkeep.Start(bg); err != nil {
+		return err
+	}
 	s.goBackground(func() { s.listener.Run(bg) })
 	s.goBackground(func() { s.cert.renew(bg) })
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.runnerAPI.Run(bg) })
-	sweeper := &queue.Sweeper{Store: s.opts.Store, Log: s.log.With("component", "sweeper"), Interval: s.opts.SweepInterval,
-		DefaultQueueTimeoutHours: s.opts.Defaults.QueueTimeoutHours, Retention: s.opts.JobRetention,
-		AlsoPrune: []func(context.Context){s.pruneCertificates, s.pruneAudit}}
-	s.goBackground(func() { sweeper.Run(bg) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():
@@ -191,10 +208,13 @@ func (s *Server) Start(ctx context.Context) error {
 		if errors.Is(err, http.ErrServerClosed) {
 			err = nil
 		}
+		s.listenerStopped(srv, err)
 		s.serving <- err
 	}
+	s.listening()
 	go serve(s.admin, adminLn, s.opts.AdminTLS != nil)
 	go serve(s.runner, runnerLn, true)
+	s.goBackground(func() { s.watchHealth(bg) })
 	s.log.Info("admin listener up", "addr", adminLn.Addr().String(), "tls", s.opts.AdminTLS != nil)
 	s.log.Info("runner listener up", "addr", runnerLn.Addr().String(), "ca_fingerprint", s.opts.CA.Fingerprint())
 	return nil
@@ -230,21 +250,31 @@ func (s *Server) Stop(ctx context.Context) error {
 		s.admin.Close()
 		s.runner.Close()
 	}
+	s.upkeep.Stop()
 	s.bg.Wait()
 	return err
 }
 
-// Healthy is the server's health: it answers when its database does.
-func (s *Server) Healthy(ctx context.Context) error { return s.opts.Store.Ping(ctx) }
+// Multiples of SweepInterval, the lease rescuer's pace, for the services
+// whose rules work in minutes and hours: at the default, the blocked check
+// and the pruners every 10 s, queue timeouts every minute. One knob turns
+// them all down together, as tests do.
+const (
+	blockedCheckEvery  = 10
+	queueTimeoutsEvery = 60
+	pruneEvery         = 10
+)
 
-func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-	defer cancel()
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if err := s.Healthy(ctx); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, "database: unavailable")
-		return
-	}
-	fmt.Fprintln(w, "ok")
+// newMaintenance builds the background services every replica runs.
+func newMaintenance(o Options) *maintenance.Maintainer {
+	every := o.SweepInterval
+	return maintenance.NewMaintainer(
+		maintenance.NewLeaseRescuer(o.Store, maintenance.LeaseRescuerConfig{Interval: every, Log: o.Log}),
+		maintenance.NewBlockedCheck(o.Store, maintenance.BlockedCheckConfig{Interval: blockedCheckEvery * every, Log: o.Log}),
+		maintenance.NewQueueTimeouts(o.Store, maintenance.QueueTimeoutsConfig{Interval: queueTimeoutsEvery * every,
+			DefaultQueueTimeoutHours: o.Defaults.QueueTimeoutHours, Log: o.Log}),
+		maintenance.NewJobPruner(o.Store, maintenance.PrunerConfig{Interval: pruneEvery * every, Retention: o.JobRetention, Log: o.Log}),
+		maintenance.NewCertificatePruner(o.Store, maintenance.PrunerConfig{Interval: pruneEvery * every, Log: o.Log}),
+		maintenance.NewAuditPruner(o.Store, maintenance.PrunerConfig{Interval: pruneEvery * every, Retention: o.AuditRetention, Log: o.Log}),
+	)
 }

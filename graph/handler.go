@@ -21,6 +21,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/generated"
+	"github.com/runmesh/runmesh/internal/health"
 )
 
 // Options configure the admin API handler.
@@ -38,6 +39,8 @@ type Options struct {
 	CAFingerprint string
 	// Listener wakes subscriptions (required for them).
 	Listener *store.Listener
+	// Health is the serving replica's registry: Query.health lists it.
+	Health *health.Registry
 }
 
 // DefaultComplexityLimit and DefaultMaxBodyBytes apply when Options leave
@@ -63,7 +66,7 @@ func NewHandler(o Options) http.Handler {
 	if o.Defaults == (Defaults{}) {
 		o.Defaults = DefaultDefaults
 	}
-	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint, Listener: o.Listener}
+	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint, Listener: o.Listener, Health: o.Health}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -161,15 +162,50 @@ func labels(ls []runnerapi.Label) []model.Label {
 	return out
 }
 
-func health(b []byte) ([]runnerapi.Condition, error) {
-	out := []runnerapi.Condition{}
-	if len(b) == 0 {
-		return out, nil
+// runnerHealth is what the runner's last heartbeat said of its health.
+func runnerHealth(b []byte) ([]model.HealthCondition, error) {
+	var in []runnerapi.Condition
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &in); err != nil {
+			return nil, fmt.Errorf("runner health: %w", err)
+		}
 	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("runner health: %w", err)
+	out := make([]model.HealthCondition, 0, len(in))
+	for _, c := range in {
+		out = append(out, model.HealthCondition{Name: c.Name, Ok: c.OK, Severity: c.Severity, Title: c.Title})
 	}
 	return out, nil
+}
+
+// serverHealth is the serving replica's conditions. Their texts can carry
+// what only the platform's operators should see (database errors name
+// hosts), so other admins get the verdicts alone.
+func serverHealth(conds []health.Status, showText bool) []model.HealthCondition {
+	out := make([]model.HealthCondition, 0, len(conds))
+	for _, c := range conds {
+		m := model.HealthCondition{Name: c.Name, Ok: c.OK, Severity: c.Severity.String(), Title: c.Title, Since: &c.Since}
+		if showText {
+			m.Text = &c.Text
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func gpus(in []runnerapi.GPU) []model.GPU {
+	out := make([]model.GPU, 0, len(in))
+	for _, g := range in {
+		m := model.GPU{
+			Index: g.Index, UUID: g.UUID, Name: g.Name,
+			MemoryTotalMiB: int(g.MemoryTotalMiB), MemoryUsedMiB: int(g.MemoryUsedMiB), MemoryFreeMiB: int(g.MemoryFreeMiB),
+			UtilisationPercent: g.Utilisation, TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts, Healthy: g.Healthy,
+		}
+		if g.Health != "" {
+			m.Health = &g.Health
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // newJob checks a submission.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/internal/health"
 )
 
 // Defaults are the server-wide values a pool uses until it sets its own.
@@ -29,4 +30,6 @@ type Resolver struct {
 	CAFingerprint string
 	// Listener wakes subscriptions.
 	Listener *store.Listener
+	// Health is the serving replica's registry (nil: no conditions).
+	Health *health.Registry
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/pki"
-	"github.com/runmesh/runmesh/runnerapi"
 	"github.com/vikstrous/dataloadgen"
 )
 
@@ -33,14 +32,6 @@ func (r *adminResolver) Organisation(ctx context.Context, obj *store.Admin) (*st
 // Detail is the resolver for the detail field.
 func (r *auditEntryResolver) Detail(ctx context.Context, obj *store.AuditEntry) (string, error) {
 	return string(obj.Detail), nil
-}
-
-// Health is the resolver for the health field.
-func (r *gPUResolver) Health(ctx context.Context, obj *runnerapi.GPU) (*string, error) {
-	if obj.Health == "" {
-		return nil, nil
-	}
-	return &obj.Health, nil
 }
 
 // Runner is the resolver for the runner field.
@@ -558,6 +549,15 @@ func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string)
 	return r.Store.AuditLog(ctx, beforeID, first)
 }
 
+// Health is the resolver for the health field.
+func (r *queryResolver) Health(ctx context.Context) ([]model.HealthCondition, error) {
+	if r.Resolver.Health == nil {
+		return []model.HealthCondition{}, nil
+	}
+	me, _ := principal(ctx)
+	return serverHealth(r.Resolver.Health.Conditions(), me.Role == store.RolePlatformAdmin), nil
+}
+
 // Pool is the resolver for the pool field.
 func (r *runnerResolver) Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error) {
 	return loadPool(ctx, obj.PoolID)
@@ -605,8 +605,12 @@ func (r *runnerResolver) Capacity(ctx context.Context, obj *store.Runner) (*mode
 }
 
 // Gpus is the resolver for the gpus field.
-func (r *runnerResolver) Gpus(ctx context.Context, obj *store.Runner) ([]runnerapi.GPU, error) {
-	return fleet.GPUs(*obj)
+func (r *runnerResolver) Gpus(ctx context.Context, obj *store.Runner) ([]model.GPU, error) {
+	gs, err := fleet.GPUs(*obj)
+	if err != nil {
+		return nil, err
+	}
+	return gpus(gs), nil
 }
 
 // Labels is the resolver for the labels field.
@@ -619,8 +623,8 @@ func (r *runnerResolver) Labels(ctx context.Context, obj *store.Runner) ([]model
 }
 
 // Health is the resolver for the health field.
-func (r *runnerResolver) Health(ctx context.Context, obj *store.Runner) ([]runnerapi.Condition, error) {
-	return health(obj.Health)
+func (r *runnerResolver) Health(ctx context.Context, obj *store.Runner) ([]model.HealthCondition, error) {
+	return runnerHealth(obj.Health)
 }
 
 // Quarantined is the resolver for the quarantined field.
@@ -730,9 +734,6 @@ func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 // AuditEntry returns generated.AuditEntryResolver implementation.
 func (r *Resolver) AuditEntry() generated.AuditEntryResolver { return &auditEntryResolver{r} }
 
-// GPU returns generated.GPUResolver implementation.
-func (r *Resolver) GPU() generated.GPUResolver { return &gPUResolver{r} }
-
 // Hold returns generated.HoldResolver implementation.
 func (r *Resolver) Hold() generated.HoldResolver { return &holdResolver{r} }
 
@@ -766,7 +767,6 @@ func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subsc
 type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
-	gPUResolver          struct{ *Resolver }
 	holdResolver         struct{ *Resolver }
 	jobResolver          struct{ *Resolver }
 	jobRunResolver       struct{ *Resolver }

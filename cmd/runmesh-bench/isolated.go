@@ -37,7 +37,7 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 	noop := store.NewJob{PoolID: poolID, Image: "noop", Claim: store.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
 	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
 	claim := store.ClaimRequest{RunnerID: runnerID, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 60}
-	decide := func(o store.Outcome, held store.HeldJob) store.Transition { return queue.Decide(o, held, time.Now()) }
+	finisher := &queue.Finisher{Store: s}
 	const perClaim = 125
 	zero := 0
 	// timed runs f and adds the backend's CPU time meanwhile to the step.
@@ -74,7 +74,7 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 					outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: runnerID, ExitCode: &zero}
 				}
 				if err := timed(2, func() error {
-					_, err := s.FinishAttempts(ctx, runnerID, outcomes, queue.DefaultQuarantineAfter, decide)
+					_, err := finisher.FinishAll(ctx, runnerID, outcomes)
 					return err
 				}); err != nil {
 					return err

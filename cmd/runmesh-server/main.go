@@ -144,7 +144,8 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	sdnotify.Ready("serving")
-	go sdnotify.Watchdog(ctx, srv.Healthy)
+	go srv.Health().Follow(ctx, func(summary string) { sdnotify.Status("serving; " + summary) })
+	go sdnotify.Watchdog(ctx, srv.Alive)
 	select {
 	case <-ctx.Done():
 	case err := <-srv.Done():

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -260,10 +259,6 @@ func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) st
 	return o
 }
 
-func decideNow(o store.Outcome, held store.HeldJob) store.Transition {
-	return queue.Decide(o, held, time.Now())
-}
-
 // result ends an attempt, fenced: a stale attempt gets 409 and changes
 // nothing.
 func (s *Server) result(w http.ResponseWriter, r *http.Request) {
@@ -280,7 +275,7 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
-	state, err := s.o.Store.FinishAttempt(r.Context(), s.outcome(c, id, req), s.o.QuarantineAfter, decideNow)
+	state, err := s.finisher.Finish(r.Context(), s.outcome(c, id, req))
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
 		s.stale(w)
@@ -317,7 +312,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 		}
 		outcomes[i] = s.outcome(c, id, res.ResultRequest)
 	}
-	done, err := s.o.Store.FinishAttempts(r.Context(), c.runner.ID, outcomes, s.o.QuarantineAfter, decideNow)
+	done, err := s.finisher.FinishAll(r.Context(), c.runner.ID, outcomes)
 	if err != nil {
 		s.internal(w, r, "results", err)
 		return

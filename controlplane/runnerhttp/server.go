@@ -48,8 +48,9 @@ type Options struct {
 
 // Server serves the runner API.
 type Server struct {
-	o   Options
-	ids *identities
+	o        Options
+	ids      *identities
+	finisher *queue.Finisher
 }
 
 // New returns the runner API. Run it for the life of the listener.
@@ -58,7 +59,7 @@ func New(o Options) *Server {
 	if o.QuarantineAfter == 0 {
 		o.QuarantineAfter = queue.DefaultQuarantineAfter
 	}
-	return &Server{o: o, ids: newIdentities(o.Store)}
+	return &Server{o: o, ids: newIdentities(o.Store), finisher: &queue.Finisher{Store: o.Store, QuarantineAfter: o.QuarantineAfter}}
 }
 
 // Run keeps the identity cache honest until ctx ends.

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/controlplane/store/storetest"
 )
@@ -43,22 +44,7 @@ func jobsSetup(t *testing.T) jobsBundle {
 // runner adds an approved runner with cores, memory and GPUs.
 func (b jobsBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) uuid.UUID {
 	t.Helper()
-	ctx := context.Background()
-	name := "r-" + uuid.NewString()[:8]
-	tokenHash := sha256.Sum256([]byte(name))
-	_, err := b.store.CreateEnrolmentToken(ctx, store.AllOrganisations(), b.pool.ID, tokenHash[:], nil, time.Now().Add(time.Hour))
-	require.NoError(t, err)
-	key := sha256.Sum256([]byte("key" + name))
-	r, err := b.store.Enrol(ctx, store.NewRunner{
-		TokenDigest: tokenHash[:], Name: name, PublicKey: key[:], Fingerprint: "SHA256:x", CSR: []byte{0},
-		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: cores, MemoryMiB: memMiB, GPUCount: gpus, GPUsHealthy: gpus},
-	})
-	require.NoError(t, err)
-	_, err = b.store.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
-		return store.RunnerDecision{Status: store.RunnerApproved}, nil
-	})
-	require.NoError(t, err)
-	return r.ID
+	return storetest.ApprovedRunner(t, b.store, b.pool.ID, cores, memMiB, gpus)
 }
 
 func (b jobsBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
@@ -107,14 +93,13 @@ func (b jobsBundle) leaseAndLetExpire(t *testing.T, r uuid.UUID, at *time.Time, 
 	require.True(t, ok, "attempt %d", attempt)
 	require.Equal(t, attempt, got.Attempt)
 	*at = at.Add(time.Hour)
-	_, err = b.store.Sweep(ctx, store.SweepOptions{Now: at, DefaultQueueTimeoutHours: 1000, Backoff: func(int) time.Duration { return 0 }})
+	_, err = b.sweep(ctx, sweepOptions{Now: at, DefaultQueueTimeoutHours: 1000})
 	require.NoError(t, err)
 }
 
-// succeed decides every outcome a success.
-func succeed(store.Outcome, store.HeldJob) store.Transition {
-	return store.Transition{State: store.JobSucceeded}
-}
+// finish ends attempts as the runner listener does: decided by the queue,
+// applied by the store.
+func finish(s *store.Store) *queue.Finisher { return &queue.Finisher{Store: s} }
 
 // exitedZero is the outcome of each leased job's attempt exiting 0 on r.
 func exitedZero(r uuid.UUID, leased []store.Job) []store.Outcome {
@@ -124,6 +109,65 @@ func exitedZero(r uuid.UUID, leased []store.Job) []store.Outcome {
 		outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
 	}
 	return outcomes
+}
+
+// sweepOptions are the rules one sweep applies, and sweepResult counts what
+// it did: one pass of each of the maintenance services' duties, as they run
+// them (controlplane/maintenance), in their order, each in a transaction of
+// its own. An expired lease is decided by the queue's policy, without its
+// backoff: a requeued job may be leased again at once.
+type sweepOptions struct {
+	Now                      *time.Time // nil: the database's clock
+	DefaultQueueTimeoutHours int
+	Batch                    int
+	LeasesOnly               bool // only the lease rescuer's duty
+	SkipTimeouts             bool
+	UnplaceableSince         time.Time // the blocked check reads jobs submitted since (zero: all)
+}
+
+type sweepResult struct {
+	Requeued, Failed, Expired, Blocked, Unblocked int
+	BlockedCut                                    bool
+}
+
+func (b jobsBundle) sweep(ctx context.Context, o sweepOptions) (sweepResult, error) {
+	var res sweepResult
+	err := b.store.WithTx(ctx, func(ctx context.Context) error {
+		jobs, err := b.store.ExpiredLeases(ctx, o.Now, o.Batch)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		if o.Now != nil {
+			now = *o.Now
+		}
+		rescues := make([]store.LeaseRescue, len(jobs))
+		for i, j := range jobs {
+			t := queue.DecideExpiredLease(j, now)
+			if t.AvailableAt != nil {
+				t.AvailableAt = &now
+			}
+			rescues[i] = store.LeaseRescue{Job: j, Transition: t}
+		}
+		rescued, err := b.store.RescueLeases(ctx, rescues)
+		res.Requeued, res.Failed = rescued.Requeued, rescued.Failed
+		return err
+	})
+	if err != nil || o.LeasesOnly {
+		return res, err
+	}
+	if !o.SkipTimeouts {
+		if res.Expired, err = b.store.ExpireTimedOut(ctx, o.Now, o.DefaultQueueTimeoutHours, o.Batch); err != nil {
+			return res, err
+		}
+	}
+	blocked, err := b.store.BlockUnplaceable(ctx, o.UnplaceableSince, o.Batch)
+	if err != nil {
+		return res, err
+	}
+	res.Blocked, res.BlockedCut = blocked.Blocked, blocked.Cut
+	res.Unblocked, err = b.store.UnblockPlaceable(ctx, o.Batch)
+	return res, err
 }
 
 func anything(runner uuid.UUID) store.ClaimRequest {
@@ -218,7 +262,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 
 	// The lease expires; the sweeper requeues; a second attempt begins.
 	past := time.Now().Add(time.Hour)
-	res, err := b.store.Sweep(ctx, store.SweepOptions{Now: &past, DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	res, err := b.sweep(ctx, sweepOptions{Now: &past, DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 	req := anything(r)
@@ -229,7 +273,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.Equal(t, 2, second.Attempt)
 
 	zero := 0
-	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero}, 3, succeed)
+	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 	require.ErrorIs(t, b.store.AppendLog(ctx, j.ID, first.Attempt, r, 0, []byte("late")), store.ErrStaleAttempt)
 	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
@@ -241,10 +285,10 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 
 	// The current attempt is accepted, once.
 	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
-	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
+	fin, err := finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
 	require.NoError(t, err)
 	require.Equal(t, store.JobSucceeded, fin)
-	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero}, 3, succeed)
+	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
 	events, err := b.store.JobEvents(ctx, j.ID, 0)
@@ -288,7 +332,7 @@ func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {
 	b.runner(t, 8, 65536, 2)
 	huge := b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
 	fits := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
-	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Blocked)
 	got, err := b.store.Job(ctx, store.AllOrganisations(), huge.ID)
@@ -298,12 +342,12 @@ func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {
 
 	// A bigger runner arrives: it is queued again.
 	b.runner(t, 8, 65536, 8)
-	res, err = b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	res, err = b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Unblocked)
 
 	later := time.Now().Add(25 * time.Hour)
-	res, err = b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	res, err = b.sweep(ctx, sweepOptions{Now: &later, DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Expired)
 	got, err = b.store.Job(ctx, store.AllOrganisations(), fits.ID)
@@ -452,23 +496,25 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 		{JobID: leased[1].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true},
 		{JobID: leased[2].ID, Attempt: 1, RunnerID: r, ExitCode: &lowest, OOM: true, PeakMemoryMiB: &most},
 	}
-	decide := func(o store.Outcome, _ store.HeldJob) store.Transition {
+	endings := make([]store.Ending, len(outcomes))
+	for i, o := range outcomes {
+		endings[i] = store.Ending{Outcome: o, Transition: store.Transition{State: store.JobFailed, Reason: "exit"}}
 		if o.ReturnReason != nil {
-			return store.Transition{State: store.JobQueued, Reason: "given back", AvailableAt: &later}
+			endings[i].Transition = store.Transition{State: store.JobQueued, Reason: "given back", AvailableAt: &later}
 		}
-		return store.Transition{State: store.JobFailed, Reason: "exit"}
 	}
 	var availableBefore time.Time
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT available_at FROM jobs WHERE id = $1`, leased[2].ID).Scan(&availableBefore))
-	done, err := b.store.FinishAttempts(ctx, r, outcomes, 3, decide)
+	ended, err := b.store.EndAttempts(ctx, r, endings)
 	require.NoError(t, err)
-	for i, d := range done {
-		require.NoError(t, d.Err)
-		stored, err := b.store.Job(ctx, store.AllOrganisations(), outcomes[i].JobID)
+	require.Len(t, ended, len(outcomes))
+	for _, o := range outcomes {
+		stored, err := b.store.Job(ctx, store.AllOrganisations(), o.JobID)
 		require.NoError(t, err)
-		require.Equal(t, stored.State, d.State, "the state as answered is the state stored")
+		require.Equal(t, stored.State, ended[o.JobID].State, "the state as answered is the state stored")
 	}
-	require.Equal(t, []store.JobState{store.JobFailed, store.JobQueued, store.JobFailed}, []store.JobState{done[0].State, done[1].State, done[2].State})
+	require.Equal(t, []store.JobState{store.JobFailed, store.JobQueued, store.JobFailed},
+		[]store.JobState{ended[leased[0].ID].State, ended[leased[1].ID].State, ended[leased[2].ID].State})
 	rows, err := b.db.Query(ctx, `SELECT coalesce(exit_code::text, 'NULL'), coalesce(return_reason, 'NULL'), host_fault, oom,
 			coalesce(peak_memory_mib::text, 'NULL'), coalesce(image_digest, 'NULL'), coalesce(runner_version, 'NULL')
 		FROM job_runs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id`, []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID})
@@ -660,37 +706,6 @@ func TestTouchWorkRequestWritesAtMostEvery30Seconds(t *testing.T) {
 	require.WithinDuration(t, time.Now(), seen(), 10*time.Second, "an older record is rewritten")
 }
 
-// A result is decided on the job as read without locks; a cancel that
-// lands between that read and the update is not lost: the update is
-// fenced on what the decision rested on, and the job is decided again
-// under a row lock.
-func TestACancelDuringAResultIsNotLost(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	b := jobsSetup(t)
-	r := b.runner(t, 8, 65536, 0)
-	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	held, _, err := b.store.ClaimJob(ctx, anything(r))
-	require.NoError(t, err)
-	zero := 0
-	decisions := 0
-	decide := func(o store.Outcome, h store.HeldJob) store.Transition {
-		decisions++
-		if decisions == 1 {
-			_, err := b.store.CancelJob(ctx, store.AllOrganisations(), j.ID)
-			require.NoError(t, err)
-		}
-		if h.CancelRequested {
-			return store.Transition{State: store.JobCancelled, Reason: "cancelled while it ran"}
-		}
-		return store.Transition{State: store.JobSucceeded}
-	}
-	fin, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero}, 3, decide)
-	require.NoError(t, err)
-	require.Equal(t, 2, decisions)
-	require.Equal(t, store.JobCancelled, fin)
-}
-
 // A lease that never reached its runner goes back at once, fenced like a
 // result, and is no try: the job keeps all its attempts.
 func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
@@ -813,7 +828,7 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NoError(t, b.store.AppendLog(ctx, j.ID, 1, r, 0, []byte("out\n")))
-		_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: j.ID, Attempt: 1, RunnerID: r, ExitCode: &zero}, 3, succeed)
+		_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 1, RunnerID: r, ExitCode: &zero})
 		require.NoError(t, err)
 		finished = append(finished, j.ID)
 	}
@@ -931,7 +946,7 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 		scans0, rows0, err := b.store.JobsRead(ctx)
 		require.NoError(t, err)
 		for range 2 { // the second sweep finds a blocked job to unblock, or not
-			res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+			res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 			require.NoError(t, err)
 			t.Logf("sweep: %+v", res)
 		}
@@ -1169,10 +1184,9 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
 		_, rows0, err := b.store.JobsRead(ctx)
 		require.NoError(t, err)
-		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, UnplaceableSince: since, SkipTimeouts: true,
-			Backoff: func(int) time.Duration { return 0 }})
+		res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24, UnplaceableSince: since, SkipTimeouts: true})
 		require.NoError(t, err)
-		require.Equal(t, store.SweepResult{Blocked: 1}, res)
+		require.Equal(t, sweepResult{Blocked: 1}, res)
 		_, rows, err := b.store.JobsRead(ctx)
 		require.NoError(t, err)
 		require.Less(t, rows-rows0, int64(100), "rows read with 5,000 jobs queued")
@@ -1181,7 +1195,7 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 	}))
 	require.Equal(t, store.JobBlocked, state(fresh.ID), "submitted since: checked")
 	require.Equal(t, store.JobQueued, state(old.ID), "submitted before: left to the full check")
-	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Blocked)
 	require.Equal(t, store.JobBlocked, state(old.ID), "the full check")
@@ -1189,8 +1203,8 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 	// Timeouts: left out when asked, applied otherwise.
 	later := time.Now().Add(25 * time.Hour)
 	for _, skip := range []bool{true, false} {
-		res, err = b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, Batch: 10, UnplaceableSince: later,
-			SkipTimeouts: skip, Backoff: func(int) time.Duration { return 0 }})
+		res, err = b.sweep(ctx, sweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, Batch: 10, UnplaceableSince: later,
+			SkipTimeouts: skip})
 		require.NoError(t, err)
 		if skip {
 			require.Zero(t, res.Expired)
@@ -1361,7 +1375,7 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 		}
 		outcomes := exitedZero(r, leased)
 		ended = measured(func(ctx context.Context) {
-			_, err := s.FinishAttempts(ctx, r, outcomes, 3, succeed)
+			_, err := finish(s).FinishAll(ctx, r, outcomes)
 			require.NoError(t, err)
 		})
 		return claimed, ended
@@ -1478,7 +1492,7 @@ func TestEndingAttemptsJoinsTheBatchByHash(t *testing.T) {
 		_, err := conn.Exec(ctx, q)
 		require.NoError(t, err)
 	}
-	done, err := store.New(conn).FinishAttempts(ctx, r, exitedZero(r, leased), 3, succeed)
+	done, err := finish(store.New(conn)).FinishAll(ctx, r, exitedZero(r, leased))
 	require.NoError(t, err)
 	for _, d := range done {
 		require.NoError(t, d.Err)
@@ -1502,8 +1516,8 @@ func TestAnUnenforceableMemoryClaimIsBlocked(t *testing.T) {
 	b := jobsSetup(t)
 	b.runner(t, 8, 65536, 0) // does not enforce memory limits
 	j := b.submit(t, store.Claim{Cores: 1, MemoryMiB: 1024, WallClockSeconds: 60})
-	sweep := func() store.SweepResult {
-		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Backoff: func(int) time.Duration { return 0 }})
+	sweep := func() sweepResult {
+		res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 		require.NoError(t, err)
 		return res
 	}
@@ -1527,13 +1541,13 @@ func TestABlockedCheckCutShortSaysSo(t *testing.T) {
 	for range 2 {
 		b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
 	}
-	var got []store.SweepResult
+	var got []sweepResult
 	for range 3 {
-		res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, Batch: 1, Backoff: func(int) time.Duration { return 0 }})
+		res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24, Batch: 1})
 		require.NoError(t, err)
 		got = append(got, res)
 	}
-	require.Equal(t, []store.SweepResult{{Blocked: 1, BlockedCut: true}, {Blocked: 1, BlockedCut: true}, {}}, got)
+	require.Equal(t, []sweepResult{{Blocked: 1, BlockedCut: true}, {Blocked: 1, BlockedCut: true}, {}}, got)
 }
 
 // Job events are counted once committed: those of a savepoint that rolled

@@ -101,7 +101,7 @@ func TestASweepNotifiesItsJobChangesPacked(t *testing.T) {
 	work := l.Subscribe(store.ChannelJobs)
 	defer work.Close()
 	later := time.Now().Add(time.Hour)
-	res, err := b.store.Sweep(ctx, store.SweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
+	res, err := b.sweep(ctx, sweepOptions{Now: &later, DefaultQueueTimeoutHours: 24, LeasesOnly: true})
 	require.NoError(t, err)
 	require.Equal(t, jobs, res.Requeued)
 
@@ -140,10 +140,10 @@ func TestARequeuingResultWakesItsPool(t *testing.T) {
 	work := l.Subscribe(store.ChannelJobs)
 	defer work.Close()
 	reason := "host went away"
-	got, err := b.store.FinishAttempt(ctx, store.Outcome{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true}, 3,
-		func(store.Outcome, store.HeldJob) store.Transition { return store.Transition{State: store.JobQueued} })
+	o := store.Outcome{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true}
+	ended, err := b.store.EndAttempts(ctx, r, []store.Ending{{Outcome: o, Transition: store.Transition{State: store.JobQueued}}})
 	require.NoError(t, err)
-	require.Equal(t, store.JobQueued, got)
+	require.Equal(t, store.JobQueued, ended[o.JobID].State)
 	wakesPool(t, work, b.pool.ID)
 }
 

@@ -187,8 +187,7 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 
 	// Its end writes its run once.
 	zero := 0
-	_, err = s.FinishAttempt(ctx, store.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero}, 3,
-		succeed)
+	_, err = finish(s).Finish(ctx, store.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero})
 	require.NoError(t, err)
 	runs, err = s.JobRunsForJobs(ctx, []uuid.UUID{held})
 	require.NoError(t, err)
@@ -230,10 +229,9 @@ func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 	}
 
 	zero := 0
-	_, err = b.store.FinishAttempt(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero}, 3,
-		succeed)
+	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero})
 	require.NoError(t, err)
-	res, err := b.store.Sweep(ctx, store.SweepOptions{DefaultQueueTimeoutHours: 24, LeasesOnly: true, Backoff: func(int) time.Duration { return 0 }})
+	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24, LeasesOnly: true})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Requeued)
 

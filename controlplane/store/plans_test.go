@@ -84,7 +84,7 @@ func TestHotStatementsArePlannedForIndexScans(t *testing.T) {
 	held, err := s.ExtendLeases(ctx, r, 60, reports)
 	require.NoError(t, err)
 	require.Len(t, held, 8)
-	done, err := s.FinishAttempts(ctx, r, exitedZero(r, leased), 3, succeed)
+	done, err := finish(s).FinishAll(ctx, r, exitedZero(r, leased))
 	require.NoError(t, err)
 	for _, d := range done {
 		require.NoError(t, d.Err)

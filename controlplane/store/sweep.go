@@ -1,7 +1,12 @@
 package store
 
+// The statements of the maintenance services (controlplane/maintenance),
+// one duty each. Every row they take is locked with SKIP LOCKED, so the
+// services of several replicas share the work instead of doing it twice.
+
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,123 +15,153 @@ import (
 	"github.com/runmesh/runmesh/controlplane/store/internal/dbsqlc"
 )
 
-// SweepOptions are the rules one sweep applies.
-type SweepOptions struct {
-	Now                      *time.Time // nil: the database's clock
-	DefaultQueueTimeoutHours int
-	// Backoff is how long a job whose lease expired waits before it may be
-	// leased again, given the tries it has had (Job.Tries).
-	Backoff func(attempt int) time.Duration
-	Batch   int
-	// LeasesOnly skips the queue-timeout and blocked checks: their rules
-	// work in hours and minutes, so they need not run at every pass, while
-	// expired leases do.
-	LeasesOnly bool
-	// SkipTimeouts leaves out the queue-timeout check, which reads the
-	// whole queue: its rule works in hours, so once a minute is enough.
-	SkipTimeouts bool
-	// UnplaceableSince, when set, limits the blocked check to jobs
-	// submitted since then (read along the primary key); zero checks every
-	// queued job, which reads the whole queue.
-	UnplaceableSince time.Time
-}
+// DefaultMaintenanceBatch is how many rows one maintenance statement takes
+// at most when its caller names no batch.
+const DefaultMaintenanceBatch = 500
 
-// defaultSweepBatch is how many rows of each kind one sweep takes at most.
-const defaultSweepBatch = 500
-
-// SweepResult counts what a sweep did.
-type SweepResult struct {
-	Requeued, Failed, Expired, Blocked, Unblocked int
-	// BlockedCut: the blocked check stopped at its batch size, and jobs
-	// it was asked to read are left for the next sweep.
-	BlockedCut bool
-}
-
-// Sweep applies the queue's time rules once, in one transaction: expired
-// leases go back to QUEUED with backoff (FAILED after maxAttempts), jobs
-// past their pool's queue timeout become EXPIRED, jobs no approved runner
-// of their pool could ever hold become BLOCKED (and come back when one
-// could). Every row it takes is locked with SKIP LOCKED, so sweepers of
-// several replicas share the work instead of doing it twice.
-func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) {
-	var res SweepResult
-	if o.Batch == 0 {
-		o.Batch = defaultSweepBatch
+func batchOr(max int) int32 {
+	if max <= 0 {
+		return DefaultMaintenanceBatch
 	}
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		now := time.Now()
-		if o.Now != nil {
-			now = *o.Now
+	return int32(max)
+}
+
+// errNoTx: rows read FOR UPDATE outside a transaction are unlocked again
+// before the caller can act on them, and another replica may take them
+// meanwhile.
+var errNoTx = errors.New("needs the transaction that locks the rows")
+
+// ExpiredLeases returns up to max jobs whose lease ran out before now (nil:
+// the database's clock), soonest expired first, locked until the
+// transaction in ctx ends. Rows another transaction holds are skipped.
+// What becomes of them is policy's to decide and RescueLeases' to apply, in
+// the same transaction.
+func (s *Store) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]Job, error) {
+	if liveTx(ctx) == nil {
+		return nil, fmt.Errorf("read expired leases: %w", errNoTx)
+	}
+	rows, err := s.q.ExpiredLeases(ctx, s.conn(ctx), dbsqlc.ExpiredLeasesParams{Now: now, MaxRows: batchOr(max)})
+	if err != nil {
+		return nil, fmt.Errorf("read expired leases: %w", mapErr(err))
+	}
+	jobs := make([]Job, len(rows))
+	for i, row := range rows {
+		jobs[i] = jobFromRow(row)
+	}
+	return jobs, nil
+}
+
+// LeaseRescue is what policy decided for a job ExpiredLeases returned: back
+// to JobQueued at AvailableAt, or JobFailed.
+type LeaseRescue struct {
+	Job Job
+	Transition
+}
+
+// RescuedLeases counts what RescueLeases did.
+type RescuedLeases struct{ Requeued, Failed int }
+
+// RescueLeases applies rescues in the transaction whose ExpiredLeases
+// locked their jobs: each attempt's run ends ("lease expired"), the job
+// moves as decided with a LEASE_EXPIRED event (FAILED when it failed), and
+// once committed the runners waiting on the pools of requeued jobs wake.
+func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLeases, error) {
+	var res RescuedLeases
+	if liveTx(ctx) == nil {
+		return res, fmt.Errorf("rescue expired leases: %w", errNoTx)
+	}
+	pools := map[uuid.UUID]bool{}
+	for _, r := range rescues {
+		j, t := r.Job, r.Transition
+		if !(t.State == JobQueued && t.AvailableAt != nil || t.State == JobFailed) {
+			return res, fmt.Errorf("rescue expired lease of job %s: %w: %s", j.ID, ErrInvalid, t.State)
 		}
-		pools := map[uuid.UUID]bool{}
-		expired, err := s.q.ExpiredLeases(ctx, s.conn(ctx), dbsqlc.ExpiredLeasesParams{Now: o.Now, MaxRows: int32(o.Batch)})
+		detail := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
+		if err := s.q.EndExpiredRun(ctx, s.conn(ctx), dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
+			return res, fmt.Errorf("end the run of job %s: %w", j.ID, mapErr(err))
+		}
+		if t.State == JobFailed {
+			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed), StateReason: t.Reason}); err != nil {
+				return res, fmt.Errorf("fail job %s: %w", j.ID, mapErr(err))
+			}
+			res.Failed++
+			if err := s.jobEvent(ctx, j.ID, "FAILED", j.Attempt, j.RunnerID, detail); err != nil {
+				return res, err
+			}
+			continue
+		}
+		if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: t.Reason, AvailableAt: *t.AvailableAt}); err != nil {
+			return res, fmt.Errorf("requeue job %s: %w", j.ID, mapErr(err))
+		}
+		res.Requeued++
+		pools[j.PoolID] = true
+		if err := s.jobEvent(ctx, j.ID, "LEASE_EXPIRED", j.Attempt, j.RunnerID, detail); err != nil {
+			return res, err
+		}
+	}
+	for p := range pools {
+		s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+	}
+	return res, nil
+}
+
+// ExpireTimedOut moves up to max waiting jobs (QUEUED or BLOCKED) past
+// their pool's queue timeout in force (its own, or defaultHours) at now
+// (nil: the database's clock) to EXPIRED, each with an EXPIRED event, in
+// one transaction. It returns how many it expired.
+func (s *Store) ExpireTimedOut(ctx context.Context, now *time.Time, defaultHours, max int) (int, error) {
+	n := 0
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		rows, err := s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
+			Now: now, DefaultQueueTimeoutHours: int32(defaultHours), MaxRows: batchOr(max)})
 		if err != nil {
 			return mapErr(err)
 		}
-		for _, row := range expired {
-			j := jobFromRow(row)
-			reason := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
-			if err := s.q.EndExpiredRun(ctx, s.conn(ctx), dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
-				return mapErr(err)
-			}
-			if j.Tries() >= j.MaxAttempts {
-				if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed),
-					StateReason: fmt.Sprintf("%s; %d of %d attempts used", reason, j.Tries(), j.MaxAttempts)}); err != nil {
-					return mapErr(err)
-				}
-				res.Failed++
-				if err := s.jobEvent(ctx, j.ID, "FAILED", j.Attempt, j.RunnerID, reason); err != nil {
-					return err
-				}
-				continue
-			}
-			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: reason, AvailableAt: now.Add(o.Backoff(j.Tries()))}); err != nil {
-				return mapErr(err)
-			}
-			res.Requeued++
-			pools[j.PoolID] = true
-			if err := s.jobEvent(ctx, j.ID, "LEASE_EXPIRED", j.Attempt, j.RunnerID, reason); err != nil {
-				return err
-			}
-		}
-
-		if o.LeasesOnly {
-			for p := range pools {
-				s.notifyAfterCommit(ctx, ChannelJobs, p.String())
-			}
-			return nil
-		}
-		var timedOut []dbsqlc.Job
-		if !o.SkipTimeouts {
-			timedOut, err = s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
-				Now: o.Now, DefaultQueueTimeoutHours: int32(o.DefaultQueueTimeoutHours), MaxRows: int32(o.Batch)})
-			if err != nil {
-				return mapErr(err)
-			}
-		}
-		for _, row := range timedOut {
-			reason := "waited longer than the pool's queue timeout"
+		const reason = "waited longer than the pool's queue timeout"
+		for _, row := range rows {
 			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobExpired), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
-			res.Expired++
+			n++
 			if err := s.jobEvent(ctx, row.ID, "EXPIRED", int(row.Attempt), nil, reason); err != nil {
 				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("expire timed-out jobs: %w", err)
+	}
+	return n, nil
+}
 
-		var unplaceable []dbsqlc.Job
-		if o.UnplaceableSince.IsZero() {
-			unplaceable, err = s.q.Unplaceable(ctx, s.conn(ctx), int32(o.Batch))
+// Blocked counts what BlockUnplaceable did.
+type Blocked struct {
+	Blocked int
+	// Cut: it stopped at its batch size, and jobs it was asked to read are
+	// left for the next check.
+	Cut bool
+}
+
+// BlockUnplaceable moves up to max queued jobs that no approved runner of
+// their pool could ever hold, even empty, to BLOCKED with the reason and a
+// BLOCKED event, in one transaction. A zero since reads every queued job;
+// otherwise only those submitted since then, along the primary key.
+func (s *Store) BlockUnplaceable(ctx context.Context, since time.Time, max int) (Blocked, error) {
+	var res Blocked
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		var rows []dbsqlc.Job
+		var err error
+		if since.IsZero() {
+			rows, err = s.q.Unplaceable(ctx, s.conn(ctx), batchOr(max))
 		} else {
-			unplaceable, err = s.q.UnplaceableSince(ctx, s.conn(ctx), dbsqlc.UnplaceableSinceParams{
-				After: uuidV7Bound(o.UnplaceableSince), MaxRows: int32(o.Batch)})
+			rows, err = s.q.UnplaceableSince(ctx, s.conn(ctx), dbsqlc.UnplaceableSinceParams{After: uuidV7Bound(since), MaxRows: batchOr(max)})
 		}
 		if err != nil {
 			return mapErr(err)
 		}
-		res.BlockedCut = len(unplaceable) == o.Batch
-		for _, row := range unplaceable {
+		res.Cut = len(rows) == int(batchOr(max))
+		for _, row := range rows {
 			reason := fmt.Sprintf("no approved runner of the pool could ever hold %.4g cores, %d MiB and %d GPUs", row.Cores, row.MemoryMib, row.Gpus)
 			if row.MemoryMib > 0 {
 				reason += " (a memory claim needs a runner that enforces memory limits, unless the pool allows otherwise)"
@@ -139,15 +174,32 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 				return err
 			}
 		}
-		unblockable, err := s.q.Unblockable(ctx, s.conn(ctx), int32(o.Batch))
+		return nil
+	})
+	if err != nil {
+		return Blocked{}, fmt.Errorf("block unplaceable jobs: %w", err)
+	}
+	return res, nil
+}
+
+// UnblockPlaceable moves up to max BLOCKED jobs that some approved runner
+// of their pool could now hold back to QUEUED, each with an UNBLOCKED
+// event, in one transaction; once committed, the runners waiting on their
+// pools wake. It returns how many it moved.
+func (s *Store) UnblockPlaceable(ctx context.Context, max int) (int, error) {
+	n := 0
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		rows, err := s.q.Unblockable(ctx, s.conn(ctx), batchOr(max))
 		if err != nil {
 			return mapErr(err)
 		}
-		for _, row := range unblockable {
+		now := time.Now()
+		pools := map[uuid.UUID]bool{}
+		for _, row := range rows {
 			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: row.ID, StateReason: "", AvailableAt: now}); err != nil {
 				return mapErr(err)
 			}
-			res.Unblocked++
+			n++
 			pools[row.PoolID] = true
 			if err := s.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it was approved"); err != nil {
 				return err
@@ -158,7 +210,10 @@ func (s *Store) Sweep(ctx context.Context, o SweepOptions) (SweepResult, error) 
 		}
 		return nil
 	})
-	return res, err
+	if err != nil {
+		return 0, fmt.Errorf("unblock placeable jobs: %w", err)
+	}
+	return n, nil
 }
 
 // PruneJobs deletes up to max jobs that ended longer than keep ago (by the

@@ -17,7 +17,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph/model"
-	"github.com/runmesh/runmesh/runnerapi"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 )
@@ -34,7 +33,6 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Admin() AdminResolver
 	AuditEntry() AuditEntryResolver
-	GPU() GPUResolver
 	Hold() HoldResolver
 	Job() JobResolver
 	JobRun() JobRunResolver
@@ -102,23 +100,25 @@ type ComplexityRoot struct {
 	}
 
 	GPU struct {
-		Health         func(childComplexity int) int
-		Healthy        func(childComplexity int) int
-		Index          func(childComplexity int) int
-		MemoryFreeMiB  func(childComplexity int) int
-		MemoryTotalMiB func(childComplexity int) int
-		MemoryUsedMiB  func(childComplexity int) int
-		Name           func(childComplexity int) int
-		PowerWatts     func(childComplexity int) int
-		TemperatureC   func(childComplexity int) int
-		UUID           func(childComplexity int) int
-		Utilisation    func(childComplexity int) int
+		Health             func(childComplexity int) int
+		Healthy            func(childComplexity int) int
+		Index              func(childComplexity int) int
+		MemoryFreeMiB      func(childComplexity int) int
+		MemoryTotalMiB     func(childComplexity int) int
+		MemoryUsedMiB      func(childComplexity int) int
+		Name               func(childComplexity int) int
+		PowerWatts         func(childComplexity int) int
+		TemperatureC       func(childComplexity int) int
+		UUID               func(childComplexity int) int
+		UtilisationPercent func(childComplexity int) int
 	}
 
 	HealthCondition struct {
 		Name     func(childComplexity int) int
-		OK       func(childComplexity int) int
+		Ok       func(childComplexity int) int
 		Severity func(childComplexity int) int
+		Since    func(childComplexity int) int
+		Text     func(childComplexity int) int
 		Title    func(childComplexity int) int
 	}
 
@@ -250,6 +250,7 @@ type ComplexityRoot struct {
 	Query struct {
 		AuditLog             func(childComplexity int, first int, before *string) int
 		CertificateAuthority func(childComplexity int) int
+		Health               func(childComplexity int) int
 		Job                  func(childComplexity int, id uuid.UUID) int
 		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *store.JobState, first int) int
 		Organisation         func(childComplexity int, id uuid.UUID) int
@@ -330,9 +331,6 @@ type AdminResolver interface {
 type AuditEntryResolver interface {
 	Detail(ctx context.Context, obj *store.AuditEntry) (string, error)
 }
-type GPUResolver interface {
-	Health(ctx context.Context, obj *runnerapi.GPU) (*string, error)
-}
 type HoldResolver interface {
 	Runner(ctx context.Context, obj *store.Hold) (*store.Runner, error)
 }
@@ -395,6 +393,7 @@ type QueryResolver interface {
 	Jobs(ctx context.Context, poolID *uuid.UUID, state *store.JobState, first int) ([]store.Job, error)
 	Job(ctx context.Context, id uuid.UUID) (*store.Job, error)
 	AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error)
+	Health(ctx context.Context) ([]model.HealthCondition, error)
 }
 type RunnerResolver interface {
 	Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error)
@@ -408,9 +407,9 @@ type RunnerResolver interface {
 	TakingWork(ctx context.Context, obj *store.Runner) (bool, error)
 
 	Capacity(ctx context.Context, obj *store.Runner) (*model.RunnerCapacity, error)
-	Gpus(ctx context.Context, obj *store.Runner) ([]runnerapi.GPU, error)
+	Gpus(ctx context.Context, obj *store.Runner) ([]model.GPU, error)
 	Labels(ctx context.Context, obj *store.Runner) ([]model.Label, error)
-	Health(ctx context.Context, obj *store.Runner) ([]runnerapi.Condition, error)
+	Health(ctx context.Context, obj *store.Runner) ([]model.HealthCondition, error)
 	Quarantined(ctx context.Context, obj *store.Runner) (bool, error)
 
 	Retired(ctx context.Context, obj *store.Runner) (bool, error)
@@ -679,11 +678,11 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.GPU.UUID(childComplexity), true
 	case "GPU.utilisationPercent":
-		if e.ComplexityRoot.GPU.Utilisation == nil {
+		if e.ComplexityRoot.GPU.UtilisationPercent == nil {
 			break
 		}
 
-		return e.ComplexityRoot.GPU.Utilisation(childComplexity), true
+		return e.ComplexityRoot.GPU.UtilisationPercent(childComplexity), true
 
 	case "HealthCondition.name":
 		if e.ComplexityRoot.HealthCondition.Name == nil {
@@ -692,17 +691,29 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.HealthCondition.Name(childComplexity), true
 	case "HealthCondition.ok":
-		if e.ComplexityRoot.HealthCondition.OK == nil {
+		if e.ComplexityRoot.HealthCondition.Ok == nil {
 			break
 		}
 
-		return e.ComplexityRoot.HealthCondition.OK(childComplexity), true
+		return e.ComplexityRoot.HealthCondition.Ok(childComplexity), true
 	case "HealthCondition.severity":
 		if e.ComplexityRoot.HealthCondition.Severity == nil {
 			break
 		}
 
 		return e.ComplexityRoot.HealthCondition.Severity(childComplexity), true
+	case "HealthCondition.since":
+		if e.ComplexityRoot.HealthCondition.Since == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.Since(childComplexity), true
+	case "HealthCondition.text":
+		if e.ComplexityRoot.HealthCondition.Text == nil {
+			break
+		}
+
+		return e.ComplexityRoot.HealthCondition.Text(childComplexity), true
 	case "HealthCondition.title":
 		if e.ComplexityRoot.HealthCondition.Title == nil {
 			break
@@ -1358,6 +1369,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.CertificateAuthority(childComplexity), true
+	case "Query.health":
+		if e.ComplexityRoot.Query.Health == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Health(childComplexity), true
 
 	case "Query.job":
 		if e.ComplexityRoot.Query.Job == nil {
@@ -1895,6 +1912,11 @@ type Query {
   job(id: ID!): Job
   "Admin actions, newest first. ` + "`" + `before` + "`" + ` is the id of the last entry already seen."
   auditLog(first: Int! = 50, before: String): [AuditEntry!]! @hasRole(role: PLATFORM_ADMIN)
+  """
+  The health of the control-plane replica that answers, as named conditions: the
+  same ones its /healthz and its systemd status show.
+  """
+  health: [HealthCondition!]!
 }
 
 type Mutation {
@@ -2213,11 +2235,20 @@ type Label {
   source: LabelSource!
 }
 
+"A named condition of a runner's or a server's health."
 type HealthCondition {
   name: String!
   ok: Boolean!
+  "info, warning or error: only an unhealthy error makes its process unhealthy."
   severity: String!
   title: String!
+  """
+  What the last check found, e.g. why it is unhealthy. Null for runner conditions
+  (their title says it) and, for the server's, to all but platform admins.
+  """
+  text: String
+  "When ok or text last changed; null for runner conditions."
+  since: Time
 }
 
 type Certificate {
@@ -2508,6 +2539,10 @@ func (ec *executionContext) childFields_HealthCondition(ctx context.Context, fie
 		return ec.fieldContext_HealthCondition_severity(ctx, field)
 	case "title":
 		return ec.fieldContext_HealthCondition_title(ctx, field)
+	case "text":
+		return ec.fieldContext_HealthCondition_text(ctx, field)
+	case "since":
+		return ec.fieldContext_HealthCondition_since(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type HealthCondition", field.Name)
 }
@@ -4211,7 +4246,7 @@ func (ec *executionContext) fieldContext_CreatedEnrolmentToken_pool(_ context.Co
 	return fc, nil
 }
 
-func (ec *executionContext) _GPU_index(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_index(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4234,7 +4269,7 @@ func (ec *executionContext) fieldContext_GPU_index(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_uuid(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_uuid(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4257,7 +4292,7 @@ func (ec *executionContext) fieldContext_GPU_uuid(_ context.Context, field graph
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
 }
 
-func (ec *executionContext) _GPU_name(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_name(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4280,7 +4315,7 @@ func (ec *executionContext) fieldContext_GPU_name(_ context.Context, field graph
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
 }
 
-func (ec *executionContext) _GPU_memoryTotalMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_memoryTotalMiB(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4292,8 +4327,8 @@ func (ec *executionContext) _GPU_memoryTotalMiB(ctx context.Context, field graph
 			return obj.MemoryTotalMiB, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
-			return ec.marshalNInt2int64(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4303,7 +4338,7 @@ func (ec *executionContext) fieldContext_GPU_memoryTotalMiB(_ context.Context, f
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_memoryUsedMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_memoryUsedMiB(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4315,8 +4350,8 @@ func (ec *executionContext) _GPU_memoryUsedMiB(ctx context.Context, field graphq
 			return obj.MemoryUsedMiB, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
-			return ec.marshalNInt2int64(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4326,7 +4361,7 @@ func (ec *executionContext) fieldContext_GPU_memoryUsedMiB(_ context.Context, fi
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_memoryFreeMiB(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_memoryFreeMiB(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4338,8 +4373,8 @@ func (ec *executionContext) _GPU_memoryFreeMiB(ctx context.Context, field graphq
 			return obj.MemoryFreeMiB, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
-			return ec.marshalNInt2int64(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4349,7 +4384,7 @@ func (ec *executionContext) fieldContext_GPU_memoryFreeMiB(_ context.Context, fi
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_utilisationPercent(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_utilisationPercent(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4358,7 +4393,7 @@ func (ec *executionContext) _GPU_utilisationPercent(ctx context.Context, field g
 			return ec.fieldContext_GPU_utilisationPercent(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Utilisation, nil
+			return obj.UtilisationPercent, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
@@ -4372,7 +4407,7 @@ func (ec *executionContext) fieldContext_GPU_utilisationPercent(_ context.Contex
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_temperatureC(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_temperatureC(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4395,7 +4430,7 @@ func (ec *executionContext) fieldContext_GPU_temperatureC(_ context.Context, fie
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Int")
 }
 
-func (ec *executionContext) _GPU_powerWatts(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_powerWatts(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4418,7 +4453,7 @@ func (ec *executionContext) fieldContext_GPU_powerWatts(_ context.Context, field
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Float")
 }
 
-func (ec *executionContext) _GPU_healthy(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_healthy(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4441,7 +4476,7 @@ func (ec *executionContext) fieldContext_GPU_healthy(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.CollectedField, obj *runnerapi.GPU) (ret graphql.Marshaler) {
+func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4450,7 +4485,7 @@ func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.Colle
 			return ec.fieldContext_GPU_health(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.GPU().Health(ctx, obj)
+			return obj.Health, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
@@ -4461,10 +4496,10 @@ func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.Colle
 	)
 }
 func (ec *executionContext) fieldContext_GPU_health(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("GPU", field, true, true, "String")
+	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
 }
 
-func (ec *executionContext) _HealthCondition_name(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCondition_name(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4487,7 +4522,7 @@ func (ec *executionContext) fieldContext_HealthCondition_name(_ context.Context,
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
 }
 
-func (ec *executionContext) _HealthCondition_ok(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCondition_ok(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4496,7 +4531,7 @@ func (ec *executionContext) _HealthCondition_ok(ctx context.Context, field graph
 			return ec.fieldContext_HealthCondition_ok(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.OK, nil
+			return obj.Ok, nil
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
@@ -4510,7 +4545,7 @@ func (ec *executionContext) fieldContext_HealthCondition_ok(_ context.Context, f
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _HealthCondition_severity(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCondition_severity(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4533,7 +4568,7 @@ func (ec *executionContext) fieldContext_HealthCondition_severity(_ context.Cont
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
 }
 
-func (ec *executionContext) _HealthCondition_title(ctx context.Context, field graphql.CollectedField, obj *runnerapi.Condition) (ret graphql.Marshaler) {
+func (ec *executionContext) _HealthCondition_title(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4554,6 +4589,52 @@ func (ec *executionContext) _HealthCondition_title(ctx context.Context, field gr
 }
 func (ec *executionContext) fieldContext_HealthCondition_title(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
+}
+
+func (ec *executionContext) _HealthCondition_text(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_text(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Text, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_text(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "String")
+}
+
+func (ec *executionContext) _HealthCondition_since(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_HealthCondition_since(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Since, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_HealthCondition_since(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Hold_id(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
@@ -7813,6 +7894,38 @@ func (ec *executionContext) fieldContext_Query_auditLog(ctx context.Context, fie
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_health(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_health(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Health(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.HealthCondition) graphql.Marshaler {
+			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthConditionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_health(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_HealthCondition(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query___type(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8443,8 +8556,8 @@ func (ec *executionContext) _Runner_gpus(ctx context.Context, field graphql.Coll
 			return ec.Resolvers.Runner().Gpus(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
-			return ec.marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPUᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []model.GPU) graphql.Marshaler {
+			return ec.marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPUᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8507,8 +8620,8 @@ func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.Co
 			return ec.Resolvers.Runner().Health(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
-			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐConditionᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []model.HealthCondition) graphql.Marshaler {
+			return ec.marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthConditionᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -11047,7 +11160,7 @@ func (ec *executionContext) _CreatedEnrolmentToken(ctx context.Context, sel ast.
 
 var gPUImplementors = []string{"GPU"}
 
-func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj *runnerapi.GPU) graphql.Marshaler {
+func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj *model.GPU) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, gPUImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11059,59 +11172,58 @@ func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj 
 		case "index":
 			out.Values[i] = ec._GPU_index(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "uuid":
 			out.Values[i] = ec._GPU_uuid(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "name":
 			out.Values[i] = ec._GPU_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "memoryTotalMiB":
 			out.Values[i] = ec._GPU_memoryTotalMiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "memoryUsedMiB":
 			out.Values[i] = ec._GPU_memoryUsedMiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "memoryFreeMiB":
 			out.Values[i] = ec._GPU_memoryFreeMiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "utilisationPercent":
 			out.Values[i] = ec._GPU_utilisationPercent(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "temperatureC":
 			out.Values[i] = ec._GPU_temperatureC(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "powerWatts":
 			out.Values[i] = ec._GPU_powerWatts(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "healthy":
 			out.Values[i] = ec._GPU_healthy(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "health":
-			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
-				true, false,
-				func(ctx context.Context) graphql.Marshaler {
-					return ec._GPU_health(ctx, field, obj)
-				})
+			out.Values[i] = ec._GPU_health(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11131,7 +11243,7 @@ func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj 
 
 var healthConditionImplementors = []string{"HealthCondition"}
 
-func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.SelectionSet, obj *runnerapi.Condition) graphql.Marshaler {
+func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.SelectionSet, obj *model.HealthCondition) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, healthConditionImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11158,6 +11270,16 @@ func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.Select
 		case "title":
 			out.Values[i] = ec._HealthCondition_title(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "text":
+			out.Values[i] = ec._HealthCondition_text(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "since":
+			out.Values[i] = ec._HealthCondition_since(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -12101,6 +12223,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_auditLog(ctx, field)
 				})
+		case "health":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_health(ctx, field)
+				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Query___type(ctx, field)
@@ -12940,15 +13068,15 @@ func (ec *executionContext) marshalNFloat2float64(ctx context.Context, sel ast.S
 	return graphql.WrapContextMarshaler(ctx, res)
 }
 
-func (ec *executionContext) marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPU(ctx context.Context, sel ast.SelectionSet, v runnerapi.GPU) graphql.Marshaler {
+func (ec *executionContext) marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPU(ctx context.Context, sel ast.SelectionSet, v model.GPU) graphql.Marshaler {
 	return ec._GPU(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.GPU) graphql.Marshaler {
+func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPUᚄ(ctx context.Context, sel ast.SelectionSet, v []model.GPU) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐGPU(ctx, sel, v[i])
+		return ec.marshalNGPU2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPU(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -12960,15 +13088,15 @@ func (ec *executionContext) marshalNGPU2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋru
 	return ret
 }
 
-func (ec *executionContext) marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐCondition(ctx context.Context, sel ast.SelectionSet, v runnerapi.Condition) graphql.Marshaler {
+func (ec *executionContext) marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthCondition(ctx context.Context, sel ast.SelectionSet, v model.HealthCondition) graphql.Marshaler {
 	return ec._HealthCondition(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []runnerapi.Condition) graphql.Marshaler {
+func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthConditionᚄ(ctx context.Context, sel ast.SelectionSet, v []model.HealthCondition) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋrunnerapiᚐCondition(ctx, sel, v[i])
+		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthCondition(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -60,6 +60,35 @@ type EnvVarInput struct {
 	Value string `json:"value"`
 }
 
+type GPU struct {
+	Index              int     `json:"index"`
+	UUID               string  `json:"uuid"`
+	Name               string  `json:"name"`
+	MemoryTotalMiB     int     `json:"memoryTotalMiB"`
+	MemoryUsedMiB      int     `json:"memoryUsedMiB"`
+	MemoryFreeMiB      int     `json:"memoryFreeMiB"`
+	UtilisationPercent int     `json:"utilisationPercent"`
+	TemperatureC       int     `json:"temperatureC"`
+	PowerWatts         float64 `json:"powerWatts"`
+	Healthy            bool    `json:"healthy"`
+	// The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error.
+	Health *string `json:"health,omitempty"`
+}
+
+// A named condition of a runner's or a server's health.
+type HealthCondition struct {
+	Name string `json:"name"`
+	Ok   bool   `json:"ok"`
+	// info, warning or error: only an unhealthy error makes its process unhealthy.
+	Severity string `json:"severity"`
+	Title    string `json:"title"`
+	// What the last check found, e.g. why it is unhealthy. Null for runner conditions
+	// (their title says it) and, for the server's, to all but platform admins.
+	Text *string `json:"text,omitempty"`
+	// When ok or text last changed; null for runner conditions.
+	Since *time.Time `json:"since,omitempty"`
+}
+
 // A setting with a server-wide default that a pool may override.
 type IntSetting struct {
 	// The value in force: the pool's own, or the default.

@@ -1,0 +1,167 @@
+package maintenance
+
+import (
+	"context"
+	"crypto/sha256"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/store/storetest"
+)
+
+// testBundle is a database of the test's own with an organisation and a
+// pool, and the job events its store wrote, by type, once committed (what
+// /metrics counts).
+type testBundle struct {
+	db     *pgxpool.Pool
+	store  *store.Store
+	pool   store.Pool
+	mu     *sync.Mutex
+	events map[string]int
+}
+
+func setup(t *testing.T) testBundle {
+	t.Helper()
+	ctx := context.Background()
+	db := storetest.NewPool(t)
+	s := store.New(db)
+	org, err := s.CreateOrganisation(ctx, "org")
+	require.NoError(t, err)
+	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	require.NoError(t, err)
+	b := testBundle{db: db, store: s, pool: p, mu: &sync.Mutex{}, events: map[string]int{}}
+	s.OnJobEvents(func(typ string, n int) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.events[typ] += n
+	})
+	return b
+}
+
+// counted is how many job events of typ the store wrote.
+func (b testBundle) counted(typ string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.events[typ]
+}
+
+// runner adds an approved runner of the pool with cores, memory and GPUs.
+func (b testBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	name := "r-" + uuid.NewString()[:8]
+	tokenHash := sha256.Sum256([]byte(name))
+	_, err := b.store.CreateEnrolmentToken(ctx, store.AllOrganisations(), b.pool.ID, tokenHash[:], nil, time.Now().Add(time.Hour))
+	require.NoError(t, err)
+	key := sha256.Sum256([]byte("key" + name))
+	r, err := b.store.Enrol(ctx, store.NewRunner{
+		TokenDigest: tokenHash[:], Name: name, PublicKey: key[:], Fingerprint: "SHA256:x", CSR: []byte{0},
+		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: cores, MemoryMiB: memMiB, GPUCount: gpus, GPUsHealthy: gpus},
+	})
+	require.NoError(t, err)
+	_, err = b.store.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
+		return store.RunnerDecision{Status: store.RunnerApproved}, nil
+	})
+	require.NoError(t, err)
+	return r.ID
+}
+
+func (b testBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
+	t.Helper()
+	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
+	for _, m := range mods {
+		m(&n)
+	}
+	j, _, err := b.store.SubmitJob(context.Background(), store.AllOrganisations(), n)
+	require.NoError(t, err)
+	return j
+}
+
+// claim leases r's next job.
+func (b testBundle) claim(t *testing.T, r uuid.UUID) store.Job {
+	t.Helper()
+	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+	j, ok, err := b.store.ClaimJob(context.Background(), store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
+		DefaultLeaseSeconds: 30})
+	require.NoError(t, err)
+	require.True(t, ok, "nothing to lease")
+	return j
+}
+
+// expire lets the leases of jobs run out.
+func (b testBundle) expire(t *testing.T, jobs ...uuid.UUID) {
+	t.Helper()
+	_, err := b.db.Exec(context.Background(), `UPDATE jobs SET lease_expires_at = now() - interval '1 second' WHERE id = ANY($1)`, jobs)
+	require.NoError(t, err)
+}
+
+func (b testBundle) job(t *testing.T, id uuid.UUID) store.Job {
+	t.Helper()
+	j, err := b.store.Job(context.Background(), store.AllOrganisations(), id)
+	require.NoError(t, err)
+	return j
+}
+
+// eventTypes are the types of the job's events, oldest first.
+func (b testBundle) eventTypes(t *testing.T, id uuid.UUID) []string {
+	t.Helper()
+	events, err := b.store.JobEvents(context.Background(), id, 0)
+	require.NoError(t, err)
+	types := make([]string, len(events))
+	for i, e := range events {
+		types[i] = e.Type
+	}
+	return types
+}
+
+func (b testBundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+// wakes subscribes to the wake-ups of runners waiting for work.
+func (b testBundle) wakes(t *testing.T) *store.Subscription {
+	t.Helper()
+	l := store.NewListener(b.db, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	<-l.Ready()
+	sub := l.Subscribe(store.ChannelJobs)
+	t.Cleanup(sub.Close)
+	return sub
+}
+
+// wokePool waits for a wake-up naming the bundle's pool.
+func (b testBundle) wokePool(t *testing.T, sub *store.Subscription) {
+	t.Helper()
+	select {
+	case p := <-sub.C:
+		require.Equal(t, b.pool.ID.String(), p)
+	case <-time.After(signalTimeout):
+		t.Fatal("no wake-up for the pool")
+	}
+}
+
+// started starts svc for the test, and stops it when the test ends.
+func started(t *testing.T, svc Service) {
+	t.Helper()
+	require.NoError(t, svc.Start(context.Background()))
+	t.Cleanup(svc.Stop)
+}

@@ -1,0 +1,96 @@
+package maintenance
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// LeaseRescuerIntervalDefault is the lease rescuer's pace: a lease is taken
+// back within it of running out.
+const LeaseRescuerIntervalDefault = time.Second
+
+// LeaseRescuerConfig configures a LeaseRescuer.
+type LeaseRescuerConfig struct {
+	// Interval between passes (0: LeaseRescuerIntervalDefault).
+	Interval time.Duration
+	// Batch is how many expired leases a pass takes at most (0:
+	// store.DefaultMaintenanceBatch); the rest wait for the next pass.
+	Batch int
+	Log   *slog.Logger
+}
+
+// LeaseRescuer takes back the leases whose runners stopped heartbeating
+// them. Policy (queue.DecideExpiredLease) sends each job back to the queue
+// after a backoff, or fails it after its last try; the store applies that
+// in the transaction that locked the job, so the rescuers of several
+// replicas never take back the same lease twice.
+type LeaseRescuer struct {
+	loop
+	store *store.Store
+	log   *slog.Logger
+	batch int
+
+	testSignals leaseRescuerTestSignals
+}
+
+type leaseRescuerTestSignals struct {
+	rescued testSignal[store.RescuedLeases] // a pass ended, having done this
+}
+
+func (ts *leaseRescuerTestSignals) init() { ts.rescued.init() }
+
+// NewLeaseRescuer returns a lease rescuer over s; Start starts it.
+func NewLeaseRescuer(s *store.Store, cfg LeaseRescuerConfig) *LeaseRescuer {
+	return &LeaseRescuer{
+		loop:  loop{name: "lease rescuer", interval: orDefault(cfg.Interval, LeaseRescuerIntervalDefault)},
+		store: s,
+		log:   orDiscard(cfg.Log).With("component", "lease_rescuer"),
+		batch: orDefault(cfg.Batch, store.DefaultMaintenanceBatch),
+	}
+}
+
+// Start runs a pass at once, then one every interval, until ctx ends or
+// Stop.
+func (r *LeaseRescuer) Start(ctx context.Context) error { return r.start(ctx, r.pass) }
+
+// Stop ends the rescuer and waits for a pass in flight.
+func (r *LeaseRescuer) Stop() { r.stop() }
+
+func (r *LeaseRescuer) pass(ctx context.Context) {
+	res, err := r.rescue(ctx)
+	if err != nil {
+		failed(ctx, r.log, "rescuing expired leases", err)
+		return
+	}
+	r.testSignals.rescued.signal(res)
+	if res != (store.RescuedLeases{}) {
+		r.log.Info("rescued expired leases", "requeued", res.Requeued, "failed", res.Failed)
+	}
+}
+
+// rescue takes back one batch of expired leases.
+func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) {
+	var res store.RescuedLeases
+	err := r.store.WithTx(ctx, func(ctx context.Context) error {
+		jobs, err := r.store.ExpiredLeases(ctx, nil, r.batch)
+		if err != nil || len(jobs) == 0 {
+			return err
+		}
+		now := time.Now()
+		rescues := make([]store.LeaseRescue, len(jobs))
+		for i, j := range jobs {
+			rescues[i] = store.LeaseRescue{Job: j, Transition: queue.DecideExpiredLease(j, now)}
+		}
+		res, err = r.store.RescueLeases(ctx, rescues)
+		return err
+	})
+	if err != nil {
+		return store.RescuedLeases{}, fmt.Errorf("rescue expired leases: %w", err)
+	}
+	return res, nil
+}

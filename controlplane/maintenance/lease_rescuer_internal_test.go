@@ -1,0 +1,127 @@
+package maintenance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// An expired lease sends its job back to the queue after the backoff, or
+// fails it on its last try; a lease still heartbeated is left alone. Each
+// writes its event (counted for /metrics) and its run ends with the lease;
+// the runners waiting on the pool wake.
+func TestTheLeaseRescuerRequeuesOrFailsExpiredLeases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	r := b.runner(t, 8, 65536, 0)
+	retried := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	last := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 1 })
+	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	for range 3 {
+		b.claim(t, r)
+	}
+	b.expire(t, retried.ID, last.ID)
+	wakes := b.wakes(t)
+
+	rescuer := NewLeaseRescuer(b.store, LeaseRescuerConfig{Interval: time.Hour})
+	rescuer.testSignals.init()
+	before := time.Now()
+	started(t, rescuer)
+	require.Equal(t, store.RescuedLeases{Requeued: 1, Failed: 1}, rescuer.testSignals.rescued.wait(t))
+	after := time.Now()
+
+	got := b.job(t, retried.ID)
+	require.Equal(t, store.JobQueued, got.State)
+	require.Equal(t, "lease of attempt 1 expired", got.StateReason)
+	require.Nil(t, got.RunnerID)
+	require.WithinRange(t, got.AvailableAt, before.Add(2*time.Second-time.Millisecond), after.Add(2*time.Second+time.Millisecond),
+		"the first retry waits 2 s")
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "LEASE_EXPIRED"}, b.eventTypes(t, retried.ID))
+
+	got = b.job(t, last.ID)
+	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, "lease of attempt 1 expired; 1 of 1 attempts used", got.StateReason)
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "FAILED"}, b.eventTypes(t, last.ID))
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM job_runs WHERE job_id = ANY($1) AND return_reason = 'lease expired'
+		AND finished_at IS NOT NULL`, []uuid.UUID{retried.ID, last.ID}))
+
+	require.Equal(t, store.JobLeased, b.job(t, held.ID).State)
+	require.Equal(t, 1, b.counted("LEASE_EXPIRED"))
+	require.Equal(t, 1, b.counted("FAILED"))
+	b.wokePool(t, wakes)
+}
+
+// A lease another replica's rescuer has locked is passed over, not waited
+// for, and taken back by a later pass once the lock is gone.
+func TestTheLeaseRescuerPassesOverLockedLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := b.runner(t, 8, 65536, 0)
+	locked := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	free := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.claim(t, r)
+	b.claim(t, r)
+	b.expire(t, locked.ID, free.ID)
+	other, err := b.db.Begin(ctx)
+	require.NoError(t, err)
+	defer other.Rollback(ctx) //nolint:errcheck // rolled back below
+	_, err = other.Exec(ctx, `SELECT 1 FROM jobs WHERE id = $1 FOR UPDATE`, locked.ID)
+	require.NoError(t, err)
+
+	rescuer := NewLeaseRescuer(b.store, LeaseRescuerConfig{Interval: 20 * time.Millisecond})
+	rescuer.testSignals.init()
+	started(t, rescuer)
+	require.Equal(t, store.RescuedLeases{Requeued: 1}, rescuer.testSignals.rescued.wait(t))
+	require.Equal(t, store.JobQueued, b.job(t, free.ID).State)
+	require.Equal(t, store.JobLeased, b.job(t, locked.ID).State)
+
+	require.NoError(t, other.Rollback(ctx))
+	for res := (store.RescuedLeases{}); res.Requeued == 0; {
+		res = rescuer.testSignals.rescued.wait(t)
+	}
+	require.Equal(t, store.JobQueued, b.job(t, locked.ID).State)
+	require.Equal(t, 2, b.counted("LEASE_EXPIRED"), "each lease taken back once")
+}
+
+// Expired leases are read and taken back only inside the transaction that
+// locks them: outside one, the rows would be free again before they were
+// written, for another replica to take back too.
+func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := b.runner(t, 8, 65536, 0)
+	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.claim(t, r)
+	b.expire(t, j.ID)
+
+	_, err := b.store.ExpiredLeases(ctx, nil, 0)
+	require.ErrorContains(t, err, "needs the transaction that locks the rows")
+	var jobs []store.Job
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		jobs, err = b.store.ExpiredLeases(ctx, nil, 0)
+		return err
+	}))
+	require.Len(t, jobs, 1)
+	at := time.Now()
+	_, err = b.store.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0], Transition: store.Transition{State: store.JobQueued, AvailableAt: &at}}})
+	require.ErrorContains(t, err, "needs the transaction that locks the rows")
+	require.Equal(t, store.JobLeased, b.job(t, j.ID).State, "nothing changed")
+	require.Zero(t, b.counted("LEASE_EXPIRED"))
+
+	// Inside one, only what the rescuer may decide is applied.
+	err = b.store.WithTx(ctx, func(ctx context.Context) error {
+		jobs, err := b.store.ExpiredLeases(ctx, nil, 0)
+		require.NoError(t, err)
+		_, err = b.store.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0], Transition: store.Transition{State: store.JobSucceeded}}})
+		return err
+	})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	require.Equal(t, store.JobLeased, b.job(t, j.ID).State, "nothing changed")
+}

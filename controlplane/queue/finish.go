@@ -1,0 +1,217 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/store"
+)
+
+// Finished is how one outcome of a batch went: the job's state after it,
+// or store.ErrStaleAttempt (nothing of it was recorded).
+type Finished struct {
+	State store.JobState
+	Err   error
+}
+
+// Finisher ends attempts as their runners report them. It decides each
+// outcome here, in Go, and has the store apply the decisions with one
+// fenced, state-guarded statement; the store never calls back into it.
+type Finisher struct {
+	Store *store.Store
+	// QuarantineAfter host faults in a row quarantine a runner (zero:
+	// DefaultQuarantineAfter).
+	QuarantineAfter int
+	// Now is the clock backoffs are measured from (nil: time.Now).
+	Now func() time.Time
+
+	// afterRead, when set (by tests), runs between the read the decisions
+	// rest on and the statement that applies them.
+	afterRead func(ctx context.Context)
+}
+
+// Finish ends one attempt: FinishAll of one outcome. It returns the job's
+// state after it.
+func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (store.JobState, error) {
+	done, err := f.FinishAll(ctx, o.RunnerID, []store.Outcome{o})
+	if err != nil {
+		return "", err
+	}
+	return done[0].State, done[0].Err
+}
+
+// FinishAll ends attempts of one runner's jobs in one transaction, fenced:
+// an outcome counts only for the runner holding the job at exactly that
+// attempt, and any other is store.ErrStaleAttempt and changes nothing. Each
+// accepted outcome records its run and a job event; the runner's failures
+// in a row follow the outcomes in order. A batch costs a handful of
+// statements whatever its size, which is what lets a runner (or many
+// finishing together) report cheaply.
+func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome) ([]Finished, error) {
+	out := make([]Finished, len(outcomes))
+	err := f.Store.WithTxRetry(ctx, func(ctx context.Context) error {
+		b := &batch{runnerID: runnerID, outcomes: outcomes, out: out, now: f.now()}
+		clear(out) // a retried transaction starts over
+		ids := make([]uuid.UUID, len(outcomes))
+		all := make([]int, len(outcomes))
+		for i, o := range outcomes {
+			all[i], ids[i] = i, o.JobID
+		}
+		// Read without locks: most results race nothing, and the statement
+		// that applies them is guarded by what they were decided on.
+		read, err := f.Store.ReadHeldJobs(ctx, ids)
+		if err != nil {
+			return err
+		}
+		if f.afterRead != nil {
+			f.afterRead(ctx)
+		}
+		changed, err := b.decideAndApply(ctx, f.Store, all, read)
+		if err != nil || len(changed) == 0 {
+			if err != nil {
+				return err
+			}
+			return f.Store.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
+		}
+		// Those whose job changed between the read and the update (a
+		// cancel, an expiry) are decided again on rows nobody can change
+		// meanwhile.
+		slices.Sort(changed)
+		ids = ids[:0]
+		for _, i := range changed {
+			ids = append(ids, outcomes[i].JobID)
+		}
+		if err := f.Store.LockJobs(ctx, ids); err != nil {
+			return err
+		}
+		if read, err = f.Store.ReadHeldJobs(ctx, ids); err != nil {
+			return err
+		}
+		again, err := b.decideAndApply(ctx, f.Store, changed, read)
+		if err != nil {
+			return err
+		}
+		if len(again) > 0 {
+			return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
+		}
+		return f.Store.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
+	})
+	if err != nil {
+		return nil, fmt.Errorf("finish attempts: %w", err)
+	}
+	return out, nil
+}
+
+func (f *Finisher) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
+
+func (f *Finisher) quarantineAfter() int {
+	if f.QuarantineAfter > 0 {
+		return f.QuarantineAfter
+	}
+	return DefaultQuarantineAfter
+}
+
+// batch is one FinishAll's outcomes and what was decided for them.
+type batch struct {
+	runnerID    uuid.UUID
+	outcomes    []store.Outcome
+	out         []Finished
+	now         time.Time
+	transitions []*store.Transition // by outcome; nil: not applied
+}
+
+// decideAndApply decides the outcomes at idx on their jobs as read, and
+// has the store apply the decisions. It returns those whose job was held
+// as read but changed before the update.
+func (b *batch) decideAndApply(ctx context.Context, st *store.Store, idx []int, read []store.HeldJob) ([]int, error) {
+	if b.transitions == nil {
+		b.transitions = make([]*store.Transition, len(b.outcomes))
+	}
+	endings, decided := b.decide(idx, read)
+	if len(endings) == 0 {
+		return nil, nil
+	}
+	ended, err := st.EndAttempts(ctx, b.runnerID, endings)
+	if err != nil {
+		return nil, err
+	}
+	var changed []int
+	for id, i := range decided {
+		if e, ok := ended[id]; ok {
+			b.out[i].State = e.State
+			continue
+		}
+		b.transitions[i] = nil
+		changed = append(changed, i)
+	}
+	return changed, nil
+}
+
+// decide fences and decides the outcomes at idx on their jobs as read. An
+// outcome for a job the runner does not hold at exactly that attempt is
+// stale. It returns the endings to apply and, by job, the outcome each
+// came from.
+func (b *batch) decide(idx []int, read []store.HeldJob) ([]store.Ending, map[uuid.UUID]int) {
+	held := make(map[uuid.UUID]store.HeldJob, len(read))
+	for _, h := range read {
+		held[h.ID] = h
+	}
+	var endings []store.Ending
+	decided := map[uuid.UUID]int{}
+	for _, i := range idx {
+		o := b.outcomes[i]
+		h, ok := held[o.JobID]
+		if !ok || !holds(h, b.runnerID, o) {
+			b.out[i].Err = store.ErrStaleAttempt
+			continue
+		}
+		// The same attempt twice in a batch: the first ends it.
+		delete(held, o.JobID)
+		t := Decide(o, h, b.now)
+		b.transitions[i] = &t
+		decided[o.JobID] = i
+		endings = append(endings, store.Ending{Outcome: o, Transition: t, CancelRequested: h.CancelRequested})
+	}
+	return endings, decided
+}
+
+// holds is the fence: the outcome is the runner's, for the attempt its job
+// is at, while the job is held.
+func holds(h store.HeldJob, runnerID uuid.UUID, o store.Outcome) bool {
+	return o.RunnerID == runnerID && h.Attempt == o.Attempt && h.RunnerID != nil && *h.RunnerID == runnerID &&
+		(h.State == store.JobLeased || h.State == store.JobRunning)
+}
+
+// failures is what the applied outcomes do to the runner's failures in a
+// row, in order (see store.CountFailures): a counted host fault each, and
+// one reset for a run of outcomes between them that are not.
+func (b *batch) failures() []bool {
+	var seq []bool
+	pendingReset := false
+	for _, t := range b.transitions {
+		switch {
+		case t == nil:
+		case !t.CountsAsHostFault:
+			pendingReset = true
+		default:
+			if pendingReset {
+				seq = append(seq, false)
+				pendingReset = false
+			}
+			seq = append(seq, true)
+		}
+	}
+	if pendingReset {
+		seq = append(seq, false)
+	}
+	return seq
+}
