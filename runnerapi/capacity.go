@@ -172,6 +172,16 @@ func CheckCapacity(c Capacity) error {
 			return err
 		}
 	}
+	if err := checkHost(h); err != nil {
+		return err
+	}
+	if err := checkGPUs(c.GPUs); err != nil {
+		return err
+	}
+	return checkLabels(c.Labels)
+}
+
+func checkHost(h HostCapacity) error {
 	if h.MemoryAvailableMiB > h.MemoryMiB {
 		return fmt.Errorf("host: %d MiB available of %d", h.MemoryAvailableMiB, h.MemoryMiB)
 	}
@@ -191,11 +201,15 @@ func CheckCapacity(c Capacity) error {
 			return fmt.Errorf("host.%s: %d is impossible", name, v)
 		}
 	}
-	if len(c.GPUs) > MaxGPUs {
-		return fmt.Errorf("gpus: %d GPUs is more than %d", len(c.GPUs), MaxGPUs)
+	return nil
+}
+
+func checkGPUs(gpus []GPU) error {
+	if len(gpus) > MaxGPUs {
+		return fmt.Errorf("gpus: %d GPUs is more than %d", len(gpus), MaxGPUs)
 	}
 	seen, seenIndex := map[string]bool{}, map[int]bool{}
-	for i, g := range c.GPUs {
+	for i, g := range gpus {
 		for _, t := range []struct {
 			name, v string
 			max     int
@@ -226,10 +240,14 @@ func CheckCapacity(c Capacity) error {
 		}
 		seen[g.UUID], seenIndex[g.Index] = true, true
 	}
-	if len(c.Labels) > MaxLabels {
+	return nil
+}
+
+func checkLabels(labels []Label) error {
+	if len(labels) > MaxLabels {
 		return fmt.Errorf("labels: more than %d", MaxLabels)
 	}
-	for i, l := range c.Labels {
+	for i, l := range labels {
 		if l.Key == "" {
 			return fmt.Errorf("labels[%d].key: missing", i)
 		}
