@@ -37,11 +37,12 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 	@binaries=$$(git ls-files -z | xargs -0 file --mime-type | grep -E ':[[:space:]]+application/(x-executable|x-pie-executable|x-sharedlib)$$' | cut -d: -f1); \
 		test -z "$$binaries" || { echo "binaries are tracked (build into bin/): $$binaries"; exit 1; }
 	$(GO) vet ./...
+	$(GO) -C bench vet ./...
 
 test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then test-e2e
 	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
-	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(MAKE) --no-print-directory test-e2e; \
-		else echo "test-e2e left out of a narrowed run"; fi
+	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(GO) -C bench test $(GOTESTFLAGS) ./... && \
+		$(MAKE) --no-print-directory test-e2e; else echo "bench/ and test-e2e left out of a narrowed run"; fi
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
 # Tests that run inside the sandbox, as the runmesh user.
@@ -76,17 +77,21 @@ demo: build ## the whole path on this machine: dev server, an agent in the syste
 
 bench: bench-pki bench-heartbeat bench-lease bench-start ## every benchmark (each starts its own PostgreSQL and server)
 
+# The benchmarks are a module of their own (bench/), so that River, the peer
+# they compare with, is no dependency of the product.
+BENCH = $(GO) -C bench run ./cmd/runmesh-bench
+
 bench-pki: ## approval → certificate latency and mTLS handshakes per second
-	$(GO) run ./cmd/runmesh-bench pki
+	$(BENCH) pki
 
 bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS with p99 < 100 ms
-	$(GO) run ./cmd/runmesh-bench heartbeat -server bin/runmesh-server
+	$(BENCH) heartbeat -server $(CURDIR)/bin/runmesh-server
 
 bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
-	$(GO) run ./cmd/runmesh-bench lease
+	$(BENCH) lease
 
 bench-start: build ## lease held → job container running vs plain podman run; the agent's idle RSS and CPU (needs root)
-	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \
+	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) -C bench build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \
 		chmod a+rx $(SANDBOX_DIR)/bin/runmesh-bench
 	RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR) agent/sandbox/sandbox.sh run $(SANDBOX_DIR)/bin/runmesh-bench start
 	@echo "bench-start: the demo's agent, enrolled and after one job, idling for 60 s"
