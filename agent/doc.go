@@ -6,7 +6,10 @@
 // any work, the drain a stop signal starts, and the wiring of the parts
 // under internal/ (identity, enrolment, the runner API client, capacity,
 // the job runtime, the worker that holds leases, heartbeats, renewal,
-// metrics). The agent talks to the control plane only over the runner API;
-// it links nothing of the server (cmd/runmesh-agent's deps test names what
-// it must not, and why).
+// metrics). Its health is one registry of named conditions
+// (internal/health), each set by the part that knows the answer: every
+// heartbeat carries them, and sd_notify STATUS= summarises them. The agent
+// talks to the control plane only over the runner API; it links nothing of
+// the server (cmd/runmesh-agent's deps test names what it must not, and
+// why).
 package agent

@@ -11,6 +11,7 @@ import (
 	"github.com/runmesh/runmesh/agent/internal/capacity"
 	"github.com/runmesh/runmesh/agent/internal/jobrun"
 	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -60,26 +61,29 @@ func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
 }
 
 // openRuntime connects to the user's systemd manager when podman answers
-// rootless. Without both the agent still heartbeats, and its runtime
-// condition says why it takes no work.
-func openRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Runtime, runnerapi.Condition) {
-	bad := func(why string) (*jobrun.Runtime, runnerapi.Condition) {
-		return nil, runnerapi.Condition{Name: "runtime", OK: false, Severity: "error", Title: runnerapi.Clip("cannot run jobs: "+why, 200)}
+// rootless, and says in cond whether the agent can run jobs. Without both
+// the agent still heartbeats, takes no work, and cond says why.
+func openRuntime(ctx context.Context, cfg Config, p podmanProbe, cond *health.Condition) *jobrun.Runtime {
+	rt, err := connectRuntime(ctx, cfg, p)
+	if err != nil {
+		cond.SetUnhealthy("cannot run jobs: " + err.Error())
+		return nil
 	}
+	cond.SetHealthy(fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion))
+	return rt
+}
+
+func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Runtime, error) {
 	switch {
 	case p.err != nil:
-		return bad(p.err.Error())
+		return nil, p.err
 	case !p.facts.Rootless:
-		return bad("podman is not rootless for this user (run the agent as its own unprivileged user)")
+		return nil, errors.New("podman is not rootless for this user (run the agent as its own unprivileged user)")
 	case os.Getenv("XDG_RUNTIME_DIR") == "":
-		return bad("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
+		return nil, errors.New("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
 	}
 	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
-	rt, err := jobrun.Connect(ctx, host)
-	if err != nil {
-		return bad(err.Error())
-	}
-	return rt, runnerapi.Condition{Name: "runtime", OK: true, Severity: "info", Title: fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)}
+	return jobrun.Connect(ctx, host)
 }
 
 // userRuntimeDir points XDG_RUNTIME_DIR at the lingering user's directory

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"github.com/runmesh/runmesh/agent/internal/renewal"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/agent/internal/worker"
+	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -38,7 +40,7 @@ import (
 func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	d := &daemon{cfg: cfg, log: cfg.log(), beats: newLastBeat()}
+	d := &daemon{cfg: cfg, log: cfg.log(), beats: newLastBeat(), health: newAgentHealth(health.NewRegistry())}
 	defer d.close()
 	started := make(chan error, 1)
 	go func() { started <- d.start(ctx) }()
@@ -46,6 +48,8 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 	var life lifecycle
 	var drained <-chan struct{}
 	var beats <-chan heartbeat.Beat
+	_, changed := d.health.reg.Watch()
+	d.showStatus(life.phase)
 	for {
 		select {
 		case <-ctx.Done():
@@ -57,6 +61,7 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 			was := life.phase
 			if life.stop() == draining {
 				d.drain()
+				d.showStatus(life.phase)
 				continue
 			}
 			if was == starting {
@@ -88,8 +93,12 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 			sdnotify.Stopping()
 			d.log.Info("drained: agent stopping")
 			return nil
-		case b := <-beats:
-			sdnotify.Status(statusLine(d.id.Leaf(), b, len(d.worker.Held()), life.phase == draining))
+		case <-changed:
+			_, changed = d.health.reg.Watch()
+			d.showStatus(life.phase)
+		case <-beats:
+			// The jobs held may have changed with no condition changing.
+			d.showStatus(life.phase)
 		}
 	}
 }
@@ -103,14 +112,17 @@ type daemon struct {
 	client  *runnerclient.Client
 	who     runnerapi.WhoAmIResponse
 	metrics *metrics.Agent
-	// rt is nil when this host cannot run jobs; runtimeHealth says why.
-	rt            *jobrun.Runtime
-	runtimeHealth runnerapi.Condition
-	collector     *capacity.Collector
-	worker        *worker.Worker
-	loop          *heartbeat.Loop
-	beats         *lastBeat
-	closers       []func()
+	health  *agentHealth
+	// rt is nil when this host cannot run jobs; the runtime condition
+	// says why.
+	rt        *jobrun.Runtime
+	collector *capacity.Collector
+	worker    *worker.Worker
+	loop      *heartbeat.Loop
+	beats     *lastBeat
+	// status is the STATUS= line last sent (Run's goroutine only).
+	status  string
+	closers []func()
 }
 
 func (d *daemon) close() {
@@ -136,8 +148,10 @@ func (d *daemon) start(ctx context.Context) error {
 	go d.loop.Run(ctx)
 	gate := readyGate{beat: d.loop.Once, recorded: d.worker.Ready, beatEvery: time.Second}
 	if d.rt != nil {
-		sdnotify.Status("checking for jobs from before this start")
+		d.health.survivors.SetUnhealthy("checking for jobs from before this start")
 		gate.check, gate.checkEvery = d.checkSurvivors, 15*time.Second
+	} else {
+		d.health.survivors.SetHealthy("nothing to check: no job runtime")
 	}
 	gate.wait(ctx)
 	return nil
@@ -168,11 +182,12 @@ func (d *daemon) openHost(ctx context.Context) error {
 	d.collector = newCollector(d.cfg, podman.limits())
 	d.closers = append(d.closers, d.collector.GPUs.Close)
 	go d.collector.GPUs.WatchHealth(ctx, d.log.With("component", "gpu-health"))
-	d.rt, d.runtimeHealth = openRuntime(ctx, d.cfg, podman)
+	d.rt = openRuntime(ctx, d.cfg, podman, d.health.runtime)
 	if d.rt != nil {
 		d.closers = append(d.closers, d.rt.Close)
 	}
-	d.log.Info("job runtime", "ok", d.runtimeHealth.OK, "detail", d.runtimeHealth.Title)
+	rt, _ := lookup(d.health.reg.Conditions(), condRuntime)
+	d.log.Info("job runtime", "ok", rt.OK, "detail", rt.Text)
 
 	d.metrics = metrics.New()
 	d.metrics.CertificateExpiry(d.id.Leaf().NotAfter)
@@ -198,7 +213,7 @@ func (d *daemon) openHost(ctx context.Context) error {
 func (d *daemon) wire(ctx context.Context) error {
 	r := &renewal.Renewer{ID: d.id, Client: d.client, Log: d.log, Renewed: func(leaf *x509.Certificate) {
 		d.metrics.CertificateExpiry(leaf.NotAfter)
-	}}
+	}, Certificate: d.health.certificate, Renewal: d.health.renewal}
 	go r.Run(ctx)
 
 	leases := filepath.Join(d.cfg.StateDir, "leases")
@@ -222,10 +237,8 @@ func (d *daemon) wire(ctx context.Context) error {
 	d.worker = w
 	d.loop = &heartbeat.Loop{
 		Client: d.client, Collector: d.collector, RunnerID: d.who.RunnerID, Version: d.cfg.AgentVersion,
-		Log: d.log.With("component", "heartbeat"),
-		Health: func(c runnerapi.Capacity) []runnerapi.Condition {
-			return append(heartbeat.Conditions(c), d.runtimeHealth)
-		},
+		Log:    d.log.With("component", "heartbeat"),
+		Health: d.health.reg, Beats: d.health.heartbeat, NVML: d.health.nvml, GPUs: d.health.gpu,
 		Leases:   w.Held,
 		Recovery: w.Recovery,
 		Observe: func(b heartbeat.Beat) {
@@ -236,6 +249,7 @@ func (d *daemon) wire(ctx context.Context) error {
 				d.metrics.SetGPUs(b.Capacity, nil)
 				c := b.Capacity
 				measured.Store(&c)
+				d.health.answered(b.Response)
 				w.Answer(b.Response, b.Proof)
 			}
 			d.beats.put(b)
@@ -252,11 +266,17 @@ func (d *daemon) wire(ctx context.Context) error {
 func (d *daemon) checkSurvivors(ctx context.Context) bool {
 	proof, err := d.worker.Recover(ctx, d.loop.Once)
 	if err == nil && proof.Isolated {
+		d.health.survivors.SetHealthy(fmt.Sprintf("isolated: %d found, %d adopted", proof.SurvivorsFound, proof.Adopted))
 		return true
 	}
-	if ctx.Err() == nil {
-		d.log.Error("survivor check failed; no work until it passes", "err", err, "isolated", proof.Isolated)
+	if ctx.Err() != nil {
+		return false
 	}
+	d.log.Error("survivor check failed; no work until it passes", "err", err, "isolated", proof.Isolated)
+	if err == nil {
+		err = errors.New("jobs still run that this agent does not follow")
+	}
+	d.health.survivors.SetUnhealthy(fmt.Sprintf("no work until it passes: %v", err))
 	return false
 }
 
@@ -269,7 +289,8 @@ func (d *daemon) ready(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
-	sdnotify.Ready(statusLine(d.id.Leaf(), b, 0, false))
+	d.status = statusLine(serving, len(d.worker.Held()), d.health.reg.Conditions())
+	sdnotify.Ready(d.status)
 	d.log.Info("agent ready", "agent_instance", d.worker.Instance(), "gpus", len(b.Capacity.GPUs), "taking_work", d.rt != nil,
 		"next_heartbeat_seconds", b.Response.NextHeartbeatSeconds)
 	if d.rt != nil {
@@ -281,6 +302,19 @@ func (d *daemon) ready(ctx context.Context) bool {
 // drain stops taking work; the worker's Drained says when none is left.
 func (d *daemon) drain() {
 	d.worker.Drain()
+	d.health.stop()
 	d.log.Info("draining: no more work; exiting once running jobs end (a second signal exits now)", "jobs", len(d.worker.Held()))
-	sdnotify.Status(fmt.Sprintf("draining: %d jobs running", len(d.worker.Held())))
+}
+
+// showStatus tells systemd how the agent stands, when that changed. The
+// worker is read only once start has returned (past starting).
+func (d *daemon) showStatus(p phase) {
+	jobs := -1
+	if p != starting {
+		jobs = len(d.worker.Held())
+	}
+	if line := statusLine(p, jobs, d.health.reg.Conditions()); line != d.status {
+		d.status = line
+		sdnotify.Status(line)
+	}
 }

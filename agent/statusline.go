@@ -1,37 +1,49 @@
 package agent
 
 import (
-	"crypto/x509"
 	"fmt"
-	"time"
+	"strings"
 
-	"github.com/runmesh/runmesh/agent/internal/heartbeat"
+	"github.com/runmesh/runmesh/internal/health"
 )
 
-// statusLine is the one-line health summary for sd_notify STATUS=.
-func statusLine(leaf *x509.Certificate, b heartbeat.Beat, jobs int, draining bool) string {
-	state := "online"
-	switch {
-	case b.Err != nil:
-		state = "heartbeat failing: " + b.Err.Error()
-	case b.Response.Quarantined:
-		state = "online, quarantined"
-	case b.Response.Draining:
-		state = "online, draining"
+// statusLine is sd_notify STATUS=, one line: the phase, the jobs held
+// (jobs < 0: not known yet), when the certificate ends, then the
+// registry's summary, which names every condition that is not healthy.
+func statusLine(p phase, jobs int, conds []health.Status) string {
+	parts := []string{p.String()}
+	if jobs >= 0 {
+		parts = append(parts, fmt.Sprintf("%d jobs", jobs))
 	}
-	healthy := 0
-	for _, g := range b.Capacity.GPUs {
-		if g.Healthy {
-			healthy++
+	// The summary leaves a healthy condition's text out, and the
+	// certificate's end is what an operator looks for.
+	if c, ok := lookup(conds, condCertificate); ok && c.OK {
+		parts = append(parts, "certificate "+c.Text)
+	}
+	parts = append(parts, health.Summarise(conds))
+	return strings.Join(parts, "; ")
+}
+
+func (p phase) String() string {
+	switch p {
+	case starting:
+		return "starting"
+	case serving:
+		return "serving"
+	case draining:
+		return "draining"
+	case stopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// lookup finds the condition named name.
+func lookup(conds []health.Status, name string) (health.Status, bool) {
+	for _, c := range conds {
+		if c.Name == name {
+			return c, true
 		}
 	}
-	gpus := fmt.Sprintf("%d GPUs (%d healthy)", len(b.Capacity.GPUs), healthy)
-	if b.Capacity.GPUsUnavailable != "" {
-		gpus = "no GPUs: " + b.Capacity.GPUsUnavailable
-	}
-	work := fmt.Sprintf("%d jobs", jobs)
-	if draining {
-		work += ", draining (a second signal exits; jobs go on)"
-	}
-	return fmt.Sprintf("%s; %s; %s; certificate until %s", state, work, gpus, leaf.NotAfter.UTC().Format(time.RFC3339))
+	return health.Status{}, false
 }

@@ -48,10 +48,14 @@ func (g *GPUs) Unavailable() string {
 	return g.reason
 }
 
+// NoDriver is why NVML cannot be used on a host without the NVIDIA driver:
+// a CPU host, which lacks nothing.
+const NoDriver = "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this host"
+
 func describe(ret nvml.Return) string {
 	switch ret {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return "NVML library (libnvidia-ml.so.1) not found: no NVIDIA driver on this host"
+		return NoDriver
 	case nvml.ERROR_DRIVER_NOT_LOADED:
 		return "the NVIDIA kernel driver is not loaded"
 	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runmesh/runmesh/agent/internal/capacity"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -34,8 +37,14 @@ type Loop struct {
 	RunnerID  string
 	Version   string
 	Log       *slog.Logger
-	// Health lists the agent's conditions for each beat.
-	Health func(runnerapi.Capacity) []runnerapi.Condition
+	// Health, if set, is the agent's registry: each beat carries its
+	// conditions.
+	Health *health.Registry
+	// Beats, NVML and GPUs, if set, are the conditions the loop knows the
+	// answer to: whether the control plane answers beats, from each beat;
+	// whether NVML measures and whether every GPU is healthy, from each
+	// measurement.
+	Beats, NVML, GPUs *health.Condition
 	// Observe, if set, sees every beat.
 	Observe func(Beat)
 	// First is the interval before the server has said (10 s: a 30 s lease).
@@ -102,6 +111,9 @@ func (l *Loop) Once(ctx context.Context) error { return l.observed(ctx).Err }
 func (l *Loop) observed(ctx context.Context) Beat {
 	b := l.beat(ctx)
 	l.last.Store(time.Now().UnixNano())
+	if l.Beats != nil {
+		l.Beats.SetErr(b.Err, "answered")
+	}
 	if s := b.Response.NextHeartbeatSeconds; b.Err == nil && s > 0 {
 		l.every.Store(int64(time.Duration(s) * time.Second))
 	}
@@ -144,9 +156,10 @@ func (l *Loop) beat(ctx context.Context) Beat {
 	if err != nil {
 		return Beat{Err: fmt.Errorf("measure capacity: %w", err)}
 	}
+	l.measured(c)
 	req := runnerapi.HeartbeatRequest{RunnerID: l.RunnerID, AgentVersion: l.Version, Capacity: c}
 	if l.Health != nil {
-		req.Health = l.Health(c)
+		req.Health = Report(l.Health.Conditions())
 	}
 	if l.Leases != nil {
 		req.Leases = l.Leases()
@@ -161,19 +174,68 @@ func (l *Loop) beat(ctx context.Context) Beat {
 	return Beat{Capacity: c, Proof: req.Recovery, Response: resp, Err: err}
 }
 
-// Conditions is the agent's health derived from a measurement: NVML usable,
-// each GPU healthy.
-func Conditions(c runnerapi.Capacity) []runnerapi.Condition {
-	var out []runnerapi.Condition
-	if c.GPUsUnavailable != "" {
-		out = append(out, runnerapi.Condition{Name: "nvml", OK: false, Severity: "warning", Title: c.GPUsUnavailable})
-	} else {
-		out = append(out, runnerapi.Condition{Name: "nvml", OK: true, Severity: "info", Title: fmt.Sprintf("%d GPUs, driver %s", len(c.GPUs), c.DriverVersion)})
-	}
-	for _, g := range c.GPUs {
-		if !g.Healthy {
-			out = append(out, runnerapi.Condition{Name: fmt.Sprintf("gpu-%d", g.Index), OK: false, Severity: "error", Title: fmt.Sprintf("GPU %d (%s) unhealthy: %s", g.Index, g.UUID, g.Health)})
+// measured sets the conditions a measurement answers.
+func (l *Loop) measured(c runnerapi.Capacity) {
+	if l.NVML != nil {
+		switch c.GPUsUnavailable {
+		case "":
+			l.NVML.SetHealthy(fmt.Sprintf("%d GPUs, driver %s", len(c.GPUs), c.DriverVersion))
+		case capacity.NoDriver:
+			// A host without the driver is a CPU host: nothing is wrong.
+			l.NVML.SetHealthy("no GPUs: " + c.GPUsUnavailable)
+		default:
+			l.NVML.SetUnhealthy(c.GPUsUnavailable)
 		}
 	}
+	if l.GPUs != nil {
+		l.GPUs.Set(gpuHealth(c.GPUs))
+	}
+}
+
+// gpuHealth is whether every GPU is healthy, naming each one that is not
+// and the evidence.
+func gpuHealth(gpus []runnerapi.GPU) (bool, string) {
+	var bad []string
+	for _, g := range gpus {
+		if !g.Healthy {
+			bad = append(bad, fmt.Sprintf("GPU %d (%s): %s", g.Index, g.UUID, g.Health))
+		}
+	}
+	if len(bad) > 0 {
+		return false, strings.Join(bad, "; ")
+	}
+	if len(gpus) == 0 {
+		return true, "no GPUs"
+	}
+	return true, fmt.Sprintf("%d GPUs healthy", len(gpus))
+}
+
+// maxTitle is the runner API's bound on a condition's title.
+const maxTitle = 512
+
+// Report is conditions as the runner API carries them: a condition's text
+// joins its title ("title: text"), clipped to the API's bound. A title
+// holds no control character and no invalid UTF-8, which the control plane
+// refuses: texts come from tools (podman's stderr, say), and a refused
+// heartbeat would cost the runner its leases.
+func Report(conds []health.Status) []runnerapi.Condition {
+	out := make([]runnerapi.Condition, 0, len(conds))
+	for _, c := range conds {
+		title := c.Title
+		if c.Text != "" {
+			title += ": " + c.Text
+		}
+		out = append(out, runnerapi.Condition{Name: c.Name, OK: c.OK, Severity: c.Severity.String(), Title: runnerapi.Clip(printable(title), maxTitle)})
+	}
 	return out
+}
+
+// printable replaces invalid UTF-8 and control characters with spaces.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f || r == utf8.RuneError {
+			return ' '
+		}
+		return r
+	}, s)
 }

@@ -135,69 +135,69 @@ const (
 
 // Render builds the unit for job on host.
 func Render(h Host, j Job) (Unit, error) {
-	if !strings.HasPrefix(h.Podman, "/") {
-		return Unit{}, fmt.Errorf("podman path %q is not absolute", h.Podman)
-	}
-	if h.Cgroup != 1 && h.Cgroup != 2 {
-		return Unit{}, fmt.Errorf("cgroup version %d is neither 1 nor 2", h.Cgroup)
-	}
-	if !safeName(j.LeaseID) || !safeName(j.JobID) {
-		return Unit{}, fmt.Errorf("%w: job and lease ids must be letters, digits and dashes", ErrUnrunnable)
-	}
-	if j.Attempt < 1 {
-		return Unit{}, fmt.Errorf("%w: attempt %d", ErrUnrunnable, j.Attempt)
-	}
-	if j.Image == "" || strings.HasPrefix(j.Image, "-") {
-		return Unit{}, fmt.Errorf("%w: image %q", ErrUnrunnable, j.Image)
+	if err := check(h, j); err != nil {
+		return Unit{}, err
 	}
 	env, err := envFile(j.Env)
 	if err != nil {
 		return Unit{}, err
 	}
+	if !strings.HasPrefix(h.LogDir, "/") {
+		return Unit{}, fmt.Errorf("log directory %q is not absolute", h.LogDir)
+	}
 	// The lease id is the job's and stays the same across attempts, so the
 	// attempt is part of the name: a unit left from an earlier attempt
 	// stopping (its ExecStopPost removes the container by name) can never
 	// touch a later one's container.
-	if !strings.HasPrefix(h.LogDir, "/") {
-		return Unit{}, fmt.Errorf("log directory %q is not absolute", h.LogDir)
-	}
 	paths := h.Paths(j.LeaseID, j.Attempt)
-	container, name, envPath, logPath := paths.Container, paths.Unit, paths.Env, paths.Log
+	run, err := podmanRun(h, j, paths)
+	if err != nil {
+		return Unit{}, err
+	}
+	return Unit{Name: paths.Unit, Properties: properties(h, j, paths, run), EnvPath: paths.Env, EnvFile: env, LogPath: paths.Log}, nil
+}
 
+// check refuses a host Render cannot trust and a job no host could run.
+func check(h Host, j Job) error {
+	if !strings.HasPrefix(h.Podman, "/") {
+		return fmt.Errorf("podman path %q is not absolute", h.Podman)
+	}
+	if h.Cgroup != 1 && h.Cgroup != 2 {
+		return fmt.Errorf("cgroup version %d is neither 1 nor 2", h.Cgroup)
+	}
+	if !safeName(j.LeaseID) || !safeName(j.JobID) {
+		return fmt.Errorf("%w: job and lease ids must be letters, digits and dashes", ErrUnrunnable)
+	}
+	if j.Attempt < 1 {
+		return fmt.Errorf("%w: attempt %d", ErrUnrunnable, j.Attempt)
+	}
+	if j.Image == "" || strings.HasPrefix(j.Image, "-") {
+		return fmt.Errorf("%w: image %q", ErrUnrunnable, j.Image)
+	}
+	return nil
+}
+
+// podmanRun is the `podman run` command line the unit starts: the job's
+// labels, files, isolation and limits, its GPUs, then its image and command.
+func podmanRun(h Host, j Job, p Paths) ([]string, error) {
 	// --init: a payload that is PID 1 gets no default signal actions, so
 	// without an init a plain `sleep` ignores podman stop's SIGTERM and a
 	// cancel always waits out the grace period; catatonit forwards the
 	// signal and reaps orphans.
 	run := []string{h.Podman, "run", "-d", "--rm", "--replace", "--sdnotify=conmon", "--init",
-		"--name", container,
+		"--name", p.Container,
 		"--label", LabelJob + "=" + j.JobID,
 		"--label", LabelLease + "=" + j.LeaseID,
 		"--label", LabelAttempt + "=" + strconv.Itoa(j.Attempt),
-		"--env-file", envPath,
+		"--env-file", p.Env,
 		// A file of our own, not podman's store: it survives --rm.
-		"--log-driver=k8s-file", "--log-opt", "path=" + logPath,
-	}
-	props := []Property{
-		{"Description", fmt.Sprintf("runmesh job %s attempt %d", j.JobID, j.Attempt)},
-		{"Type", "notify"},
-		// conmon, not podman, sends READY=1 and MAINPID.
-		{"NotifyAccess", "all"},
-		// SIGTERM to podman, then ExecStop stops the container cleanly;
-		// control-group would SIGKILL conmon and strand the container.
-		{"KillMode", "mixed"},
-		// An ended unit stays (active, exited) until the agent has read
-		// its result: without this systemd unloads a unit that exited 0
-		// at once, and a restarted agent could not tell it had run.
-		{"RemainAfterExit", true},
-		{"Environment", []string{"PODMAN_SYSTEMD_UNIT=" + name}},
-		{"TimeoutStartUSec", uint64(startTimeout.Microseconds())},
-		{"TimeoutStopUSec", uint64(stopTimeout.Microseconds())},
+		"--log-driver=k8s-file", "--log-opt", "path=" + p.Log,
 	}
 	switch h.Cgroup {
 	case 2:
-		// The container gets a cgroup of its own inside the unit's.
+		// The container gets a cgroup of its own inside the unit's, which
+		// the unit delegates (properties).
 		run = append(run, "--cgroups=split")
-		props = append(props, Property{"Delegate", true})
 	case 1:
 		// split needs a writable cgroup tree that rootless v1 does not
 		// have (podman exits 126); conmon stays in the unit's cgroup.
@@ -220,27 +220,51 @@ func Render(h Host, j Job) (Unit, error) {
 	for _, uuid := range j.GPUs {
 		dev := "nvidia.com/gpu=" + uuid
 		if !slices.Contains(h.CDIDevices, dev) {
-			return Unit{}, fmt.Errorf("%w: GPU %s has no CDI device (nvidia-ctk cdi generate --device-name-strategy=uuid makes one)", ErrUnrunnable, uuid)
+			return nil, fmt.Errorf("%w: GPU %s has no CDI device (nvidia-ctk cdi generate --device-name-strategy=uuid makes one)", ErrUnrunnable, uuid)
 		}
 		run = append(run, "--device", dev)
 	}
 	run = append(run, j.Image)
-	run = append(run, j.Command...)
+	return append(run, j.Command...), nil
+}
 
+// properties are the transient unit's: how systemd follows podman, starts
+// run, stops and cleans up after the container, and bounds its run time.
+func properties(h Host, j Job, p Paths, run []string) []Property {
+	props := []Property{
+		{"Description", fmt.Sprintf("runmesh job %s attempt %d", j.JobID, j.Attempt)},
+		{"Type", "notify"},
+		// conmon, not podman, sends READY=1 and MAINPID.
+		{"NotifyAccess", "all"},
+		// SIGTERM to podman, then ExecStop stops the container cleanly;
+		// control-group would SIGKILL conmon and strand the container.
+		{"KillMode", "mixed"},
+		// An ended unit stays (active, exited) until the agent has read
+		// its result: without this systemd unloads a unit that exited 0
+		// at once, and a restarted agent could not tell it had run.
+		{"RemainAfterExit", true},
+		{"Environment", []string{"PODMAN_SYSTEMD_UNIT=" + p.Unit}},
+		{"TimeoutStartUSec", uint64(startTimeout.Microseconds())},
+		{"TimeoutStopUSec", uint64(stopTimeout.Microseconds())},
+	}
+	if h.Cgroup == 2 {
+		// --cgroups=split makes the container's cgroup inside the unit's.
+		props = append(props, Property{"Delegate", true})
+	}
 	props = append(props,
 		// systemd expands $NAME and ${NAME} in Exec lines from its own
 		// environment: the job's command must reach podman as written.
 		Property{"ExecStart", []Exec{{Argv: escapeDollars(run)}}},
-		Property{"ExecStop", []Exec{{Argv: []string{h.Podman, "stop", "--ignore", "-t", strconv.Itoa(stopGrace), container}}}},
+		Property{"ExecStop", []Exec{{Argv: []string{h.Podman, "stop", "--ignore", "-t", strconv.Itoa(stopGrace), p.Container}}}},
 		Property{"ExecStopPost", []Exec{
-			{Argv: []string{h.Podman, "rm", "-f", "--ignore", container}},
-			{Argv: []string{"/bin/rm", "-f", envPath}},
+			{Argv: []string{h.Podman, "rm", "-f", "--ignore", p.Container}},
+			{Argv: []string{"/bin/rm", "-f", p.Env}},
 		}},
 	)
 	if j.WallClockSeconds > 0 {
 		props = append(props, Property{"RuntimeMaxUSec", uint64(j.WallClockSeconds) * uint64(time.Second/time.Microsecond)})
 	}
-	return Unit{Name: name, Properties: props, EnvPath: envPath, EnvFile: env, LogPath: logPath}, nil
+	return props
 }
 
 // escapeDollars doubles every $, which systemd reads back as one.

@@ -42,8 +42,10 @@ func ProbePodman(ctx context.Context, path string) (PodmanFacts, error) {
 	cmd := exec.CommandContext(ctx, path, "info", "--format", "json")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		msg := runnerapi.Clip(strings.TrimSpace(stderr.String()), 200)
-		return PodmanFacts{}, fmt.Errorf("%s info: %w: %s", path, err, msg)
+		if msg := runnerapi.Clip(strings.TrimSpace(stderr.String()), 200); msg != "" {
+			return PodmanFacts{}, fmt.Errorf("%s info: %w: %s", path, err, msg)
+		}
+		return PodmanFacts{}, fmt.Errorf("%s info: %w", path, err)
 	}
 	return ParsePodmanInfo(stdout.Bytes())
 }

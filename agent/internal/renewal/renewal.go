@@ -8,12 +8,14 @@ package renewal
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/identity"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/internal/health"
 )
 
 // Point is when a certificate should be renewed: two thirds into its life,
@@ -32,6 +34,10 @@ type Renewer struct {
 	PollFile time.Duration
 	// Renewed, if set, is called after each swap.
 	Renewed func(leaf *x509.Certificate)
+	// Certificate, if set, says whether the certificate in use is valid
+	// and cert.pem readable, checked at every look at the file; Renewal,
+	// whether the last renewal worked.
+	Certificate, Renewal *health.Condition
 }
 
 // Run renews until ctx ends.
@@ -42,6 +48,8 @@ func (r *Renewer) Run(ctx context.Context) {
 	log := r.Log.With("component", "renewal")
 	backoff := 5 * time.Second
 	jitter := rand.Float64() * 0.05
+	r.check(nil)
+	r.due(Point(r.ID.Leaf(), jitter))
 	for {
 		leaf := r.ID.Leaf()
 		at := Point(leaf, jitter)
@@ -55,9 +63,10 @@ func (r *Renewer) Run(ctx context.Context) {
 		if err != nil {
 			log.Warn("ignoring the certificate file", "err", err)
 		}
+		r.check(err)
 		if changed {
 			log.Info("picked up a certificate renewed on disk", "serial", r.ID.Leaf().SerialNumber.String(), "not_after", r.ID.Leaf().NotAfter)
-			r.notify()
+			r.renewed(jitter)
 			continue
 		}
 		if time.Now().Before(at) {
@@ -65,6 +74,9 @@ func (r *Renewer) Run(ctx context.Context) {
 		}
 		if err := r.renew(ctx); err != nil {
 			log.Error("renewal failed; retrying", "err", err, "backoff", backoff, "expires", leaf.NotAfter)
+			if r.Renewal != nil {
+				r.Renewal.SetUnhealthy(fmt.Sprintf("%v; retrying, and the certificate expires at %s", err, stamp(leaf.NotAfter)))
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -76,7 +88,8 @@ func (r *Renewer) Run(ctx context.Context) {
 		backoff = 5 * time.Second
 		jitter = rand.Float64() * 0.05
 		log.Info("certificate renewed", "serial", r.ID.Leaf().SerialNumber.String(), "not_after", r.ID.Leaf().NotAfter)
-		r.notify()
+		r.check(nil)
+		r.renewed(jitter)
 	}
 }
 
@@ -102,8 +115,41 @@ func (r *Renewer) renew(ctx context.Context) error {
 	return nil
 }
 
-func (r *Renewer) notify() {
+// renewed tells Renewed, and Renewal when the new certificate is due.
+func (r *Renewer) renewed(jitter float64) {
 	if r.Renewed != nil {
 		r.Renewed(r.ID.Leaf())
 	}
+	r.due(Point(r.ID.Leaf(), jitter))
 }
+
+func (r *Renewer) due(at time.Time) {
+	if r.Renewal != nil {
+		r.Renewal.SetHealthy("next due at " + stamp(at))
+	}
+}
+
+// check sets Certificate from the certificate in use and what reading
+// cert.pem last gave (readErr).
+func (r *Renewer) check(readErr error) {
+	if r.Certificate != nil {
+		r.Certificate.Set(Valid(time.Now(), r.ID.Leaf(), readErr))
+	}
+}
+
+// Valid says whether leaf, the certificate in use, is valid at now and
+// cert.pem could be read (readErr nil): a file that cannot be read is
+// where the next start would fail, whatever the certificate in memory.
+func Valid(now time.Time, leaf *x509.Certificate, readErr error) (bool, string) {
+	switch {
+	case now.Before(leaf.NotBefore):
+		return false, "not valid before " + stamp(leaf.NotBefore)
+	case !now.Before(leaf.NotAfter):
+		return false, "expired at " + stamp(leaf.NotAfter)
+	case readErr != nil:
+		return false, fmt.Sprintf("%v; using the certificate read before, valid until %s", readErr, stamp(leaf.NotAfter))
+	}
+	return true, "valid until " + stamp(leaf.NotAfter)
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }

@@ -30,58 +30,19 @@ type leaseKey struct {
 func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) (runnerapi.RecoveryProof, error) {
 	w.init()
 	proof := runnerapi.RecoveryProof{AgentInstance: w.instance, BootID: bootID()}
-	units, err := w.Runtime.Survivors(ctx)
+	units, found, err := w.holdSurvivors(ctx)
 	if err != nil {
-		return proof, fmt.Errorf("list job units: %w", err)
+		return proof, err
 	}
-	containers, err := w.Runtime.Containers(ctx)
-	if err != nil {
-		return proof, fmt.Errorf("list job containers: %w", err)
-	}
-	found := map[leaseKey]bool{}
-	host := w.Runtime.Host()
-	w.mu.Lock()
-	for _, u := range units {
-		found[leaseKey{u.LeaseID, u.Attempt}] = true
-		j := &job{lease: runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, paths: host.Paths(u.LeaseID, u.Attempt),
-			phase: runnerapi.PhaseRunning, unit: u.Unit, log: chunk{Seq: -1}}
-		w.load(j)
-		if old := w.held[u.LeaseID]; old == nil || old.lease.Attempt < u.Attempt {
-			w.held[u.LeaseID] = j
+	proof.SurvivorsFound = found
+	// Ask the server. Units of an older attempt than the one held are not
+	// reported: the second look stops them.
+	if units > 0 {
+		if err := w.askAbout(ctx, beat); err != nil {
+			return proof, err
 		}
 	}
-	w.mu.Unlock()
-	for _, c := range containers {
-		found[leaseKey{c.LeaseID, c.Attempt}] = true
-	}
-	proof.SurvivorsFound = len(found)
-
-	// Ask the server. Units of an older attempt than the one held above
-	// are not reported: the second look stops them.
-	if len(units) > 0 {
-		for backoff := time.Second; ; backoff = min(2*backoff, 15*time.Second) {
-			err := beat(ctx)
-			if err == nil && w.allAnswered() {
-				break
-			}
-			w.Log.Warn("survivor check: asking the server about the jobs found", "err", err, "retry_in", backoff)
-			select {
-			case <-ctx.Done():
-				return proof, ctx.Err()
-			case <-time.After(backoff):
-			}
-		}
-	}
-	var adopted []*job
-	w.mu.Lock()
-	for id, j := range w.held {
-		if j.gone || !j.answered {
-			delete(w.held, id)
-			continue
-		}
-		adopted = append(adopted, j)
-	}
-	w.mu.Unlock()
+	adopted := w.keepAnswered()
 	proof.Adopted = len(adopted)
 
 	// Stop everything not adopted, then look once more: only what that
@@ -103,9 +64,80 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 	w.mu.Lock()
 	w.proof, w.recorded = &proof, false
 	w.mu.Unlock()
+	w.followAdopted(ctx, adopted)
+	return proof, nil
+}
+
+// holdSurvivors lists the job units and lease containers left from before
+// and holds the newest attempt of each unit's lease, for the server to
+// answer. It returns how many units it listed and how many attempts, units
+// and containers together, it found.
+func (w *Worker) holdSurvivors(ctx context.Context) (units, found int, err error) {
+	survivors, err := w.Runtime.Survivors(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list job units: %w", err)
+	}
+	containers, err := w.Runtime.Containers(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list job containers: %w", err)
+	}
+	seen := map[leaseKey]bool{}
+	host := w.Runtime.Host()
+	w.mu.Lock()
+	for _, u := range survivors {
+		seen[leaseKey{u.LeaseID, u.Attempt}] = true
+		j := &job{lease: runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, paths: host.Paths(u.LeaseID, u.Attempt),
+			phase: runnerapi.PhaseRunning, unit: u.Unit, log: chunk{Seq: -1}}
+		w.load(j)
+		if old := w.held[u.LeaseID]; old == nil || old.lease.Attempt < u.Attempt {
+			w.held[u.LeaseID] = j
+		}
+	}
+	w.mu.Unlock()
+	for _, c := range containers {
+		seen[leaseKey{c.LeaseID, c.Attempt}] = true
+	}
+	return len(survivors), len(seen), nil
+}
+
+// askAbout heartbeats, reporting the jobs held, until the server has
+// answered each of them.
+func (w *Worker) askAbout(ctx context.Context, beat func(context.Context) error) error {
+	for backoff := time.Second; ; backoff = min(2*backoff, 15*time.Second) {
+		err := beat(ctx)
+		if err == nil && w.allAnswered() {
+			return nil
+		}
+		w.Log.Warn("survivor check: asking the server about the jobs found", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// keepAnswered drops the held jobs the server did not answer, or answered
+// GONE, and returns the rest: the jobs adopted.
+func (w *Worker) keepAnswered() []*job {
+	var adopted []*job
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, j := range w.held {
+		if j.gone || !j.answered {
+			delete(w.held, id)
+			continue
+		}
+		adopted = append(adopted, j)
+	}
+	return adopted
+}
+
+// followAdopted follows each adopted job that nothing follows yet: a check
+// run again (the first found the runner not isolated) finds the jobs it
+// adopted already followed.
+func (w *Worker) followAdopted(ctx context.Context, adopted []*job) {
 	for _, j := range adopted {
-		// A check run again (the first found the runner not isolated)
-		// finds the jobs it adopted already followed.
 		w.mu.Lock()
 		followed := j.followed
 		j.followed = true
@@ -116,7 +148,6 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 		w.Log.Info("adopted a job from before this start", "lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)
 		go w.follow(ctx, j)
 	}
-	return proof, nil
 }
 
 func (w *Worker) allAnswered() bool {
