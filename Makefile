@@ -11,7 +11,7 @@ RUN ?=
 GOTESTFLAGS ?= -count=1 -timeout 30m $(if $(RUN),-run '$(RUN)')
 # go-nvml's header marks many functions deprecated; we call none of those.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-GENERATED := controlplane/store/internal/dbsqlc graph/generated graph/model
+GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/model
 
 .DEFAULT_GOAL := help
 
@@ -21,7 +21,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 generate: ## regenerate the sqlc store code and the gqlgen API code
-	cd controlplane/store && $(GO) tool sqlc generate
+	cd controlplane/internal/store && $(GO) tool sqlc generate
 	$(GO) tool gqlgen generate
 
 verify: ## fail if the generated code differs from what the sources generate

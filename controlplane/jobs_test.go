@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
-	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/runnerapi"
 )

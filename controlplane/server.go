@@ -1,5 +1,7 @@
 // Package controlplane is the runmesh server: its listeners and handlers,
-// wired to the store. The admin listener serves the GraphQL API
+// wired to the domain packages and those to the store. It is also the one
+// way into the database from outside the control plane (Connect, Migrate,
+// CheckSchema, BootstrapAdmin). The admin listener serves the GraphQL API
 // (/graphql, /playground), /metrics and /healthz; the runner listener
 // serves the runner API and step-ca's endpoints over TLS from our own CA.
 package controlplane
@@ -20,9 +22,11 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
 	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/maintenance"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -33,7 +37,11 @@ var Version = "dev"
 
 // Options configure a Server.
 type Options struct {
-	Pool  *pgxpool.Pool
+	// Pool is the database (see Connect), its schema checked.
+	Pool *pgxpool.Pool
+	// Store is the store over Pool (nil: one of the server's own). Tests
+	// inside the control plane share theirs, so that the server's hooks
+	// see what they write.
 	Store *store.Store
 	Log   *slog.Logger
 	// AdminAddr is where the admin listener binds (":0" picks a port).
@@ -108,6 +116,9 @@ func New(o Options) (*Server, error) {
 	if o.HealthInterval == 0 {
 		o.HealthInterval = DefaultHealthInterval
 	}
+	if o.Store == nil {
+		o.Store = store.New(o.Pool)
+	}
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds, o.Log.With("component", "metrics"))}
 	s.health = newServerHealth(o.Health)
 	s.upkeep = newMaintenance(o)
@@ -117,7 +128,7 @@ func New(o Options) (*Server, error) {
 	}
 	s.authority = auth
 	s.listener = store.NewListener(o.Pool, o.Log)
-	enrol := &enrolment.Service{Store: o.Store, Authority: auth, CertLifetime: o.RunnerCertLifetime}
+	enrol := enrolment.New(o.Store, auth, o.RunnerCertLifetime)
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
 	s.metrics.certificateExpiry("runner_listener", s.cert.notAfter)
 	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
@@ -125,12 +136,13 @@ func New(o Options) (*Server, error) {
 
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
-		Store:         o.Store,
+		Tenancy:       tenancy.New(o.Store),
+		Queue:         queue.NewService(o.Store, s.listener),
+		Fleet:         fleet.NewService(o.Store, s.listener),
+		Enrolment:     enrol,
 		Log:           o.Log.With("component", "graphql"),
 		Defaults:      o.Defaults,
-		Enrolment:     enrol,
 		CAFingerprint: o.CA.Fingerprint(),
-		Listener:      s.listener,
 		Health:        s.health.reg,
 	})))
 	mux.Handle("GET /playground", graph.PlaygroundHandler("/graphql"))

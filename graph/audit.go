@@ -7,7 +7,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 )
 
 // auditMutations runs every root mutation field in a transaction and
@@ -17,26 +18,24 @@ import (
 //
 // Mutation arguments are recorded as given, so no mutation may take a
 // secret as an argument (secrets are only ever returned, once).
-func auditMutations(s *store.Store, log *slog.Logger) graphql.FieldMiddleware {
+func auditMutations(t *tenancy.Service, log *slog.Logger) graphql.FieldMiddleware {
 	return func(ctx context.Context, next graphql.Resolver) (any, error) {
 		fc := graphql.GetFieldContext(ctx)
 		if fc == nil || fc.Object != "Mutation" {
 			return next(ctx)
 		}
 		entry := auditEntry(ctx, fc)
+		done := entry
+		done.Outcome = outcomeSuccess
 		var res any
-		err := s.WithTx(ctx, func(ctx context.Context) error {
+		err := t.Audited(ctx, done, func(ctx context.Context) error {
 			var err error
 			res, err = next(ctx)
-			if err != nil {
-				return err
-			}
-			entry.Outcome = outcomeSuccess
-			return s.Audit(ctx, entry)
+			return err
 		})
 		if err != nil {
 			entry.Outcome = errorCode(err)
-			if aerr := s.Audit(context.WithoutCancel(ctx), entry); aerr != nil {
+			if aerr := t.Audit(context.WithoutCancel(ctx), entry); aerr != nil {
 				log.ErrorContext(ctx, "audit log write failed", "action", entry.Action, "err", aerr)
 			}
 			return nil, err
@@ -45,8 +44,8 @@ func auditMutations(s *store.Store, log *slog.Logger) graphql.FieldMiddleware {
 	}
 }
 
-func auditEntry(ctx context.Context, fc *graphql.FieldContext) store.AuditEntry {
-	e := store.AuditEntry{Action: fc.Field.Name}
+func auditEntry(ctx context.Context, fc *graphql.FieldContext) record.AuditEntry {
+	e := record.AuditEntry{Action: fc.Field.Name}
 	if a, ok := principal(ctx); ok {
 		id := a.ID
 		e.ActorID, e.ActorName, e.ActorRole, e.OrganisationID = &id, a.Name, a.Role, a.OrganisationID

@@ -6,38 +6,22 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 )
 
 type principalKey struct{}
 
 // withPrincipal records who is calling.
-func withPrincipal(ctx context.Context, a store.Admin) context.Context {
+func withPrincipal(ctx context.Context, a record.Admin) context.Context {
 	return context.WithValue(ctx, principalKey{}, a)
 }
 
 // principal is who is calling. Every request that reaches a resolver has
 // one: the HTTP and websocket entry points refuse requests without.
-func principal(ctx context.Context) (store.Admin, bool) {
-	a, ok := ctx.Value(principalKey{}).(store.Admin)
+func principal(ctx context.Context) (record.Admin, bool) {
+	a, ok := ctx.Value(principalKey{}).(record.Admin)
 	return a, ok
-}
-
-var errUnauthenticated = errors.New("unauthenticated")
-
-// authenticate resolves a bearer token to its admin. Missing, malformed,
-// unknown, expired and revoked tokens all give errUnauthenticated.
-func authenticate(ctx context.Context, s *store.Store, token string) (store.Admin, error) {
-	digest, ok := tokens.Admin.Digest(token)
-	if !ok {
-		return store.Admin{}, errUnauthenticated
-	}
-	a, err := s.AdminByTokenHash(ctx, digest)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Admin{}, errUnauthenticated
-	}
-	return a, err
 }
 
 func bearer(r *http.Request) string {
@@ -52,14 +36,14 @@ func bearer(r *http.Request) string {
 // requireAdmin answers 401, with no detail, to any request without a live
 // admin token. Websocket upgrades pass: they authenticate in the
 // connection_init message, because browsers cannot set headers on them.
-func requireAdmin(s *store.Store, next http.Handler) http.Handler {
+func requireAdmin(t *tenancy.Service, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebsocketUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		a, err := authenticate(r.Context(), s, bearer(r))
-		if errors.Is(err, errUnauthenticated) {
+		a, err := t.Authenticate(r.Context(), bearer(r))
+		if errors.Is(err, tenancy.ErrUnauthenticated) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="runmesh"`)
 			writeJSONError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "unauthenticated")
 			return

@@ -14,7 +14,8 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/model"
 )
 
@@ -43,13 +44,14 @@ func errorCode(err error) string {
 	switch {
 	case err == nil:
 		return outcomeSuccess
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, record.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, errForbidden):
 		return CodeForbidden
-	case errors.Is(err, store.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)), errors.Is(err, fleet.ErrRetired):
+	case errors.Is(err, record.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)), errors.Is(err, fleet.ErrRetired):
 		return CodeConflict
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi), errors.As(err, new(*model.InputError)):
+	case errors.Is(err, record.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi), errors.As(err, new(*model.InputError)),
+		errors.As(err, new(*queue.InputError)):
 		return CodeBadInput
 	}
 	// gqlgen's own errors (parsing, validation, arguments) wrap nothing;
@@ -100,10 +102,13 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		case CodeBadInput:
 			var bi badInput
 			var ie *model.InputError
+			var qe *queue.InputError
 			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
 				gqlErr.Message = enrolment.ErrFingerprintMismatch.Error()
 			} else if errors.As(err, &ie) {
 				gqlErr.Message = ie.Msg
+			} else if errors.As(err, &qe) {
+				gqlErr.Message = qe.Msg
 			} else if errors.As(err, &bi) {
 				gqlErr.Message = bi.msg
 			} else {
@@ -118,9 +123,10 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 	}
 }
 
-// trimStoreErr is the detail after the store's sentinel ("conflict: x" → x).
+// trimStoreErr is the detail after the sentinel the store wrapped
+// ("conflict: x" → x).
 func trimStoreErr(err error) string {
-	for _, sentinel := range []error{store.ErrConflict, store.ErrInvalid} {
+	for _, sentinel := range []error{record.ErrConflict, record.ErrInvalid} {
 		if errors.Is(err, sentinel) {
 			msg := err.Error()
 			if rest, ok := strings.CutPrefix(msg, sentinel.Error()+": "); ok {

@@ -14,8 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 )
@@ -23,13 +24,13 @@ import (
 // testBundle is a real handler over a real database of the test's own,
 // with two organisations and admins of every role.
 type testBundle struct {
-	pool    *pgxpool.Pool
-	store   *store.Store
-	handler http.Handler
-	orgA    store.Organisation
-	orgB    store.Organisation
-	poolA   store.Pool
-	poolB   store.Pool
+	pool     *pgxpool.Pool
+	services *controlplanetest.Services
+	handler  http.Handler
+	orgA     record.Organisation
+	orgB     record.Organisation
+	poolA    record.Pool
+	poolB    record.Pool
 	// tokens by role and organisation
 	platform, adminA, memberA, adminB string
 }
@@ -37,22 +38,24 @@ type testBundle struct {
 func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{pool: storetest.NewPool(t)}
-	b.store = store.New(b.pool)
+	b := &testBundle{pool: controlplanetest.NewPool(t)}
+	b.services = controlplanetest.NewServices(t, b.pool, nil)
+	tn := b.services.Tenancy
 	var err error
-	b.orgA, err = b.store.CreateOrganisation(ctx, "org-a")
+	b.orgA, err = tn.CreateOrganisation(ctx, "org-a")
 	require.NoError(t, err)
-	b.orgB, err = b.store.CreateOrganisation(ctx, "org-b")
+	b.orgB, err = tn.CreateOrganisation(ctx, "org-b")
 	require.NoError(t, err)
-	b.poolA, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgA.ID, Name: "pool-a"})
+	b.poolA, err = tn.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgA.ID, Name: "pool-a"})
 	require.NoError(t, err)
-	b.poolB, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgB.ID, Name: "pool-b"})
+	b.poolB, err = tn.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgB.ID, Name: "pool-b"})
 	require.NoError(t, err)
-	b.platform = newAdmin(t, b.store, "root", store.RolePlatformAdmin, nil, nil)
-	b.adminA = newAdmin(t, b.store, "alice", store.RoleOrgAdmin, &b.orgA.ID, nil)
-	b.memberA = newAdmin(t, b.store, "mallory", store.RoleOrgMember, &b.orgA.ID, nil)
-	b.adminB = newAdmin(t, b.store, "bob", store.RoleOrgAdmin, &b.orgB.ID, nil)
-	o := graph.Options{Store: b.store, Log: testLogger(t)}
+	b.platform = newAdmin(t, tn, "root", record.RolePlatformAdmin, nil, nil)
+	b.adminA = newAdmin(t, tn, "alice", record.RoleOrgAdmin, &b.orgA.ID, nil)
+	b.memberA = newAdmin(t, tn, "mallory", record.RoleOrgMember, &b.orgA.ID, nil)
+	b.adminB = newAdmin(t, tn, "bob", record.RoleOrgAdmin, &b.orgB.ID, nil)
+	o := b.services.GraphOptions()
+	o.Log = testLogger(t)
 	for _, f := range opts {
 		f(&o)
 	}
@@ -60,11 +63,10 @@ func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 	return b
 }
 
-func newAdmin(t *testing.T, s *store.Store, name string, role store.Role, org *uuid.UUID, expires *time.Time) string {
+func newAdmin(t *testing.T, s *tenancy.Service, name string, role record.Role, org *uuid.UUID, expires *time.Time) string {
 	t.Helper()
-	token, digest := tokens.Admin.New()
-	_, err := s.CreateAdminWithToken(context.Background(), store.NewAdmin{
-		Name: name, Role: role, OrganisationID: org, TokenHash: digest, ExpiresAt: expires,
+	token, _, err := s.CreateAdmin(context.Background(), tenancy.NewAdmin{
+		Name: name, Role: role, OrganisationID: org, ExpiresAt: expires,
 	})
 	require.NoError(t, err)
 	return token
@@ -155,7 +157,7 @@ func testLogger(t *testing.T) *slogLogger { return newTestLogger(t) }
 func TestUnauthenticatedRequestsGet401WithNoDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	expired := newAdmin(t, b.store, "old", store.RolePlatformAdmin, nil, ptr(time.Now().Add(-time.Hour)))
+	expired := newAdmin(t, b.services.Tenancy, "old", record.RolePlatformAdmin, nil, ptr(time.Now().Add(-time.Hour)))
 	forged, _ := tokens.Admin.New() // well-formed, never stored
 	before := b.counts(t)
 
@@ -264,7 +266,7 @@ func TestRolesGateMutationsAndRefusalsChangeNothing(t *testing.T) {
 		require.Nil(t, dig(r.Data, "createPool"), c.name)
 	}
 	require.Equal(t, before, b.counts(t))
-	got, err := b.store.Pool(context.Background(), store.AllOrganisations(), b.poolB.ID)
+	got, err := b.services.Tenancy.Pool(context.Background(), record.AllOrganisations(), b.poolB.ID)
 	require.NoError(t, err)
 	require.Equal(t, "pool-b", got.Name)
 }

@@ -19,14 +19,21 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/internal/health"
 )
 
 // Options configure the admin API handler.
 type Options struct {
-	Store    *store.Store
+	// Tenancy, Queue, Fleet and Enrolment are what the API reads and
+	// changes, all required; Queue's and Fleet's watches wake
+	// subscriptions.
+	Tenancy  *tenancy.Service
+	Queue    *queue.Service
+	Fleet    *fleet.Service
 	Log      *slog.Logger
 	Defaults Defaults
 	// ComplexityLimit bounds the cost of one operation (each field costs 1
@@ -34,11 +41,10 @@ type Options struct {
 	ComplexityLimit int
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes int64
-	// Enrolment decides on runners; CAFingerprint is the root runners pin.
-	Enrolment     *enrolment.Service
+	// Enrolment decides on runners and keeps their certificates.
+	Enrolment *enrolment.Service
+	// CAFingerprint is the root runners pin.
 	CAFingerprint string
-	// Listener wakes subscriptions (required for them).
-	Listener *store.Listener
 	// Health is the serving replica's registry: Query.health lists it.
 	Health *health.Registry
 }
@@ -66,7 +72,8 @@ func NewHandler(o Options) http.Handler {
 	if o.Defaults == (Defaults{}) {
 		o.Defaults = DefaultDefaults
 	}
-	r := &Resolver{Store: o.Store, Log: o.Log, Defaults: o.Defaults, Enrolment: o.Enrolment, CAFingerprint: o.CAFingerprint, Listener: o.Listener, Health: o.Health}
+	r := &Resolver{Tenancy: o.Tenancy, Queue: o.Queue, Fleet: o.Fleet, Enrolment: o.Enrolment,
+		Log: o.Log, Defaults: o.Defaults, CAFingerprint: o.CAFingerprint, Health: o.Health}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},
@@ -81,7 +88,7 @@ func NewHandler(o Options) http.Handler {
 			if t, ok := cutBearer(token); ok {
 				token = t
 			}
-			a, err := authenticate(ctx, o.Store, token)
+			a, err := o.Tenancy.Authenticate(ctx, token)
 			if err != nil {
 				return ctx, nil, errors.New("unauthenticated")
 			}
@@ -99,19 +106,19 @@ func NewHandler(o Options) http.Handler {
 		o.Log.ErrorContext(ctx, "graphql resolver panicked", "panic", fmt.Sprint(p))
 		return errors.New("internal error")
 	})
-	srv.AroundFields(auditMutations(o.Store, o.Log))
+	srv.AroundFields(auditMutations(o.Tenancy, o.Log))
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		if token, ok := ctx.Value(socketTokenKey{}).(string); ok {
-			a, err := authenticate(ctx, o.Store, token)
+			a, err := o.Tenancy.Authenticate(ctx, token)
 			if err != nil {
 				return graphql.OneShot(graphql.ErrorResponse(ctx, "unauthenticated"))
 			}
 			ctx = withPrincipal(ctx, a)
 		}
 		a, _ := principal(ctx)
-		return next(context.WithValue(ctx, loadersKey{}, newLoaders(o.Store, a.Scope())))
+		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return limitBody(o.MaxBodyBytes, requireAdmin(o.Store, srv))
+	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, srv))
 }
 
 //go:embed playground.html

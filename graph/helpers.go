@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -20,13 +19,13 @@ import (
 
 // loadOrganisation resolves an optional organisation reference through the
 // request's loader (nil stays nil: a platform object).
-func loadOrganisation(ctx context.Context, id *uuid.UUID) (*store.Organisation, error) {
+func loadOrganisation(ctx context.Context, id *uuid.UUID) (*record.Organisation, error) {
 	if id == nil {
 		return nil, nil
 	}
 	o, err := loadersFor(ctx).organisation.Load(ctx, *id)
 	if errors.Is(err, dataloadgen.ErrNotFound) {
-		return nil, store.ErrNotFound
+		return nil, record.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
@@ -35,10 +34,10 @@ func loadOrganisation(ctx context.Context, id *uuid.UUID) (*store.Organisation, 
 }
 
 // loadPool resolves a pool reference through the request's loader.
-func loadPool(ctx context.Context, id uuid.UUID) (*store.Pool, error) {
+func loadPool(ctx context.Context, id uuid.UUID) (*record.Pool, error) {
 	p, err := loadersFor(ctx).pool.Load(ctx, id)
 	if errors.Is(err, dataloadgen.ErrNotFound) {
-		return nil, store.ErrNotFound
+		return nil, record.ErrNotFound
 	}
 	if err != nil {
 		return nil, err
@@ -56,7 +55,7 @@ func checkReason(reason string) error {
 // nullIfNotFound turns "not found" into a null answer, so that something
 // outside the caller's scope and something that does not exist look alike.
 func nullIfNotFound[T any](v *T, err error) (*T, error) {
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, record.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -69,15 +68,15 @@ func nullIfNotFound[T any](v *T, err error) (*T, error) {
 // which an organisation admin may name only as its own (another is "not
 // found", like one that does not exist), or by default its own. Platform
 // admins naming none get nil: the platform.
-func targetOrganisation(me store.Admin, named *uuid.UUID) (*uuid.UUID, error) {
-	if me.Role == store.RolePlatformAdmin {
+func targetOrganisation(me record.Admin, named *uuid.UUID) (*uuid.UUID, error) {
+	if me.Role == record.RolePlatformAdmin {
 		return named, nil
 	}
 	if me.OrganisationID == nil {
 		return nil, errForbidden
 	}
 	if named != nil && *named != *me.OrganisationID {
-		return nil, store.ErrNotFound
+		return nil, record.ErrNotFound
 	}
 	return me.OrganisationID, nil
 }
@@ -208,60 +207,17 @@ func gpus(in []runnerapi.GPU) []model.GPU {
 	return out
 }
 
-// newJob checks a submission.
-func newJob(in model.SubmitJobInput) (store.NewJob, error) {
+// submission is what the queue is asked to queue: the input as given. The
+// queue checks it.
+func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 	c := in.Claim
-	switch {
-	case strings.TrimSpace(in.Image) == "" || len(in.Image) > 512:
-		return store.NewJob{}, badInputf("image: 1 to 512 characters")
-	case c.Cores <= 0 || c.Cores > 4096 || math.IsNaN(c.Cores):
-		return store.NewJob{}, badInputf("claim.cores: more than 0, at most 4096")
-	case c.MemoryMiB < 0:
-		return store.NewJob{}, badInputf("claim.memoryMiB: not negative")
-	case c.Gpus < 0 || c.Gpus > 64:
-		return store.NewJob{}, badInputf("claim.gpus: 0 to 64")
-	case c.WallClockSeconds < 1 || c.WallClockSeconds > 365*24*3600:
-		return store.NewJob{}, badInputf("claim.wallClockSeconds: 1 to 31536000")
-	case in.Priority < -1000 || in.Priority > 1000:
-		return store.NewJob{}, badInputf("priority: -1000 to 1000")
-	case in.MaxAttempts < 1 || in.MaxAttempts > 100:
-		return store.NewJob{}, badInputf("maxAttempts: 1 to 100")
-	case !runnerapi.ValidKind(in.Kind):
-		return store.NewJob{}, badInputf("kind: lower-case letters, digits, dots, dashes and underscores")
-	case len(in.Command) > 256 || len(in.Env) > 256:
-		return store.NewJob{}, badInputf("command and env: at most 256 entries each")
+	env := make([]queue.EnvVar, len(in.Env))
+	for i, e := range in.Env {
+		env[i] = queue.EnvVar{Name: e.Name, Value: e.Value}
 	}
-	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
-		return store.NewJob{}, badInputf("idempotencyKey: 1 to 200 characters")
-	}
-	// The spec travels whole in every lease answer, so it is bounded: an
-	// agent reads at most runnerapi.LeaseAnswerBytes. (The claim measures
-	// specs as text, at least these bytes: see ClaimJobs.)
-	size := len(in.Image)
-	for _, a := range in.Command {
-		size += len(a)
-	}
-	for _, e := range in.Env {
-		size += len(e.Name) + len(e.Value)
-	}
-	if size > runnerapi.MaxJobSpecBytes {
-		return store.NewJob{}, badInputf("image, command and env: at most %d KiB together", runnerapi.MaxJobSpecBytes>>10)
-	}
-	env := map[string]string{}
-	for _, e := range in.Env {
-		if !envName.MatchString(e.Name) {
-			return store.NewJob{}, badInputf("env: %q is not a variable name", e.Name)
-		}
-		if _, dup := env[e.Name]; dup {
-			return store.NewJob{}, badInputf("env: %s given twice", e.Name)
-		}
-		env[e.Name] = e.Value
-	}
-	return store.NewJob{
-		PoolID: in.PoolID, Image: in.Image, Command: in.Command, Env: env,
-		Claim:    store.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
+	return queue.Submission{
+		PoolID: in.PoolID, SubmittedBy: &by, Image: in.Image, Command: in.Command, Env: env,
+		Claim:    record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
-	}, nil
+	}
 }
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

@@ -9,74 +9,60 @@ import (
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // loaders batch the lookups of one request: a list of N pools costs one
 // query for their organisations, not N. They live for one request, so
 // nothing is cached across callers with different scopes.
 type loaders struct {
-	organisation        *dataloadgen.Loader[uuid.UUID, store.Organisation]
-	pool                *dataloadgen.Loader[uuid.UUID, store.Pool]
-	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []store.Pool]
-	certificate         *dataloadgen.Loader[uuid.UUID, store.Certificate] // newest, by runner
-	runnerSeen          *dataloadgen.Loader[uuid.UUID, time.Time]         // by pool
-	booking             *dataloadgen.Loader[uuid.UUID, store.Booking]     // by runner
-	poolQueue           *dataloadgen.Loader[uuid.UUID, store.PoolQueue]   // by pool
+	organisation        *dataloadgen.Loader[uuid.UUID, record.Organisation]
+	pool                *dataloadgen.Loader[uuid.UUID, record.Pool]
+	poolsOfOrganisation *dataloadgen.Loader[uuid.UUID, []record.Pool]
+	certificate         *dataloadgen.Loader[uuid.UUID, record.Certificate] // newest, by runner
+	runnerSeen          *dataloadgen.Loader[uuid.UUID, time.Time]          // by pool
+	booking             *dataloadgen.Loader[uuid.UUID, record.Booking]     // by runner
+	poolQueue           *dataloadgen.Loader[uuid.UUID, record.PoolQueue]   // by pool
 	// By job; only jobs the caller already read through its scope reach
 	// these.
-	jobEvents *dataloadgen.Loader[uuid.UUID, []store.JobEvent]
-	jobRuns   *dataloadgen.Loader[uuid.UUID, []store.JobRun]
-	jobLogs   *dataloadgen.Loader[uuid.UUID, store.JobOutput]
+	jobEvents *dataloadgen.Loader[uuid.UUID, []record.JobEvent]
+	jobRuns   *dataloadgen.Loader[uuid.UUID, []record.JobRun]
+	jobLogs   *dataloadgen.Loader[uuid.UUID, record.JobOutput]
 	// logsLeft is what is left of this answer's logsBudget.
 	logsLeft atomic.Int64
 }
 
 type loadersKey struct{}
 
-func newLoaders(s *store.Store, scope store.Scope) *loaders {
+func newLoaders(r *Resolver, scope record.Scope) *loaders {
 	wait := dataloadgen.WithWait(time.Millisecond)
 	l := &loaders{
-		organisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.Organisation, error) {
-			return s.OrganisationsByID(ctx, scope, ids)
+		organisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.Organisation, error) {
+			return r.Tenancy.OrganisationsByID(ctx, scope, ids)
 		}, wait),
-		pool: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.Pool, error) {
-			return s.PoolsByID(ctx, scope, ids)
+		pool: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.Pool, error) {
+			return r.Tenancy.PoolsByID(ctx, scope, ids)
+		}, wait),
+		// Only organisations the caller already loaded (through its scope)
+		// reach here; tenancy checks the scope all the same.
+		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.Pool, error) {
+			return r.Tenancy.PoolsOfOrganisations(ctx, scope, ids)
 		}, wait),
 		// Only runners the caller already loaded through its scope reach
-		// the certificate loader.
-		certificate: dataloadgen.NewMappedLoader(s.LatestCertificates, wait),
+		// the certificate and booking loaders.
+		certificate: dataloadgen.NewMappedLoader(r.Enrolment.LatestCertificates, wait),
+		booking:     dataloadgen.NewMappedLoader(r.Fleet.Bookings, wait),
 		// Pools reach here only through the caller's scope, too.
-		runnerSeen: dataloadgen.NewMappedLoader(s.RunnerSeen, wait),
-		booking:    dataloadgen.NewMappedLoader(s.Bookings, wait),
-		poolQueue:  dataloadgen.NewMappedLoader(s.PoolQueues, wait),
-		jobEvents:  dataloadgen.NewMappedLoader(s.JobEventsForJobs, wait),
-		jobRuns:    dataloadgen.NewMappedLoader(s.JobRunsForJobs, wait),
-		poolsOfOrganisation: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]store.Pool, error) {
-			// Only organisations the caller already loaded (through its
-			// scope) reach here; the scope check is repeated all the same.
-			m, err := s.PoolsByOrganisation(ctx, ids)
-			if err != nil {
-				return nil, err
-			}
-			for id := range m {
-				if !inScope(scope, id) {
-					delete(m, id)
-				}
-			}
-			for _, id := range ids {
-				if _, ok := m[id]; !ok {
-					m[id] = []store.Pool{}
-				}
-			}
-			return m, nil
-		}, wait),
+		runnerSeen: dataloadgen.NewMappedLoader(r.Fleet.RunnerSeen, wait),
+		poolQueue:  dataloadgen.NewMappedLoader(r.Queue.PoolQueues, wait),
+		jobEvents:  dataloadgen.NewMappedLoader(r.Queue.EventsOfJobs, wait),
+		jobRuns:    dataloadgen.NewMappedLoader(r.Queue.RunsOfJobs, wait),
 	}
 	// The logs of all the jobs one answer asks for share logsBudget,
 	// whichever batches they come in.
 	l.logsLeft.Store(logsBudget)
-	l.jobLogs = dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]store.JobOutput, error) {
-		out, err := s.JobLogsForJobs(ctx, ids, logsTail(len(ids), l.logsLeft.Load()))
+	l.jobLogs = dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.JobOutput, error) {
+		out, err := r.Queue.OutputOfJobs(ctx, ids, logsTail(len(ids), l.logsLeft.Load()))
 		for _, o := range out {
 			for _, c := range o.Chunks {
 				l.logsLeft.Add(-int64(len(c.Data)))
@@ -87,14 +73,6 @@ func newLoaders(s *store.Store, scope store.Scope) *loaders {
 	return l
 }
 
-func inScope(scope store.Scope, org uuid.UUID) bool {
-	if scope.All() {
-		return true
-	}
-	id, ok := scope.Organisation()
-	return ok && id == org
-}
-
 func loadersFor(ctx context.Context) *loaders {
 	return ctx.Value(loadersKey{}).(*loaders)
 }
@@ -103,7 +81,7 @@ func loadersFor(ctx context.Context) *loaders {
 // runner list will ask for. Per-item loads alone batch only what arrives
 // within the loader's wait, and a long list on a busy host straddles
 // several waits; after this they all find their value cached.
-func prefetchRunners(ctx context.Context, runners []store.Runner) {
+func prefetchRunners(ctx context.Context, runners []record.Runner) {
 	l := loadersFor(ctx)
 	op := graphql.GetOperationContext(ctx)
 	var runnerIDs, poolIDs, orgIDs []uuid.UUID
@@ -144,7 +122,7 @@ func prefetchRunners(ctx context.Context, runners []store.Runner) {
 
 // prefetchJobs loads, in one statement each, the events, runs and logs a
 // job list selects.
-func prefetchJobs(ctx context.Context, jobs []store.Job) {
+func prefetchJobs(ctx context.Context, jobs []record.Job) {
 	l := loadersFor(ctx)
 	ids := make([]uuid.UUID, len(jobs))
 	for i, j := range jobs {

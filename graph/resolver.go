@@ -1,14 +1,18 @@
 // Package graph is the GraphQL admin API: schema-first with gqlgen
 // (generated code in generated/ and model/), resolvers in *.resolvers.go,
-// authorisation in the @hasRole directive and in store scopes, related
-// objects through per-request dataloaders.
+// authorisation in the @hasRole directive and in the domain packages'
+// scopes, related objects through per-request dataloaders. It speaks to
+// the domain packages (tenancy, queue, fleet, enrolment), never to the
+// store.
 package graph
 
 import (
 	"log/slog"
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/internal/health"
 )
 
@@ -23,13 +27,13 @@ var DefaultDefaults = Defaults{LeaseSeconds: 30, QueueTimeoutHours: 24}
 
 // Resolver holds what every resolver needs.
 type Resolver struct {
-	Store         *store.Store
+	Tenancy       *tenancy.Service
+	Queue         *queue.Service
+	Fleet         *fleet.Service
+	Enrolment     *enrolment.Service
 	Log           *slog.Logger
 	Defaults      Defaults
-	Enrolment     *enrolment.Service
 	CAFingerprint string
-	// Listener wakes subscriptions.
-	Listener *store.Listener
 	// Health is the serving replica's registry (nil: no conditions).
 	Health *health.Registry
 }

@@ -16,8 +16,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/pki"
@@ -25,19 +26,19 @@ import (
 )
 
 // Organisation is the resolver for the organisation field.
-func (r *adminResolver) Organisation(ctx context.Context, obj *store.Admin) (*store.Organisation, error) {
+func (r *adminResolver) Organisation(ctx context.Context, obj *record.Admin) (*record.Organisation, error) {
 	return loadOrganisation(ctx, obj.OrganisationID)
 }
 
 // Detail is the resolver for the detail field.
-func (r *auditEntryResolver) Detail(ctx context.Context, obj *store.AuditEntry) (string, error) {
+func (r *auditEntryResolver) Detail(ctx context.Context, obj *record.AuditEntry) (string, error) {
 	return string(obj.Detail), nil
 }
 
 // Runner is the resolver for the runner field.
-func (r *holdResolver) Runner(ctx context.Context, obj *store.Hold) (*store.Runner, error) {
+func (r *holdResolver) Runner(ctx context.Context, obj *record.Hold) (*record.Runner, error) {
 	me, _ := principal(ctx)
-	runner, err := r.Store.Runner(ctx, me.Scope(), obj.RunnerID)
+	runner, err := r.Fleet.Runner(ctx, me.Scope(), obj.RunnerID)
 	if err != nil {
 		return nil, err
 	}
@@ -45,12 +46,12 @@ func (r *holdResolver) Runner(ctx context.Context, obj *store.Hold) (*store.Runn
 }
 
 // Pool is the resolver for the pool field.
-func (r *jobResolver) Pool(ctx context.Context, obj *store.Job) (*store.Pool, error) {
+func (r *jobResolver) Pool(ctx context.Context, obj *record.Job) (*record.Pool, error) {
 	return loadPool(ctx, obj.PoolID)
 }
 
 // EnvNames is the resolver for the envNames field.
-func (r *jobResolver) EnvNames(ctx context.Context, obj *store.Job) ([]string, error) {
+func (r *jobResolver) EnvNames(ctx context.Context, obj *record.Job) ([]string, error) {
 	names := make([]string, 0, len(obj.Env))
 	for k := range obj.Env {
 		names = append(names, k)
@@ -60,23 +61,23 @@ func (r *jobResolver) EnvNames(ctx context.Context, obj *store.Job) ([]string, e
 }
 
 // Claim is the resolver for the claim field.
-func (r *jobResolver) Claim(ctx context.Context, obj *store.Job) (*model.JobClaim, error) {
+func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error) {
 	c := obj.Claim
 	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds}, nil
 }
 
 // Events is the resolver for the events field.
-func (r *jobResolver) Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error) {
+func (r *jobResolver) Events(ctx context.Context, obj *record.Job) ([]record.JobEvent, error) {
 	return loadersFor(ctx).jobEvents.Load(ctx, obj.ID)
 }
 
 // Runs is the resolver for the runs field.
-func (r *jobResolver) Runs(ctx context.Context, obj *store.Job) ([]store.JobRun, error) {
+func (r *jobResolver) Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error) {
 	return loadersFor(ctx).jobRuns.Load(ctx, obj.ID)
 }
 
 // Logs is the resolver for the logs field.
-func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) {
+func (r *jobResolver) Logs(ctx context.Context, obj *record.Job) (string, error) {
 	out, err := loadersFor(ctx).jobLogs.Load(ctx, obj.ID)
 	if err != nil {
 		return "", err
@@ -96,25 +97,25 @@ func (r *jobResolver) Logs(ctx context.Context, obj *store.Job) (string, error) 
 }
 
 // RunnerName is the resolver for the runnerName field.
-func (r *jobRunResolver) RunnerName(ctx context.Context, obj *store.JobRun) (*string, error) {
+func (r *jobRunResolver) RunnerName(ctx context.Context, obj *record.JobRun) (*string, error) {
 	// Members see that a job ran, not on which machine.
-	if me, _ := principal(ctx); me.Role.Rank() < store.RoleOrgAdmin.Rank() {
+	if me, _ := principal(ctx); me.Role.Rank() < record.RoleOrgAdmin.Rank() {
 		return nil, nil
 	}
 	return &obj.RunnerName, nil
 }
 
 // Data is the resolver for the data field.
-func (r *logChunkResolver) Data(ctx context.Context, obj *store.LogChunk) (string, error) {
+func (r *logChunkResolver) Data(ctx context.Context, obj *record.LogChunk) (string, error) {
 	return strings.ToValidUTF8(string(obj.Data), "\uFFFD"), nil
 }
 
 // CreateOrganisation is the resolver for the createOrganisation field.
-func (r *mutationResolver) CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*store.Organisation, error) {
+func (r *mutationResolver) CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*record.Organisation, error) {
 	if err := checkHandle("name", input.Name); err != nil {
 		return nil, err
 	}
-	o, err := r.Store.CreateOrganisation(ctx, input.Name)
+	o, err := r.Tenancy.CreateOrganisation(ctx, input.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func (r *mutationResolver) CreateOrganisation(ctx context.Context, input model.C
 }
 
 // CreatePool is the resolver for the createPool field.
-func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoolInput) (*store.Pool, error) {
+func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoolInput) (*record.Pool, error) {
 	me, _ := principal(ctx)
 	org, err := targetOrganisation(me, input.OrganisationID)
 	if err != nil {
@@ -134,7 +135,7 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 	if err := checkPoolSettings(input.LeaseSeconds, input.QueueTimeoutHours); err != nil {
 		return nil, err
 	}
-	p, err := r.Store.CreatePool(ctx, store.NewPool{
+	p, err := r.Tenancy.CreatePool(ctx, record.NewPool{
 		OrganisationID:        org,
 		Name:                  input.Name,
 		LeaseSeconds:          input.LeaseSeconds,
@@ -148,7 +149,7 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 }
 
 // UpdatePool is the resolver for the updatePool field.
-func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*store.Pool, error) {
+func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*record.Pool, error) {
 	me, _ := principal(ctx)
 	if input.Name != nil {
 		if err := checkHandle("name", *input.Name); err != nil {
@@ -160,9 +161,9 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 	if err := checkPoolSettings(derefOmittable(lease, leaseSet), derefOmittable(timeout, timeoutSet)); err != nil {
 		return nil, err
 	}
-	p, err := r.Store.UpdatePool(ctx, me.Scope(), input.ID, func(p *store.Pool) error {
-		if p.OrganisationID == nil && me.Role != store.RolePlatformAdmin {
-			return store.ErrNotFound
+	p, err := r.Tenancy.UpdatePool(ctx, me.Scope(), input.ID, func(p *record.Pool) error {
+		if p.OrganisationID == nil && me.Role != record.RolePlatformAdmin {
+			return record.ErrNotFound
 		}
 		if input.Name != nil {
 			p.Name = *input.Name
@@ -197,7 +198,7 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 		return nil, errForbidden
 	}
 	var org *uuid.UUID
-	if input.Role == store.RolePlatformAdmin {
+	if input.Role == record.RolePlatformAdmin {
 		if input.OrganisationID != nil {
 			return nil, badInputf("organisationId: platform admins belong to no organisation")
 		}
@@ -218,14 +219,12 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 		t := time.Now().Add(time.Duration(*input.TTLSeconds) * time.Second).UTC().Truncate(time.Microsecond)
 		expires = &t
 	}
-	token, digest := tokens.Admin.New()
 	creator := me.ID
-	a, err := r.Store.CreateAdminWithToken(ctx, store.NewAdmin{
+	token, a, err := r.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{
 		Name:           input.Name,
 		Role:           input.Role,
 		OrganisationID: org,
 		CreatedBy:      &creator,
-		TokenHash:      digest,
 		ExpiresAt:      expires,
 	})
 	if err != nil {
@@ -245,7 +244,7 @@ func (r *mutationResolver) CreateEnrolmentToken(ctx context.Context, poolID uuid
 	if err != nil {
 		return nil, err
 	}
-	pool, err := r.Store.Pool(ctx, me.Scope(), t.PoolID)
+	pool, err := r.Tenancy.Pool(ctx, me.Scope(), t.PoolID)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +252,7 @@ func (r *mutationResolver) CreateEnrolmentToken(ctx context.Context, poolID uuid
 }
 
 // ApproveRunner is the resolver for the approveRunner field.
-func (r *mutationResolver) ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*store.Runner, error) {
+func (r *mutationResolver) ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*record.Runner, error) {
 	me, _ := principal(ctx)
 	by := me.ID
 	runner, err := r.Enrolment.Approve(ctx, me.Scope(), id, fingerprint, &by)
@@ -264,7 +263,7 @@ func (r *mutationResolver) ApproveRunner(ctx context.Context, id uuid.UUID, fing
 }
 
 // RejectRunner is the resolver for the rejectRunner field.
-func (r *mutationResolver) RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+func (r *mutationResolver) RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
 	me, _ := principal(ctx)
 	if err := checkReason(reason); err != nil {
 		return nil, err
@@ -278,7 +277,7 @@ func (r *mutationResolver) RejectRunner(ctx context.Context, id uuid.UUID, reaso
 }
 
 // RevokeRunner is the resolver for the revokeRunner field.
-func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
 	me, _ := principal(ctx)
 	if err := checkReason(reason); err != nil {
 		return nil, err
@@ -292,9 +291,9 @@ func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reaso
 }
 
 // DrainRunner is the resolver for the drainRunner field.
-func (r *mutationResolver) DrainRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+func (r *mutationResolver) DrainRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
 	me, _ := principal(ctx)
-	runner, err := fleet.Drain(ctx, r.Store, me.Scope(), id)
+	runner, err := r.Fleet.Drain(ctx, me.Scope(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -302,9 +301,9 @@ func (r *mutationResolver) DrainRunner(ctx context.Context, id uuid.UUID) (*stor
 }
 
 // ResumeRunner is the resolver for the resumeRunner field.
-func (r *mutationResolver) ResumeRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+func (r *mutationResolver) ResumeRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
 	me, _ := principal(ctx)
-	runner, err := fleet.Resume(ctx, r.Store, me.Scope(), id)
+	runner, err := r.Fleet.Resume(ctx, me.Scope(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +311,7 @@ func (r *mutationResolver) ResumeRunner(ctx context.Context, id uuid.UUID) (*sto
 }
 
 // RetireRunner is the resolver for the retireRunner field.
-func (r *mutationResolver) RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error) {
+func (r *mutationResolver) RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
 	me, _ := principal(ctx)
 	if err := checkReason(reason); err != nil {
 		return nil, err
@@ -326,9 +325,9 @@ func (r *mutationResolver) RetireRunner(ctx context.Context, id uuid.UUID, reaso
 }
 
 // ClearQuarantine is the resolver for the clearQuarantine field.
-func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
 	me, _ := principal(ctx)
-	runner, err := fleet.ClearQuarantine(ctx, r.Store, me.Scope(), id)
+	runner, err := r.Fleet.ClearQuarantine(ctx, me.Scope(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -336,15 +335,9 @@ func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*
 }
 
 // SubmitJob is the resolver for the submitJob field.
-func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobInput) (*store.Job, error) {
+func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobInput) (*record.Job, error) {
 	me, _ := principal(ctx)
-	n, err := newJob(input)
-	if err != nil {
-		return nil, err
-	}
-	by := me.ID
-	n.SubmittedBy = &by
-	j, _, err := r.Store.SubmitJob(ctx, me.Scope(), n)
+	j, _, err := r.Queue.Submit(ctx, me.Scope(), submission(input, me.ID))
 	if err != nil {
 		return nil, err
 	}
@@ -352,27 +345,25 @@ func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobI
 }
 
 // SubmitJobs is the resolver for the submitJobs field.
-func (r *mutationResolver) SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]store.Job, error) {
+func (r *mutationResolver) SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]record.Job, error) {
 	me, _ := principal(ctx)
-	by := me.ID
-	ns := make([]store.NewJob, len(inputs))
+	subs := make([]queue.Submission, len(inputs))
 	for i, in := range inputs {
-		n, err := newJob(in)
-		if err != nil {
-			return nil, badInputf("inputs[%d]: %s", i, err.Error())
-		}
-		n.SubmittedBy = &by
-		ns[i] = n
+		subs[i] = submission(in, me.ID)
 	}
-	// The store checks the batch's size and that it names one pool.
-	jobs, _, err := r.Store.SubmitJobs(ctx, me.Scope(), ns)
+	jobs, _, err := r.Queue.SubmitAll(ctx, me.Scope(), subs)
+	// A refused job is named by its place among the inputs.
+	var ie *queue.InputError
+	if errors.As(err, &ie) && ie.Job >= 0 {
+		return nil, badInputf("inputs[%d]: %s", ie.Job, ie.Msg)
+	}
 	return jobs, err
 }
 
 // CancelJob is the resolver for the cancelJob field.
-func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*store.Job, error) {
+func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error) {
 	me, _ := principal(ctx)
-	j, err := r.Store.CancelJob(ctx, me.Scope(), id)
+	j, err := r.Queue.Cancel(ctx, me.Scope(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +371,7 @@ func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*store.
 }
 
 // CreateHold is the resolver for the createHold field.
-func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*store.Hold, error) {
+func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error) {
 	me, _ := principal(ctx)
 	switch {
 	case gpus < 1 || gpus > 64:
@@ -392,7 +383,7 @@ func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, g
 		return nil, err
 	}
 	by := me.ID
-	h, err := r.Store.CreateHold(ctx, me.Scope(), runnerID, gpus, reason, time.Now().Add(time.Duration(durationSeconds)*time.Second), &by)
+	h, err := r.Queue.Hold(ctx, me.Scope(), runnerID, gpus, reason, time.Now().Add(time.Duration(durationSeconds)*time.Second), &by)
 	if err != nil {
 		return nil, err
 	}
@@ -400,9 +391,9 @@ func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, g
 }
 
 // ReleaseHold is the resolver for the releaseHold field.
-func (r *mutationResolver) ReleaseHold(ctx context.Context, id uuid.UUID) (*store.Hold, error) {
+func (r *mutationResolver) ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error) {
 	me, _ := principal(ctx)
-	h, err := r.Store.ReleaseHold(ctx, me.Scope(), id)
+	h, err := r.Queue.Release(ctx, me.Scope(), id)
 	if err != nil {
 		return nil, err
 	}
@@ -410,27 +401,27 @@ func (r *mutationResolver) ReleaseHold(ctx context.Context, id uuid.UUID) (*stor
 }
 
 // Pools is the resolver for the pools field.
-func (r *organisationResolver) Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error) {
+func (r *organisationResolver) Pools(ctx context.Context, obj *record.Organisation) ([]record.Pool, error) {
 	return loadersFor(ctx).poolsOfOrganisation.Load(ctx, obj.ID)
 }
 
 // Organisation is the resolver for the organisation field.
-func (r *poolResolver) Organisation(ctx context.Context, obj *store.Pool) (*store.Organisation, error) {
+func (r *poolResolver) Organisation(ctx context.Context, obj *record.Pool) (*record.Organisation, error) {
 	return loadOrganisation(ctx, obj.OrganisationID)
 }
 
 // LeaseSeconds is the resolver for the leaseSeconds field.
-func (r *poolResolver) LeaseSeconds(ctx context.Context, obj *store.Pool) (*model.IntSetting, error) {
+func (r *poolResolver) LeaseSeconds(ctx context.Context, obj *record.Pool) (*model.IntSetting, error) {
 	return setting(obj.LeaseSeconds, r.Defaults.LeaseSeconds), nil
 }
 
 // QueueTimeoutHours is the resolver for the queueTimeoutHours field.
-func (r *poolResolver) QueueTimeoutHours(ctx context.Context, obj *store.Pool) (*model.IntSetting, error) {
+func (r *poolResolver) QueueTimeoutHours(ctx context.Context, obj *record.Pool) (*model.IntSetting, error) {
 	return setting(obj.QueueTimeoutHours, r.Defaults.QueueTimeoutHours), nil
 }
 
 // RunnerSeen is the resolver for the runnerSeen field.
-func (r *poolResolver) RunnerSeen(ctx context.Context, obj *store.Pool) (*time.Time, error) {
+func (r *poolResolver) RunnerSeen(ctx context.Context, obj *record.Pool) (*time.Time, error) {
 	t, err := loadersFor(ctx).runnerSeen.Load(ctx, obj.ID)
 	if errors.Is(err, dataloadgen.ErrNotFound) {
 		return nil, nil
@@ -442,19 +433,19 @@ func (r *poolResolver) RunnerSeen(ctx context.Context, obj *store.Pool) (*time.T
 }
 
 // Queued is the resolver for the queued field.
-func (r *poolResolver) Queued(ctx context.Context, obj *store.Pool) (int, error) {
+func (r *poolResolver) Queued(ctx context.Context, obj *record.Pool) (int, error) {
 	q, err := loadersFor(ctx).poolQueue.Load(ctx, obj.ID)
 	return int(q.Queued), err
 }
 
 // HeldGpus is the resolver for the heldGpus field.
-func (r *poolResolver) HeldGpus(ctx context.Context, obj *store.Pool) (int, error) {
+func (r *poolResolver) HeldGpus(ctx context.Context, obj *record.Pool) (int, error) {
 	q, err := loadersFor(ctx).poolQueue.Load(ctx, obj.ID)
 	return int(q.HeldGPUs), err
 }
 
 // Viewer is the resolver for the viewer field.
-func (r *queryResolver) Viewer(ctx context.Context) (*store.Admin, error) {
+func (r *queryResolver) Viewer(ctx context.Context) (*record.Admin, error) {
 	me, ok := principal(ctx)
 	if !ok {
 		return nil, errForbidden
@@ -463,36 +454,36 @@ func (r *queryResolver) Viewer(ctx context.Context) (*store.Admin, error) {
 }
 
 // Organisations is the resolver for the organisations field.
-func (r *queryResolver) Organisations(ctx context.Context) ([]store.Organisation, error) {
+func (r *queryResolver) Organisations(ctx context.Context) ([]record.Organisation, error) {
 	me, _ := principal(ctx)
-	return r.Store.Organisations(ctx, me.Scope())
+	return r.Tenancy.Organisations(ctx, me.Scope())
 }
 
 // Organisation is the resolver for the organisation field.
-func (r *queryResolver) Organisation(ctx context.Context, id uuid.UUID) (*store.Organisation, error) {
+func (r *queryResolver) Organisation(ctx context.Context, id uuid.UUID) (*record.Organisation, error) {
 	return nullIfNotFound(loadOrganisation(ctx, &id))
 }
 
 // Pools is the resolver for the pools field.
-func (r *queryResolver) Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]store.Pool, error) {
+func (r *queryResolver) Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]record.Pool, error) {
 	me, _ := principal(ctx)
-	return r.Store.Pools(ctx, me.Scope(), store.PoolFilter{
+	return r.Tenancy.Pools(ctx, me.Scope(), record.PoolFilter{
 		OrganisationID: organisationID,
 		OnlyPlatform:   platformOnly != nil && *platformOnly,
 	})
 }
 
 // Pool is the resolver for the pool field.
-func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*store.Pool, error) {
+func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*record.Pool, error) {
 	me, _ := principal(ctx)
-	p, err := r.Store.Pool(ctx, me.Scope(), id)
+	p, err := r.Tenancy.Pool(ctx, me.Scope(), id)
 	return nullIfNotFound(&p, err)
 }
 
 // Runners is the resolver for the runners field.
-func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error) {
+func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus) ([]record.Runner, error) {
 	me, _ := principal(ctx)
-	runners, err := r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: poolID, Status: status})
+	runners, err := r.Fleet.Runners(ctx, me.Scope(), record.RunnerFilter{PoolID: poolID, Status: status})
 	if err != nil {
 		return nil, err
 	}
@@ -501,9 +492,9 @@ func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *
 }
 
 // Runner is the resolver for the runner field.
-func (r *queryResolver) Runner(ctx context.Context, id uuid.UUID) (*store.Runner, error) {
+func (r *queryResolver) Runner(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
 	me, _ := principal(ctx)
-	runner, err := r.Store.Runner(ctx, me.Scope(), id)
+	runner, err := r.Fleet.Runner(ctx, me.Scope(), id)
 	return nullIfNotFound(&runner, err)
 }
 
@@ -513,12 +504,12 @@ func (r *queryResolver) CertificateAuthority(ctx context.Context) (*model.Certif
 }
 
 // Jobs is the resolver for the jobs field.
-func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *store.JobState, first int) ([]store.Job, error) {
+func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, first int) ([]record.Job, error) {
 	me, _ := principal(ctx)
 	if first < 1 || first > 1000 {
 		return nil, badInputf("first: between 1 and 1000")
 	}
-	jobs, err := r.Store.Jobs(ctx, me.Scope(), store.JobFilter{PoolID: poolID, State: state, Limit: first})
+	jobs, err := r.Queue.Jobs(ctx, me.Scope(), record.JobFilter{PoolID: poolID, State: state, Limit: first})
 	if err != nil {
 		return nil, err
 	}
@@ -527,14 +518,14 @@ func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *stor
 }
 
 // Job is the resolver for the job field.
-func (r *queryResolver) Job(ctx context.Context, id uuid.UUID) (*store.Job, error) {
+func (r *queryResolver) Job(ctx context.Context, id uuid.UUID) (*record.Job, error) {
 	me, _ := principal(ctx)
-	j, err := r.Store.Job(ctx, me.Scope(), id)
+	j, err := r.Queue.Job(ctx, me.Scope(), id)
 	return nullIfNotFound(&j, err)
 }
 
 // AuditLog is the resolver for the auditLog field.
-func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error) {
+func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string) ([]record.AuditEntry, error) {
 	if first < 1 || first > 500 {
 		return nil, badInputf("first: between 1 and 500")
 	}
@@ -546,7 +537,7 @@ func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string)
 		}
 		beforeID = &id
 	}
-	return r.Store.AuditLog(ctx, beforeID, first)
+	return r.Tenancy.AuditLog(ctx, beforeID, first)
 }
 
 // Health is the resolver for the health field.
@@ -555,26 +546,26 @@ func (r *queryResolver) Health(ctx context.Context) ([]model.HealthCondition, er
 		return []model.HealthCondition{}, nil
 	}
 	me, _ := principal(ctx)
-	return serverHealth(r.Resolver.Health.Conditions(), me.Role == store.RolePlatformAdmin), nil
+	return serverHealth(r.Resolver.Health.Conditions(), me.Role == record.RolePlatformAdmin), nil
 }
 
 // Pool is the resolver for the pool field.
-func (r *runnerResolver) Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error) {
+func (r *runnerResolver) Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error) {
 	return loadPool(ctx, obj.PoolID)
 }
 
 // Organisation is the resolver for the organisation field.
-func (r *runnerResolver) Organisation(ctx context.Context, obj *store.Runner) (*store.Organisation, error) {
+func (r *runnerResolver) Organisation(ctx context.Context, obj *record.Runner) (*record.Organisation, error) {
 	return loadOrganisation(ctx, obj.OrganisationID)
 }
 
 // FingerprintHint is the resolver for the fingerprintHint field.
-func (r *runnerResolver) FingerprintHint(ctx context.Context, obj *store.Runner) (string, error) {
+func (r *runnerResolver) FingerprintHint(ctx context.Context, obj *record.Runner) (string, error) {
 	return pki.FingerprintHint(obj.Fingerprint), nil
 }
 
 // Certificate is the resolver for the certificate field.
-func (r *runnerResolver) Certificate(ctx context.Context, obj *store.Runner) (*store.Certificate, error) {
+func (r *runnerResolver) Certificate(ctx context.Context, obj *record.Runner) (*record.Certificate, error) {
 	c, err := loadersFor(ctx).certificate.Load(ctx, obj.ID)
 	if errors.Is(err, dataloadgen.ErrNotFound) {
 		return nil, nil
@@ -586,17 +577,17 @@ func (r *runnerResolver) Certificate(ctx context.Context, obj *store.Runner) (*s
 }
 
 // Online is the resolver for the online field.
-func (r *runnerResolver) Online(ctx context.Context, obj *store.Runner) (bool, error) {
+func (r *runnerResolver) Online(ctx context.Context, obj *record.Runner) (bool, error) {
 	return fleet.Online(*obj, r.Defaults.LeaseSeconds, time.Now()), nil
 }
 
 // TakingWork is the resolver for the takingWork field.
-func (r *runnerResolver) TakingWork(ctx context.Context, obj *store.Runner) (bool, error) {
+func (r *runnerResolver) TakingWork(ctx context.Context, obj *record.Runner) (bool, error) {
 	return fleet.TakingWork(*obj, time.Now()), nil
 }
 
 // Capacity is the resolver for the capacity field.
-func (r *runnerResolver) Capacity(ctx context.Context, obj *store.Runner) (*model.RunnerCapacity, error) {
+func (r *runnerResolver) Capacity(ctx context.Context, obj *record.Runner) (*model.RunnerCapacity, error) {
 	c, err := fleet.Capacity(*obj)
 	if err != nil {
 		return nil, err
@@ -605,7 +596,7 @@ func (r *runnerResolver) Capacity(ctx context.Context, obj *store.Runner) (*mode
 }
 
 // Gpus is the resolver for the gpus field.
-func (r *runnerResolver) Gpus(ctx context.Context, obj *store.Runner) ([]model.GPU, error) {
+func (r *runnerResolver) Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error) {
 	gs, err := fleet.GPUs(*obj)
 	if err != nil {
 		return nil, err
@@ -614,7 +605,7 @@ func (r *runnerResolver) Gpus(ctx context.Context, obj *store.Runner) ([]model.G
 }
 
 // Labels is the resolver for the labels field.
-func (r *runnerResolver) Labels(ctx context.Context, obj *store.Runner) ([]model.Label, error) {
+func (r *runnerResolver) Labels(ctx context.Context, obj *record.Runner) ([]model.Label, error) {
 	c, err := fleet.Capacity(*obj)
 	if err != nil {
 		return nil, err
@@ -623,22 +614,22 @@ func (r *runnerResolver) Labels(ctx context.Context, obj *store.Runner) ([]model
 }
 
 // Health is the resolver for the health field.
-func (r *runnerResolver) Health(ctx context.Context, obj *store.Runner) ([]model.HealthCondition, error) {
+func (r *runnerResolver) Health(ctx context.Context, obj *record.Runner) ([]model.HealthCondition, error) {
 	return runnerHealth(obj.Health)
 }
 
 // Quarantined is the resolver for the quarantined field.
-func (r *runnerResolver) Quarantined(ctx context.Context, obj *store.Runner) (bool, error) {
+func (r *runnerResolver) Quarantined(ctx context.Context, obj *record.Runner) (bool, error) {
 	return obj.QuarantinedAt != nil, nil
 }
 
 // Retired is the resolver for the retired field.
-func (r *runnerResolver) Retired(ctx context.Context, obj *store.Runner) (bool, error) {
+func (r *runnerResolver) Retired(ctx context.Context, obj *record.Runner) (bool, error) {
 	return obj.RetiredAt != nil, nil
 }
 
 // Booked is the resolver for the booked field.
-func (r *runnerResolver) Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error) {
+func (r *runnerResolver) Booked(ctx context.Context, obj *record.Runner) (*record.Booking, error) {
 	b, err := loadersFor(ctx).booking.Load(ctx, obj.ID)
 	if err != nil {
 		return nil, err
@@ -647,12 +638,12 @@ func (r *runnerResolver) Booked(ctx context.Context, obj *store.Runner) (*store.
 }
 
 // FailuresInARow is the resolver for the failuresInARow field.
-func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *store.Runner) (int, error) {
+func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *record.Runner) (int, error) {
 	return obj.FailuresInARow, nil
 }
 
 // Recovery is the resolver for the recovery field.
-func (r *runnerResolver) Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error) {
+func (r *runnerResolver) Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error) {
 	p, ok, err := fleet.ParseRecovery(obj.Recovery)
 	if err != nil {
 		return nil, fmt.Errorf("runner %s: %w", obj.ID, err)
@@ -667,14 +658,14 @@ func (r *runnerResolver) Recovery(ctx context.Context, obj *store.Runner) (*mode
 }
 
 // JobEvents is the resolver for the jobEvents field.
-func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error) {
+func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *record.JobEvent, error) {
 	me, _ := principal(ctx)
-	if _, err := r.Store.Job(ctx, me.Scope(), jobID); err != nil {
+	if _, err := r.Queue.Job(ctx, me.Scope(), jobID); err != nil {
 		return nil, err
 	}
 	var last int64
-	return follow(ctx, r.Listener, r.Log, jobID, func(ctx context.Context, send func(*store.JobEvent) bool) error {
-		events, err := r.Store.JobEvents(ctx, jobID, last)
+	return follow(ctx, r.Queue, r.Log, jobID, func(ctx context.Context, send func(*record.JobEvent) bool) error {
+		events, err := r.Queue.Events(ctx, jobID, last)
 		for _, e := range events {
 			if !send(&e) {
 				return nil
@@ -686,17 +677,17 @@ func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (
 }
 
 // JobLogs is the resolver for the jobLogs field.
-func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *store.LogChunk, error) {
+func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *record.LogChunk, error) {
 	me, _ := principal(ctx)
-	if _, err := r.Store.Job(ctx, me.Scope(), jobID); err != nil {
+	if _, err := r.Queue.Job(ctx, me.Scope(), jobID); err != nil {
 		return nil, err
 	}
 	lastAttempt, lastSeq := 0, -1
-	return follow(ctx, r.Listener, r.Log, jobID, func(ctx context.Context, send func(*store.LogChunk) bool) error {
+	return follow(ctx, r.Queue, r.Log, jobID, func(ctx context.Context, send func(*record.LogChunk) bool) error {
 		// A page at a time: a subscriber that joins late holds one page of
 		// the output, not all of it.
 		for {
-			chunks, err := r.Store.JobLogs(ctx, jobID, lastAttempt, lastSeq, logsPage)
+			chunks, err := r.Queue.Logs(ctx, jobID, lastAttempt, lastSeq, logsPage)
 			for _, c := range chunks {
 				if !send(&c) {
 					return nil
@@ -711,20 +702,20 @@ func (r *subscriptionResolver) JobLogs(ctx context.Context, jobID uuid.UUID) (<-
 }
 
 // RunnerEvents is the resolver for the runnerEvents field.
-func (r *subscriptionResolver) RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *store.Runner, error) {
+func (r *subscriptionResolver) RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *record.Runner, error) {
 	me, _ := principal(ctx)
-	if _, err := r.Store.Pool(ctx, me.Scope(), poolID); err != nil {
+	if _, err := r.Tenancy.Pool(ctx, me.Scope(), poolID); err != nil {
 		return nil, err
 	}
-	return followRunners(ctx, r.Listener, r.Log, poolID, func(ctx context.Context, id *uuid.UUID) ([]store.Runner, error) {
+	return followRunners(ctx, r.Fleet, r.Log, poolID, func(ctx context.Context, id *uuid.UUID) ([]record.Runner, error) {
 		if id == nil {
-			return r.Store.Runners(ctx, me.Scope(), store.RunnerFilter{PoolID: &poolID})
+			return r.Fleet.Runners(ctx, me.Scope(), record.RunnerFilter{PoolID: &poolID})
 		}
-		one, err := r.Store.Runner(ctx, me.Scope(), *id)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && one.PoolID != poolID) {
+		one, err := r.Fleet.Runner(ctx, me.Scope(), *id)
+		if errors.Is(err, record.ErrNotFound) || (err == nil && one.PoolID != poolID) {
 			return nil, nil
 		}
-		return []store.Runner{one}, err
+		return []record.Runner{one}, err
 	}), nil
 }
 

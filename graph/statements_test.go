@@ -11,9 +11,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/store/storetest"
-	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -29,20 +30,20 @@ func (s *statements) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 
 // countedPool gives a fresh database whose statements counter counts, with
 // an organisation and one of its pools.
-func countedPool(t *testing.T) (*statements, *pgxpool.Pool, *store.Store, store.Organisation, store.Pool) {
+func countedPool(t *testing.T) (*statements, *pgxpool.Pool, *controlplanetest.Services, record.Organisation, record.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	counter := &statements{}
-	cfg, err := pgxpool.ParseConfig(storetest.NewDatabase(t))
+	cfg, err := pgxpool.ParseConfig(controlplanetest.NewDatabase(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.Tracer = counter
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	s := store.New(pool)
-	org, err := s.CreateOrganisation(ctx, "org")
+	s := controlplanetest.NewServices(t, pool, nil)
+	org, err := s.Tenancy.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
-	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	p, err := s.Tenancy.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "gpu"})
 	require.NoError(t, err)
 	return counter, pool, s, org, p
 }
@@ -69,11 +70,10 @@ func TestRunnerListRunsAConstantNumberOfStatements(t *testing.T) {
 			SELECT $1, 'runner-' || left(encode(t.token_hash, 'hex'), 16), 'APPROVED', sha256(t.token_hash), 'SHA256:x', '\x00', t.id, $3::jsonb, 8, 8, now()
 			FROM t`, p.ID, runners, gpuJSON)
 		require.NoError(t, err)
-		token, digest := tokens.Admin.New()
-		_, err = s.CreateAdminWithToken(ctx, store.NewAdmin{Name: "a", Role: store.RoleOrgAdmin, OrganisationID: &org.ID, TokenHash: digest})
+		token, _, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgAdmin, OrganisationID: &org.ID})
 		require.NoError(t, err)
 
-		b := &testBundle{handler: graph.NewHandler(graph.Options{Store: s})}
+		b := &testBundle{handler: graph.NewHandler(s.GraphOptions())}
 		counter.n.Store(0)
 		r := b.do(t, token, `{ runners { id name online takingWork pool { name runnerSeen organisation { name } } organisation { name }
 			certificate { serial } capacity { cores } labels { key } gpus { uuid memoryTotalMiB utilisationPercent healthy } } }`, nil)
@@ -97,21 +97,20 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 	ctx := context.Background()
 	count := func(jobs int) int64 {
 		counter, pool, s, org, p := countedPool(t)
-		batch := make([]store.NewJob, jobs)
+		batch := make([]queue.Submission, jobs)
 		for i := range batch {
-			batch[i] = store.NewJob{PoolID: p.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
+			batch[i] = queue.Submission{PoolID: p.ID, Image: "busybox", Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
 		}
-		_, _, err := s.SubmitJobs(ctx, store.AllOrganisations(), batch)
+		_, _, err := s.Queue.SubmitAll(ctx, record.AllOrganisations(), batch)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) SELECT id, 1, 0, 'hello' FROM jobs`)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) SELECT id, 1, gen_random_uuid(), 'r' FROM jobs`)
 		require.NoError(t, err)
-		token, digest := tokens.Admin.New()
-		_, err = s.CreateAdminWithToken(ctx, store.NewAdmin{Name: "a", Role: store.RoleOrgMember, OrganisationID: &org.ID, TokenHash: digest})
+		token, _, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgMember, OrganisationID: &org.ID})
 		require.NoError(t, err)
 
-		b := &testBundle{handler: graph.NewHandler(graph.Options{Store: s})}
+		b := &testBundle{handler: graph.NewHandler(s.GraphOptions())}
 		counter.n.Store(0)
 		r := b.do(t, token, `{ jobs(first: 1000) { id events { type } runs { attempt } logs } }`, nil)
 		require.Empty(t, r.Errors, r.Raw)

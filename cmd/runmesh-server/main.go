@@ -23,8 +23,6 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -125,7 +123,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	srv, err := controlplane.New(controlplane.Options{
 		Pool:               pool,
-		Store:              store.New(pool),
 		Log:                log,
 		AdminAddr:          cfg.Admin.Listen,
 		AdminTLS:           tlsCfg,
@@ -163,7 +160,7 @@ func openDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, err
 	}
-	return store.Connect(ctx, url)
+	return controlplane.Connect(ctx, url)
 }
 
 // openCurrentDatabase opens the database and refuses it unless its schema
@@ -173,7 +170,7 @@ func openCurrentDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool
 	if err != nil {
 		return nil, err
 	}
-	if err := store.CheckSchema(ctx, pool); err != nil {
+	if err := controlplane.CheckSchema(ctx, pool); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -190,15 +187,15 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer pool.Close()
-	applied, err := store.Migrate(ctx, pool)
+	applied, err := controlplane.Migrate(ctx, pool)
 	if err != nil {
 		return err
 	}
 	if len(applied) == 0 {
-		fmt.Fprintf(stdout, "schema is up to date (version %d)\n", store.LatestVersion())
+		fmt.Fprintf(stdout, "schema is up to date (version %d)\n", controlplane.SchemaVersion())
 		return nil
 	}
-	fmt.Fprintf(stdout, "applied migrations %v; schema is at version %d\n", applied, store.LatestVersion())
+	fmt.Fprintf(stdout, "applied migrations %v; schema is at version %d\n", applied, controlplane.SchemaVersion())
 	return nil
 }
 
@@ -302,27 +299,7 @@ func bootstrapAdmin(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer pool.Close()
-	st := store.New(pool)
-	token, digest := tokens.Admin.New()
-	err = st.WithTx(ctx, func(ctx context.Context) error {
-		// Serialised with any other bootstrap by the admins table lock.
-		if err := st.LockAdmins(ctx); err != nil {
-			return err
-		}
-		n, err := st.CountAdmins(ctx)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			return errors.New("admins exist already: create further tokens with createAdminToken")
-		}
-		a, err := st.CreateAdminWithToken(ctx, store.NewAdmin{Name: *name, Role: store.RolePlatformAdmin, TokenHash: digest})
-		if err != nil {
-			return err
-		}
-		id := a.ID
-		return st.Audit(ctx, store.AuditEntry{ActorID: &id, ActorName: a.Name, ActorRole: a.Role, Action: "bootstrapAdmin", Outcome: "OK", Detail: []byte(`{}`)})
-	})
+	token, err := controlplane.BootstrapAdmin(ctx, pool, *name)
 	if err != nil {
 		return err
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
 	"github.com/runmesh/runmesh/internal/devenv"
 )
 
@@ -135,7 +135,7 @@ func writeConfig(t *testing.T, dbURL string) string {
 
 func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 	t.Parallel()
-	dbURL := storetest.NewEmptyDatabase(t)
+	dbURL := controlplanetest.NewEmptyDatabase(t)
 	cfg := writeConfig(t, dbURL)
 
 	out, err := e2e.Run(t, nil, server(t), "serve", "--config", cfg)
@@ -160,7 +160,7 @@ func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	future := store.LatestVersion() + 1
+	future := controlplane.SchemaVersion() + 1
 	_, err = conn.Exec(ctx, "INSERT INTO runmesh_schema_migrations (version, name) VALUES ($1, 'future')", future)
 	require.NoError(t, err)
 	for _, cmd := range []string{"serve", "migrate"} {
@@ -216,7 +216,7 @@ func TestCACommands(t *testing.T) {
 
 func TestBootstrapAdminOnce(t *testing.T) {
 	t.Parallel()
-	dbURL := storetest.NewDatabase(t)
+	dbURL := controlplanetest.NewDatabase(t)
 	cfg := writeConfig(t, dbURL)
 	cmd := exec.Command(server(t), "bootstrap-admin", "--config", cfg, "--name", "ops")
 	var stdout, stderr bytes.Buffer

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -24,9 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
-	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -37,7 +35,7 @@ import (
 func TestTwoServerProcessesCompleteEveryJobOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dbURL := storetest.NewDatabase(t)
+	dbURL := controlplanetest.NewDatabase(t)
 	stateDir := t.TempDir()
 	keys, _, err := ca.Init(filepath.Join(stateDir, "ca"), "test")
 	require.NoError(t, err)
@@ -64,16 +62,14 @@ func TestTwoServerProcessesCompleteEveryJobOnce(t *testing.T) {
 	pool, err := pgxpool.New(ctx, dbURL)
 	require.NoError(t, err)
 	defer pool.Close()
-	st := store.New(pool)
-	auth, err := ca.NewAuthority(keys, castore.New(st))
-	require.NoError(t, err)
-	p, err := st.CreatePool(ctx, store.NewPool{Name: "shared"})
+	services := controlplanetest.NewServices(t, pool, keys)
+	p, err := services.Tenancy.CreatePool(ctx, record.NewPool{Name: "shared"})
 	require.NoError(t, err)
 	roots := x509.NewCertPool()
 	roots.AddCert(keys.Root)
 	clients := make([]*http.Client, 6)
 	for i := range clients {
-		clients[i] = approvedClient(t, st, auth, p.ID, roots, fmt.Sprintf("runner-%d", i))
+		clients[i] = approvedClient(t, services, p.ID, roots, fmt.Sprintf("runner-%d", i))
 	}
 
 	const jobs = 1000
@@ -118,28 +114,21 @@ func TestTwoServerProcessesCompleteEveryJobOnce(t *testing.T) {
 // agentInstance is the agent instance every runner here leases as.
 const agentInstance = "00000000-0000-4000-8000-000000000001"
 
-// approvedClient enrols an approved runner straight into the store, issues
-// its certificate through the shared CA, and returns an mTLS client for it.
-func approvedClient(t *testing.T, st *store.Store, auth *ca.Authority, poolID uuid.UUID, roots *x509.CertPool, name string) *http.Client {
+// approvedClient enrols an approved runner straight into the database,
+// issues its certificate through the shared CA, and returns an mTLS client
+// for it.
+func approvedClient(t *testing.T, services *controlplanetest.Services, poolID uuid.UUID, roots *x509.CertPool, name string) *http.Client {
 	t.Helper()
 	ctx := context.Background()
 	_, priv, _ := ed25519.GenerateKey(rand.Reader)
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, priv)
 	require.NoError(t, err)
 	csr, _ := x509.ParseCertificateRequest(der)
-	digest := sha256.Sum256([]byte(name))
-	_, err = st.CreateEnrolmentToken(ctx, store.AllOrganisations(), poolID, digest[:], nil, time.Now().Add(time.Hour))
-	require.NoError(t, err)
-	r, err := st.Enrol(ctx, store.NewRunner{TokenDigest: digest[:], Name: name, PublicKey: priv.Public().(ed25519.PublicKey),
-		Fingerprint: "SHA256:x", CSR: der, Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: 64, MemoryMiB: 1 << 20}})
-	require.NoError(t, err)
-	_, err = st.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
-		return store.RunnerDecision{Status: store.RunnerApproved}, nil
-	})
-	require.NoError(t, err)
 	proof, _ := json.Marshal(runnerapi.RecoveryProof{AgentInstance: agentInstance, SurvivorsChecked: true, Isolated: true})
-	require.NoError(t, st.RecordRecovery(ctx, r.ID, proof))
-	chain, err := auth.IssueRunner(ctx, csr, r.ID.String(), time.Hour)
+	id := services.ApprovedRunner(t, poolID, controlplanetest.Runner{
+		Name: name, PublicKey: priv.Public().(ed25519.PublicKey), CSR: der, Cores: 64, MemoryMiB: 1 << 20, Recovery: proof,
+	})
+	chain, err := services.Authority.IssueRunner(ctx, csr, id.String(), time.Hour)
 	require.NoError(t, err)
 	cert := &tls.Certificate{PrivateKey: priv, Leaf: chain[0], Certificate: [][]byte{chain[0].Raw, chain[1].Raw}}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1",

@@ -11,19 +11,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/store/storetest"
-	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 )
 
 func TestCLIAgainstTheRealAPI(t *testing.T) {
 	t.Parallel()
-	s := store.New(storetest.NewPool(t))
-	token, digest := tokens.Admin.New()
-	_, err := s.CreateAdminWithToken(context.Background(), store.NewAdmin{Name: "ops", Role: store.RolePlatformAdmin, TokenHash: digest})
+	s := controlplanetest.NewServices(t, controlplanetest.NewPool(t), nil)
+	token, _, err := s.Tenancy.CreateAdmin(context.Background(), tenancy.NewAdmin{Name: "ops", Role: record.RolePlatformAdmin})
 	require.NoError(t, err)
-	srv := httptest.NewServer(graph.NewHandler(graph.Options{Store: s, Log: nil}))
+	srv := httptest.NewServer(graph.NewHandler(s.GraphOptions()))
 	t.Cleanup(srv.Close)
 
 	envFile := filepath.Join(t.TempDir(), "dev.env")

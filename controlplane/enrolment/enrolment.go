@@ -15,7 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/pki/ca"
 )
@@ -25,7 +26,7 @@ import (
 var ErrFingerprintMismatch = errors.New("fingerprint does not match the runner's key")
 
 // WrongStatusError: the runner is not in a status the action applies to.
-type WrongStatusError struct{ Status store.RunnerStatus }
+type WrongStatusError struct{ Status record.RunnerStatus }
 
 func (e *WrongStatusError) Error() string {
 	return fmt.Sprintf("the runner is %s: this does not apply to it", e.Status)
@@ -33,39 +34,40 @@ func (e *WrongStatusError) Error() string {
 
 // Service issues enrolment tokens and decides on runners.
 type Service struct {
-	Store     *store.Store
-	Authority *ca.Authority
-	// CertLifetime is the lifetime of runner certificates.
-	CertLifetime time.Duration
+	st        *store.Store
+	authority *ca.Authority
+	lifetime  time.Duration
 }
 
 // DefaultCertLifetime is DESIGN.md's 24 hours.
 const DefaultCertLifetime = 24 * time.Hour
 
-func (s *Service) lifetime() time.Duration {
-	if s.CertLifetime == 0 {
-		return DefaultCertLifetime
+// New decides on runners in st and has authority sign their certificates,
+// each valid for certLifetime (zero: DefaultCertLifetime).
+func New(st *store.Store, authority *ca.Authority, certLifetime time.Duration) *Service {
+	if certLifetime == 0 {
+		certLifetime = DefaultCertLifetime
 	}
-	return s.CertLifetime
+	return &Service{st: st, authority: authority, lifetime: certLifetime}
 }
 
 // CreateToken makes a single-use enrolment token for a pool in scope. The
 // token is returned once; only its digest is stored.
-func (s *Service) CreateToken(ctx context.Context, scope store.Scope, poolID uuid.UUID, ttl time.Duration, by *uuid.UUID) (string, store.EnrolmentToken, error) {
+func (s *Service) CreateToken(ctx context.Context, scope record.Scope, poolID uuid.UUID, ttl time.Duration, by *uuid.UUID) (string, record.EnrolmentToken, error) {
 	token, digest := tokens.Enrolment.New()
 	expires := time.Now().Add(ttl).UTC().Truncate(time.Microsecond)
-	t, err := s.Store.CreateEnrolmentToken(ctx, scope, poolID, digest, by, expires)
+	t, err := s.st.CreateEnrolmentToken(ctx, scope, poolID, digest, by, expires)
 	if err != nil {
-		return "", store.EnrolmentToken{}, err
+		return "", record.EnrolmentToken{}, err
 	}
 	return token, t, nil
 }
 
 // Approve approves a PENDING runner, but only when fingerprint is exactly
 // its key's, and issues its first certificate in the same transaction.
-func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (store.Runner, error) {
-	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
-		if r.Status != store.RunnerPending {
+func (s *Service) Approve(ctx context.Context, scope record.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (record.Runner, error) {
+	return s.st.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r record.Runner) (store.RunnerDecision, error) {
+		if r.Status != record.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
 		if subtle.ConstantTimeCompare([]byte(fingerprint), []byte(r.Fingerprint)) != 1 {
@@ -79,68 +81,75 @@ func (s *Service) Approve(ctx context.Context, scope store.Scope, id uuid.UUID, 
 		if err != nil {
 			return store.RunnerDecision{}, err
 		}
-		if err := s.Store.SetInventory(ctx, r.ID, inv); err != nil {
+		if err := s.st.SetInventory(ctx, r.ID, inv); err != nil {
 			return store.RunnerDecision{}, err
 		}
-		return store.RunnerDecision{Status: store.RunnerApproved}, nil
+		return store.RunnerDecision{Status: record.RunnerApproved}, nil
 	})
 }
 
 // Reject turns a PENDING runner away for good.
-func (s *Service) Reject(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
-		if r.Status != store.RunnerPending {
+func (s *Service) Reject(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	return s.st.DecideRunner(ctx, scope, id, by, func(_ context.Context, r record.Runner) (store.RunnerDecision, error) {
+		if r.Status != record.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
-		return store.RunnerDecision{Status: store.RunnerRejected, Reason: reason}, nil
+		return store.RunnerDecision{Status: record.RunnerRejected, Reason: reason}, nil
 	})
 }
 
 // Revoke ends an APPROVED (or PENDING) runner's identity: every certificate
 // it holds stops working at the next handshake or request, and renewal is
 // refused.
-func (s *Service) Revoke(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.Store.DecideRunner(ctx, scope, id, by, func(_ context.Context, r store.Runner) (store.RunnerDecision, error) {
-		if r.Status != store.RunnerApproved && r.Status != store.RunnerPending {
+func (s *Service) Revoke(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	return s.st.DecideRunner(ctx, scope, id, by, func(_ context.Context, r record.Runner) (store.RunnerDecision, error) {
+		if r.Status != record.RunnerApproved && r.Status != record.RunnerPending {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
-		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: reason}, nil
+		return store.RunnerDecision{Status: record.RunnerRevoked, Reason: reason}, nil
 	})
 }
 
 // Retire takes a runner out of the fleet for good: it is revoked (so it
 // cannot come back under its old identity) and marked retired.
-func (s *Service) Retire(ctx context.Context, scope store.Scope, id uuid.UUID, reason string, by *uuid.UUID) (store.Runner, error) {
-	return s.Store.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r store.Runner) (store.RunnerDecision, error) {
-		if r.Status == store.RunnerRejected || r.RetiredAt != nil {
+func (s *Service) Retire(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	return s.st.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r record.Runner) (store.RunnerDecision, error) {
+		if r.Status == record.RunnerRejected || r.RetiredAt != nil {
 			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
 		}
-		if err := s.Store.Retire(ctx, r.ID); err != nil {
+		if err := s.st.Retire(ctx, r.ID); err != nil {
 			return store.RunnerDecision{}, err
 		}
-		return store.RunnerDecision{Status: store.RunnerRevoked, Reason: "retired: " + reason}, nil
+		return store.RunnerDecision{Status: record.RunnerRevoked, Reason: "retired: " + reason}, nil
 	})
+}
+
+// LatestCertificates is the newest certificate of each runner, for runners
+// the caller has read through its scope; runners without one are absent
+// (for dataloaders).
+func (s *Service) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]record.Certificate, error) {
+	return s.st.LatestCertificates(ctx, runnerIDs)
 }
 
 // Issue signs a certificate for the runner's enrolled key (from the CSR it
 // sent at enrolment). The authority records it.
-func (s *Service) Issue(ctx context.Context, r store.Runner) ([]*x509.Certificate, error) {
+func (s *Service) Issue(ctx context.Context, r record.Runner) ([]*x509.Certificate, error) {
 	csr, err := x509.ParseCertificateRequest(r.CSR)
 	if err != nil {
 		return nil, fmt.Errorf("stored certificate request: %w", err)
 	}
-	return s.Authority.IssueRunner(ctx, csr, r.ID.String(), s.lifetime())
+	return s.authority.IssueRunner(ctx, csr, r.ID.String(), s.lifetime)
 }
 
 // CurrentChain is an approved runner's newest certificate chain. A runner
 // coming back after two thirds of its certificate's life (or with none) gets
 // a fresh one.
-func (s *Service) CurrentChain(ctx context.Context, r store.Runner) ([]*x509.Certificate, error) {
-	if r.Status != store.RunnerApproved {
+func (s *Service) CurrentChain(ctx context.Context, r record.Runner) ([]*x509.Certificate, error) {
+	if r.Status != record.RunnerApproved {
 		return nil, &WrongStatusError{Status: r.Status}
 	}
-	c, err := s.Store.LatestRunnerCertificate(ctx, r.ID)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	c, err := s.st.LatestRunnerCertificate(ctx, r.ID)
+	if err != nil && !errors.Is(err, record.ErrNotFound) {
 		return nil, err
 	}
 	// Fresh while before its renewal point, two thirds from issue to expiry.
@@ -149,7 +158,7 @@ func (s *Service) CurrentChain(ctx context.Context, r store.Runner) ([]*x509.Cer
 		if err != nil {
 			return nil, err
 		}
-		return []*x509.Certificate{leaf, s.Authority.Keys().Intermediate}, nil
+		return []*x509.Certificate{leaf, s.authority.Keys().Intermediate}, nil
 	}
 	return s.Issue(ctx, r)
 }

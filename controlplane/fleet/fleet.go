@@ -1,7 +1,8 @@
 // Package fleet holds the rules about runners as a fleet: what a capacity
 // report stores, the inventory an approval fixes and the drift that breaks
-// it, when a runner counts as online and as taking work, and the writer
-// that turns many heartbeats into one statement.
+// it, when a runner counts as online and as taking work, the writer that
+// turns many heartbeats into one statement, and the fleet as
+// administrators see and steer it (Service).
 package fleet
 
 import (
@@ -12,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

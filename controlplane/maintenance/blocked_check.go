@@ -5,7 +5,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 )
 
 // BlockedCheckIntervalDefault is the blocked check's pace. Its rule waits

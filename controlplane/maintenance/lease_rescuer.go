@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/store"
 )
 
 // LeaseRescuerIntervalDefault is the lease rescuer's pace: a lease is taken

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 )
 
 // QueueTimeoutsIntervalDefault is the queue timeouts' pace: their rule

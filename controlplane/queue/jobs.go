@@ -1,14 +1,15 @@
-// Package queue holds the rules of the queue: what a result does to a job,
-// what an expired lease does to it, and how long a requeued job waits. The
-// store applies what they decide; controlplane/maintenance applies the
-// rules that run on a clock.
+// Package queue holds the rules of the queue: what a submission must be
+// (checked here, once), what a result does to a job, what an expired lease
+// does to it, and how long a requeued job waits; and the queue as
+// administrators use it (Service). The store applies what they decide;
+// controlplane/maintenance applies the rules that run on a clock.
 package queue
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 )
 
 // DefaultQuarantineAfter is how many host faults in a row quarantine a

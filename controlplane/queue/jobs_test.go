@@ -6,8 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/store"
 )
 
 // An expired lease sends its job back with the backoff of its tries, until

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 

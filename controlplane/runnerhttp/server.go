@@ -21,8 +21,8 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"

@@ -15,7 +15,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/introspection"
 	"github.com/google/uuid"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/model"
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -46,7 +46,7 @@ type ResolverRoot interface {
 }
 
 type DirectiveRoot struct {
-	HasRole func(ctx context.Context, obj any, next graphql.Resolver, role store.Role) (res any, err error)
+	HasRole func(ctx context.Context, obj any, next graphql.Resolver, role record.Role) (res any, err error)
 }
 
 type ComplexityRoot struct {
@@ -252,13 +252,13 @@ type ComplexityRoot struct {
 		CertificateAuthority func(childComplexity int) int
 		Health               func(childComplexity int) int
 		Job                  func(childComplexity int, id uuid.UUID) int
-		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *store.JobState, first int) int
+		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *record.JobState, first int) int
 		Organisation         func(childComplexity int, id uuid.UUID) int
 		Organisations        func(childComplexity int) int
 		Pool                 func(childComplexity int, id uuid.UUID) int
 		Pools                func(childComplexity int, organisationID *uuid.UUID, platformOnly *bool) int
 		Runner               func(childComplexity int, id uuid.UUID) int
-		Runners              func(childComplexity int, poolID *uuid.UUID, status *store.RunnerStatus) int
+		Runners              func(childComplexity int, poolID *uuid.UUID, status *record.RunnerStatus) int
 		Viewer               func(childComplexity int) int
 	}
 
@@ -326,102 +326,102 @@ type ComplexityRoot struct {
 // region    ************************** generated!.gotpl **************************
 
 type AdminResolver interface {
-	Organisation(ctx context.Context, obj *store.Admin) (*store.Organisation, error)
+	Organisation(ctx context.Context, obj *record.Admin) (*record.Organisation, error)
 }
 type AuditEntryResolver interface {
-	Detail(ctx context.Context, obj *store.AuditEntry) (string, error)
+	Detail(ctx context.Context, obj *record.AuditEntry) (string, error)
 }
 type HoldResolver interface {
-	Runner(ctx context.Context, obj *store.Hold) (*store.Runner, error)
+	Runner(ctx context.Context, obj *record.Hold) (*record.Runner, error)
 }
 type JobResolver interface {
-	Pool(ctx context.Context, obj *store.Job) (*store.Pool, error)
+	Pool(ctx context.Context, obj *record.Job) (*record.Pool, error)
 
-	EnvNames(ctx context.Context, obj *store.Job) ([]string, error)
-	Claim(ctx context.Context, obj *store.Job) (*model.JobClaim, error)
+	EnvNames(ctx context.Context, obj *record.Job) ([]string, error)
+	Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error)
 
-	Events(ctx context.Context, obj *store.Job) ([]store.JobEvent, error)
-	Runs(ctx context.Context, obj *store.Job) ([]store.JobRun, error)
-	Logs(ctx context.Context, obj *store.Job) (string, error)
+	Events(ctx context.Context, obj *record.Job) ([]record.JobEvent, error)
+	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
+	Logs(ctx context.Context, obj *record.Job) (string, error)
 }
 type JobRunResolver interface {
-	RunnerName(ctx context.Context, obj *store.JobRun) (*string, error)
+	RunnerName(ctx context.Context, obj *record.JobRun) (*string, error)
 }
 type LogChunkResolver interface {
-	Data(ctx context.Context, obj *store.LogChunk) (string, error)
+	Data(ctx context.Context, obj *record.LogChunk) (string, error)
 }
 type MutationResolver interface {
-	CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*store.Organisation, error)
-	CreatePool(ctx context.Context, input model.CreatePoolInput) (*store.Pool, error)
-	UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*store.Pool, error)
+	CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*record.Organisation, error)
+	CreatePool(ctx context.Context, input model.CreatePoolInput) (*record.Pool, error)
+	UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*record.Pool, error)
 	CreateAdminToken(ctx context.Context, input model.CreateAdminTokenInput) (*model.CreatedAdminToken, error)
 	CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error)
-	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*store.Runner, error)
-	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
-	RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
-	DrainRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
-	ResumeRunner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
-	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*store.Runner, error)
-	ClearQuarantine(ctx context.Context, id uuid.UUID) (*store.Runner, error)
-	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*store.Job, error)
-	SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]store.Job, error)
-	CancelJob(ctx context.Context, id uuid.UUID) (*store.Job, error)
-	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*store.Hold, error)
-	ReleaseHold(ctx context.Context, id uuid.UUID) (*store.Hold, error)
+	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*record.Runner, error)
+	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
+	RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
+	DrainRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
+	ResumeRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
+	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
+	ClearQuarantine(ctx context.Context, id uuid.UUID) (*record.Runner, error)
+	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*record.Job, error)
+	SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]record.Job, error)
+	CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error)
+	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error)
+	ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error)
 }
 type OrganisationResolver interface {
-	Pools(ctx context.Context, obj *store.Organisation) ([]store.Pool, error)
+	Pools(ctx context.Context, obj *record.Organisation) ([]record.Pool, error)
 }
 type PoolResolver interface {
-	Organisation(ctx context.Context, obj *store.Pool) (*store.Organisation, error)
-	LeaseSeconds(ctx context.Context, obj *store.Pool) (*model.IntSetting, error)
-	QueueTimeoutHours(ctx context.Context, obj *store.Pool) (*model.IntSetting, error)
+	Organisation(ctx context.Context, obj *record.Pool) (*record.Organisation, error)
+	LeaseSeconds(ctx context.Context, obj *record.Pool) (*model.IntSetting, error)
+	QueueTimeoutHours(ctx context.Context, obj *record.Pool) (*model.IntSetting, error)
 
-	RunnerSeen(ctx context.Context, obj *store.Pool) (*time.Time, error)
-	Queued(ctx context.Context, obj *store.Pool) (int, error)
-	HeldGpus(ctx context.Context, obj *store.Pool) (int, error)
+	RunnerSeen(ctx context.Context, obj *record.Pool) (*time.Time, error)
+	Queued(ctx context.Context, obj *record.Pool) (int, error)
+	HeldGpus(ctx context.Context, obj *record.Pool) (int, error)
 }
 type QueryResolver interface {
-	Viewer(ctx context.Context) (*store.Admin, error)
-	Organisations(ctx context.Context) ([]store.Organisation, error)
-	Organisation(ctx context.Context, id uuid.UUID) (*store.Organisation, error)
-	Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]store.Pool, error)
-	Pool(ctx context.Context, id uuid.UUID) (*store.Pool, error)
-	Runners(ctx context.Context, poolID *uuid.UUID, status *store.RunnerStatus) ([]store.Runner, error)
-	Runner(ctx context.Context, id uuid.UUID) (*store.Runner, error)
+	Viewer(ctx context.Context) (*record.Admin, error)
+	Organisations(ctx context.Context) ([]record.Organisation, error)
+	Organisation(ctx context.Context, id uuid.UUID) (*record.Organisation, error)
+	Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]record.Pool, error)
+	Pool(ctx context.Context, id uuid.UUID) (*record.Pool, error)
+	Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus) ([]record.Runner, error)
+	Runner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
 	CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error)
-	Jobs(ctx context.Context, poolID *uuid.UUID, state *store.JobState, first int) ([]store.Job, error)
-	Job(ctx context.Context, id uuid.UUID) (*store.Job, error)
-	AuditLog(ctx context.Context, first int, before *string) ([]store.AuditEntry, error)
+	Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, first int) ([]record.Job, error)
+	Job(ctx context.Context, id uuid.UUID) (*record.Job, error)
+	AuditLog(ctx context.Context, first int, before *string) ([]record.AuditEntry, error)
 	Health(ctx context.Context) ([]model.HealthCondition, error)
 }
 type RunnerResolver interface {
-	Pool(ctx context.Context, obj *store.Runner) (*store.Pool, error)
-	Organisation(ctx context.Context, obj *store.Runner) (*store.Organisation, error)
+	Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error)
+	Organisation(ctx context.Context, obj *record.Runner) (*record.Organisation, error)
 
-	FingerprintHint(ctx context.Context, obj *store.Runner) (string, error)
+	FingerprintHint(ctx context.Context, obj *record.Runner) (string, error)
 
-	Certificate(ctx context.Context, obj *store.Runner) (*store.Certificate, error)
-	Online(ctx context.Context, obj *store.Runner) (bool, error)
+	Certificate(ctx context.Context, obj *record.Runner) (*record.Certificate, error)
+	Online(ctx context.Context, obj *record.Runner) (bool, error)
 
-	TakingWork(ctx context.Context, obj *store.Runner) (bool, error)
+	TakingWork(ctx context.Context, obj *record.Runner) (bool, error)
 
-	Capacity(ctx context.Context, obj *store.Runner) (*model.RunnerCapacity, error)
-	Gpus(ctx context.Context, obj *store.Runner) ([]model.GPU, error)
-	Labels(ctx context.Context, obj *store.Runner) ([]model.Label, error)
-	Health(ctx context.Context, obj *store.Runner) ([]model.HealthCondition, error)
-	Quarantined(ctx context.Context, obj *store.Runner) (bool, error)
+	Capacity(ctx context.Context, obj *record.Runner) (*model.RunnerCapacity, error)
+	Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error)
+	Labels(ctx context.Context, obj *record.Runner) ([]model.Label, error)
+	Health(ctx context.Context, obj *record.Runner) ([]model.HealthCondition, error)
+	Quarantined(ctx context.Context, obj *record.Runner) (bool, error)
 
-	Retired(ctx context.Context, obj *store.Runner) (bool, error)
-	Booked(ctx context.Context, obj *store.Runner) (*store.Booking, error)
-	FailuresInARow(ctx context.Context, obj *store.Runner) (int, error)
+	Retired(ctx context.Context, obj *record.Runner) (bool, error)
+	Booked(ctx context.Context, obj *record.Runner) (*record.Booking, error)
+	FailuresInARow(ctx context.Context, obj *record.Runner) (int, error)
 
-	Recovery(ctx context.Context, obj *store.Runner) (*model.RecoveryProof, error)
+	Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error)
 }
 type SubscriptionResolver interface {
-	JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *store.JobEvent, error)
-	JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *store.LogChunk, error)
-	RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *store.Runner, error)
+	JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *record.JobEvent, error)
+	JobLogs(ctx context.Context, jobID uuid.UUID) (<-chan *record.LogChunk, error)
+	RunnerEvents(ctx context.Context, poolID uuid.UUID) (<-chan *record.Runner, error)
 }
 
 // endregion ************************** generated!.gotpl **************************
@@ -1397,7 +1397,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Jobs(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*store.JobState), args["first"].(int)), true
+		return e.ComplexityRoot.Query.Jobs(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*record.JobState), args["first"].(int)), true
 	case "Query.organisation":
 		if e.ComplexityRoot.Query.Organisation == nil {
 			break
@@ -1458,7 +1458,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Runners(childComplexity, args["poolId"].(*uuid.UUID), args["status"].(*store.RunnerStatus)), true
+		return e.ComplexityRoot.Query.Runners(childComplexity, args["poolId"].(*uuid.UUID), args["status"].(*record.RunnerStatus)), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
@@ -2981,8 +2981,8 @@ func (ec *executionContext) dir_hasRole_args(ctx context.Context, rawArgs map[st
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "role",
-		func(ctx context.Context, v any) (store.Role, error) {
-			return ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, v)
+		func(ctx context.Context, v any) (record.Role, error) {
+			return ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -3355,8 +3355,8 @@ func (ec *executionContext) field_Query_jobs_args(ctx context.Context, rawArgs m
 	}
 	args["poolId"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "state",
-		func(ctx context.Context, v any) (*store.JobState, error) {
-			return ec.unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx, v)
+		func(ctx context.Context, v any) (*record.JobState, error) {
+			return ec.unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -3449,8 +3449,8 @@ func (ec *executionContext) field_Query_runners_args(ctx context.Context, rawArg
 	}
 	args["poolId"] = arg0
 	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "status",
-		func(ctx context.Context, v any) (*store.RunnerStatus, error) {
-			return ec.unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx, v)
+		func(ctx context.Context, v any) (*record.RunnerStatus, error) {
+			return ec.unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -3575,7 +3575,7 @@ func (ec *executionContext) field___Type_inputFields_args(ctx context.Context, r
 
 // region    **************************** field.gotpl *****************************
 
-func (ec *executionContext) _Admin_id(ctx context.Context, field graphql.CollectedField, obj *store.Admin) (ret graphql.Marshaler) {
+func (ec *executionContext) _Admin_id(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3598,7 +3598,7 @@ func (ec *executionContext) fieldContext_Admin_id(_ context.Context, field graph
 	return graphql.NewScalarFieldContext("Admin", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Admin_name(ctx context.Context, field graphql.CollectedField, obj *store.Admin) (ret graphql.Marshaler) {
+func (ec *executionContext) _Admin_name(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3621,7 +3621,7 @@ func (ec *executionContext) fieldContext_Admin_name(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Admin", field, false, false, "String")
 }
 
-func (ec *executionContext) _Admin_role(ctx context.Context, field graphql.CollectedField, obj *store.Admin) (ret graphql.Marshaler) {
+func (ec *executionContext) _Admin_role(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3633,8 +3633,8 @@ func (ec *executionContext) _Admin_role(ctx context.Context, field graphql.Colle
 			return obj.Role, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v store.Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v record.Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3644,7 +3644,7 @@ func (ec *executionContext) fieldContext_Admin_role(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Admin", field, false, false, "Role")
 }
 
-func (ec *executionContext) _Admin_organisation(ctx context.Context, field graphql.CollectedField, obj *store.Admin) (ret graphql.Marshaler) {
+func (ec *executionContext) _Admin_organisation(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3656,8 +3656,8 @@ func (ec *executionContext) _Admin_organisation(ctx context.Context, field graph
 			return ec.Resolvers.Admin().Organisation(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
-			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
 		},
 		true,
 		false,
@@ -3676,7 +3676,7 @@ func (ec *executionContext) fieldContext_Admin_organisation(_ context.Context, f
 	return fc, nil
 }
 
-func (ec *executionContext) _Admin_createdAt(ctx context.Context, field graphql.CollectedField, obj *store.Admin) (ret graphql.Marshaler) {
+func (ec *executionContext) _Admin_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3699,7 +3699,7 @@ func (ec *executionContext) fieldContext_Admin_createdAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Admin", field, false, false, "Time")
 }
 
-func (ec *executionContext) _AuditEntry_id(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_id(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3722,7 +3722,7 @@ func (ec *executionContext) fieldContext_AuditEntry_id(_ context.Context, field 
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "ID")
 }
 
-func (ec *executionContext) _AuditEntry_at(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_at(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3745,7 +3745,7 @@ func (ec *executionContext) fieldContext_AuditEntry_at(_ context.Context, field 
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "Time")
 }
 
-func (ec *executionContext) _AuditEntry_actorId(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_actorId(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3768,7 +3768,7 @@ func (ec *executionContext) fieldContext_AuditEntry_actorId(_ context.Context, f
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "ID")
 }
 
-func (ec *executionContext) _AuditEntry_actorName(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_actorName(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3791,7 +3791,7 @@ func (ec *executionContext) fieldContext_AuditEntry_actorName(_ context.Context,
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "String")
 }
 
-func (ec *executionContext) _AuditEntry_actorRole(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_actorRole(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3803,8 +3803,8 @@ func (ec *executionContext) _AuditEntry_actorRole(ctx context.Context, field gra
 			return obj.ActorRole, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v store.Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v record.Role) graphql.Marshaler {
+			return ec.marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, selections, v)
 		},
 		true,
 		true,
@@ -3814,7 +3814,7 @@ func (ec *executionContext) fieldContext_AuditEntry_actorRole(_ context.Context,
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "Role")
 }
 
-func (ec *executionContext) _AuditEntry_organisationId(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_organisationId(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3837,7 +3837,7 @@ func (ec *executionContext) fieldContext_AuditEntry_organisationId(_ context.Con
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "ID")
 }
 
-func (ec *executionContext) _AuditEntry_action(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_action(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3860,7 +3860,7 @@ func (ec *executionContext) fieldContext_AuditEntry_action(_ context.Context, fi
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "String")
 }
 
-func (ec *executionContext) _AuditEntry_outcome(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_outcome(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3883,7 +3883,7 @@ func (ec *executionContext) fieldContext_AuditEntry_outcome(_ context.Context, f
 	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "String")
 }
 
-func (ec *executionContext) _AuditEntry_detail(ctx context.Context, field graphql.CollectedField, obj *store.AuditEntry) (ret graphql.Marshaler) {
+func (ec *executionContext) _AuditEntry_detail(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3906,7 +3906,7 @@ func (ec *executionContext) fieldContext_AuditEntry_detail(_ context.Context, fi
 	return graphql.NewScalarFieldContext("AuditEntry", field, true, true, "String")
 }
 
-func (ec *executionContext) _Booking_cores(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+func (ec *executionContext) _Booking_cores(ctx context.Context, field graphql.CollectedField, obj *record.Booking) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3929,7 +3929,7 @@ func (ec *executionContext) fieldContext_Booking_cores(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Booking", field, false, false, "Float")
 }
 
-func (ec *executionContext) _Booking_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+func (ec *executionContext) _Booking_memoryMiB(ctx context.Context, field graphql.CollectedField, obj *record.Booking) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3952,7 +3952,7 @@ func (ec *executionContext) fieldContext_Booking_memoryMiB(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Booking_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+func (ec *executionContext) _Booking_gpus(ctx context.Context, field graphql.CollectedField, obj *record.Booking) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3975,7 +3975,7 @@ func (ec *executionContext) fieldContext_Booking_gpus(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Booking_heldGpus(ctx context.Context, field graphql.CollectedField, obj *store.Booking) (ret graphql.Marshaler) {
+func (ec *executionContext) _Booking_heldGpus(ctx context.Context, field graphql.CollectedField, obj *record.Booking) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -3998,7 +3998,7 @@ func (ec *executionContext) fieldContext_Booking_heldGpus(_ context.Context, fie
 	return graphql.NewScalarFieldContext("Booking", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Certificate_serial(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _Certificate_serial(ctx context.Context, field graphql.CollectedField, obj *record.Certificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4021,7 +4021,7 @@ func (ec *executionContext) fieldContext_Certificate_serial(_ context.Context, f
 	return graphql.NewScalarFieldContext("Certificate", field, false, false, "String")
 }
 
-func (ec *executionContext) _Certificate_notBefore(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _Certificate_notBefore(ctx context.Context, field graphql.CollectedField, obj *record.Certificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4044,7 +4044,7 @@ func (ec *executionContext) fieldContext_Certificate_notBefore(_ context.Context
 	return graphql.NewScalarFieldContext("Certificate", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Certificate_notAfter(ctx context.Context, field graphql.CollectedField, obj *store.Certificate) (ret graphql.Marshaler) {
+func (ec *executionContext) _Certificate_notAfter(ctx context.Context, field graphql.CollectedField, obj *record.Certificate) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4125,8 +4125,8 @@ func (ec *executionContext) _CreatedAdminToken_admin(ctx context.Context, field 
 			return obj.Admin, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Admin) graphql.Marshaler {
-			return ec.marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAdmin(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4226,8 +4226,8 @@ func (ec *executionContext) _CreatedEnrolmentToken_pool(ctx context.Context, fie
 			return obj.Pool, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4637,7 +4637,7 @@ func (ec *executionContext) fieldContext_HealthCondition_since(_ context.Context
 	return graphql.NewScalarFieldContext("HealthCondition", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Hold_id(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_id(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4660,7 +4660,7 @@ func (ec *executionContext) fieldContext_Hold_id(_ context.Context, field graphq
 	return graphql.NewScalarFieldContext("Hold", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Hold_runner(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_runner(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4672,8 +4672,8 @@ func (ec *executionContext) _Hold_runner(ctx context.Context, field graphql.Coll
 			return ec.Resolvers.Hold().Runner(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4692,7 +4692,7 @@ func (ec *executionContext) fieldContext_Hold_runner(_ context.Context, field gr
 	return fc, nil
 }
 
-func (ec *executionContext) _Hold_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_gpus(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4715,7 +4715,7 @@ func (ec *executionContext) fieldContext_Hold_gpus(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Hold", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Hold_reason(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_reason(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4738,7 +4738,7 @@ func (ec *executionContext) fieldContext_Hold_reason(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Hold", field, false, false, "String")
 }
 
-func (ec *executionContext) _Hold_until(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_until(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4761,7 +4761,7 @@ func (ec *executionContext) fieldContext_Hold_until(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("Hold", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Hold_releasedAt(ctx context.Context, field graphql.CollectedField, obj *store.Hold) (ret graphql.Marshaler) {
+func (ec *executionContext) _Hold_releasedAt(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4876,7 +4876,7 @@ func (ec *executionContext) fieldContext_IntSetting_isDefault(_ context.Context,
 	return graphql.NewScalarFieldContext("IntSetting", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _Job_id(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_id(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4899,7 +4899,7 @@ func (ec *executionContext) fieldContext_Job_id(_ context.Context, field graphql
 	return graphql.NewScalarFieldContext("Job", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Job_pool(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_pool(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4911,8 +4911,8 @@ func (ec *executionContext) _Job_pool(ctx context.Context, field graphql.Collect
 			return ec.Resolvers.Job().Pool(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4931,7 +4931,7 @@ func (ec *executionContext) fieldContext_Job_pool(_ context.Context, field graph
 	return fc, nil
 }
 
-func (ec *executionContext) _Job_state(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_state(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4943,8 +4943,8 @@ func (ec *executionContext) _Job_state(ctx context.Context, field graphql.Collec
 			return obj.State, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v store.JobState) graphql.Marshaler {
-			return ec.marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v record.JobState) graphql.Marshaler {
+			return ec.marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx, selections, v)
 		},
 		true,
 		true,
@@ -4954,7 +4954,7 @@ func (ec *executionContext) fieldContext_Job_state(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Job", field, false, false, "JobState")
 }
 
-func (ec *executionContext) _Job_stateReason(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_stateReason(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -4977,7 +4977,7 @@ func (ec *executionContext) fieldContext_Job_stateReason(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
 }
 
-func (ec *executionContext) _Job_image(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_image(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5000,7 +5000,7 @@ func (ec *executionContext) fieldContext_Job_image(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
 }
 
-func (ec *executionContext) _Job_command(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_command(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5023,7 +5023,7 @@ func (ec *executionContext) fieldContext_Job_command(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
 }
 
-func (ec *executionContext) _Job_envNames(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_envNames(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5046,7 +5046,7 @@ func (ec *executionContext) fieldContext_Job_envNames(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
 }
 
-func (ec *executionContext) _Job_claim(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_claim(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5078,7 +5078,7 @@ func (ec *executionContext) fieldContext_Job_claim(_ context.Context, field grap
 	return fc, nil
 }
 
-func (ec *executionContext) _Job_priority(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_priority(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5101,7 +5101,7 @@ func (ec *executionContext) fieldContext_Job_priority(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Job_maxAttempts(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_maxAttempts(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5124,7 +5124,7 @@ func (ec *executionContext) fieldContext_Job_maxAttempts(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Job_attempt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_attempt(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5147,7 +5147,7 @@ func (ec *executionContext) fieldContext_Job_attempt(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Int")
 }
 
-func (ec *executionContext) _Job_idempotencyKey(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_idempotencyKey(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5170,7 +5170,7 @@ func (ec *executionContext) fieldContext_Job_idempotencyKey(_ context.Context, f
 	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
 }
 
-func (ec *executionContext) _Job_kind(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_kind(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5193,7 +5193,7 @@ func (ec *executionContext) fieldContext_Job_kind(_ context.Context, field graph
 	return graphql.NewScalarFieldContext("Job", field, false, false, "String")
 }
 
-func (ec *executionContext) _Job_cancelRequested(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_cancelRequested(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5216,7 +5216,7 @@ func (ec *executionContext) fieldContext_Job_cancelRequested(_ context.Context, 
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _Job_submittedAt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_submittedAt(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5239,7 +5239,7 @@ func (ec *executionContext) fieldContext_Job_submittedAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Job_finishedAt(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_finishedAt(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5262,7 +5262,7 @@ func (ec *executionContext) fieldContext_Job_finishedAt(_ context.Context, field
 	return graphql.NewScalarFieldContext("Job", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Job_events(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_events(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5274,8 +5274,8 @@ func (ec *executionContext) _Job_events(ctx context.Context, field graphql.Colle
 			return ec.Resolvers.Job().Events(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.JobEvent) graphql.Marshaler {
-			return ec.marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEventᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEventᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5294,7 +5294,7 @@ func (ec *executionContext) fieldContext_Job_events(_ context.Context, field gra
 	return fc, nil
 }
 
-func (ec *executionContext) _Job_runs(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_runs(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5306,8 +5306,8 @@ func (ec *executionContext) _Job_runs(ctx context.Context, field graphql.Collect
 			return ec.Resolvers.Job().Runs(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.JobRun) graphql.Marshaler {
-			return ec.marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRunᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.JobRun) graphql.Marshaler {
+			return ec.marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRunᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -5326,7 +5326,7 @@ func (ec *executionContext) fieldContext_Job_runs(_ context.Context, field graph
 	return fc, nil
 }
 
-func (ec *executionContext) _Job_logs(ctx context.Context, field graphql.CollectedField, obj *store.Job) (ret graphql.Marshaler) {
+func (ec *executionContext) _Job_logs(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5441,7 +5441,7 @@ func (ec *executionContext) fieldContext_JobClaim_wallClockSeconds(_ context.Con
 	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
 }
 
-func (ec *executionContext) _JobEvent_at(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobEvent_at(ctx context.Context, field graphql.CollectedField, obj *record.JobEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5464,7 +5464,7 @@ func (ec *executionContext) fieldContext_JobEvent_at(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "Time")
 }
 
-func (ec *executionContext) _JobEvent_type(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobEvent_type(ctx context.Context, field graphql.CollectedField, obj *record.JobEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5487,7 +5487,7 @@ func (ec *executionContext) fieldContext_JobEvent_type(_ context.Context, field 
 	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "String")
 }
 
-func (ec *executionContext) _JobEvent_attempt(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobEvent_attempt(ctx context.Context, field graphql.CollectedField, obj *record.JobEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5510,7 +5510,7 @@ func (ec *executionContext) fieldContext_JobEvent_attempt(_ context.Context, fie
 	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "Int")
 }
 
-func (ec *executionContext) _JobEvent_detail(ctx context.Context, field graphql.CollectedField, obj *store.JobEvent) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobEvent_detail(ctx context.Context, field graphql.CollectedField, obj *record.JobEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5533,7 +5533,7 @@ func (ec *executionContext) fieldContext_JobEvent_detail(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "String")
 }
 
-func (ec *executionContext) _JobRun_attempt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_attempt(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5556,7 +5556,7 @@ func (ec *executionContext) fieldContext_JobRun_attempt(_ context.Context, field
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
 }
 
-func (ec *executionContext) _JobRun_runnerName(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_runnerName(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5579,7 +5579,7 @@ func (ec *executionContext) fieldContext_JobRun_runnerName(_ context.Context, fi
 	return graphql.NewScalarFieldContext("JobRun", field, true, true, "String")
 }
 
-func (ec *executionContext) _JobRun_leasedAt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_leasedAt(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5602,7 +5602,7 @@ func (ec *executionContext) fieldContext_JobRun_leasedAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Time")
 }
 
-func (ec *executionContext) _JobRun_finishedAt(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_finishedAt(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5625,7 +5625,7 @@ func (ec *executionContext) fieldContext_JobRun_finishedAt(_ context.Context, fi
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Time")
 }
 
-func (ec *executionContext) _JobRun_exitCode(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_exitCode(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5648,7 +5648,7 @@ func (ec *executionContext) fieldContext_JobRun_exitCode(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
 }
 
-func (ec *executionContext) _JobRun_returnReason(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_returnReason(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5671,7 +5671,7 @@ func (ec *executionContext) fieldContext_JobRun_returnReason(_ context.Context, 
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
 }
 
-func (ec *executionContext) _JobRun_hostFault(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_hostFault(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5694,7 +5694,7 @@ func (ec *executionContext) fieldContext_JobRun_hostFault(_ context.Context, fie
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _JobRun_oom(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_oom(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5717,7 +5717,7 @@ func (ec *executionContext) fieldContext_JobRun_oom(_ context.Context, field gra
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _JobRun_peakMemoryMiB(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_peakMemoryMiB(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5740,7 +5740,7 @@ func (ec *executionContext) fieldContext_JobRun_peakMemoryMiB(_ context.Context,
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "Int")
 }
 
-func (ec *executionContext) _JobRun_imageDigest(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_imageDigest(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5763,7 +5763,7 @@ func (ec *executionContext) fieldContext_JobRun_imageDigest(_ context.Context, f
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
 }
 
-func (ec *executionContext) _JobRun_runnerVersion(ctx context.Context, field graphql.CollectedField, obj *store.JobRun) (ret graphql.Marshaler) {
+func (ec *executionContext) _JobRun_runnerVersion(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5947,7 +5947,7 @@ func (ec *executionContext) fieldContext_LimitEnforcement_reason(_ context.Conte
 	return graphql.NewScalarFieldContext("LimitEnforcement", field, false, false, "String")
 }
 
-func (ec *executionContext) _LogChunk_attempt(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+func (ec *executionContext) _LogChunk_attempt(ctx context.Context, field graphql.CollectedField, obj *record.LogChunk) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5970,7 +5970,7 @@ func (ec *executionContext) fieldContext_LogChunk_attempt(_ context.Context, fie
 	return graphql.NewScalarFieldContext("LogChunk", field, false, false, "Int")
 }
 
-func (ec *executionContext) _LogChunk_seq(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+func (ec *executionContext) _LogChunk_seq(ctx context.Context, field graphql.CollectedField, obj *record.LogChunk) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -5993,7 +5993,7 @@ func (ec *executionContext) fieldContext_LogChunk_seq(_ context.Context, field g
 	return graphql.NewScalarFieldContext("LogChunk", field, false, false, "Int")
 }
 
-func (ec *executionContext) _LogChunk_data(ctx context.Context, field graphql.CollectedField, obj *store.LogChunk) (ret graphql.Marshaler) {
+func (ec *executionContext) _LogChunk_data(ctx context.Context, field graphql.CollectedField, obj *record.LogChunk) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -6032,13 +6032,13 @@ func (ec *executionContext) _Mutation_createOrganisation(ctx context.Context, fi
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "PLATFORM_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "PLATFORM_ADMIN")
 				if err != nil {
-					var zeroVal *store.Organisation
+					var zeroVal *record.Organisation
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Organisation
+					var zeroVal *record.Organisation
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6047,8 +6047,8 @@ func (ec *executionContext) _Mutation_createOrganisation(ctx context.Context, fi
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
-			return ec.marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6094,13 +6094,13 @@ func (ec *executionContext) _Mutation_createPool(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Pool
+					var zeroVal *record.Pool
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Pool
+					var zeroVal *record.Pool
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6109,8 +6109,8 @@ func (ec *executionContext) _Mutation_createPool(ctx context.Context, field grap
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6156,13 +6156,13 @@ func (ec *executionContext) _Mutation_updatePool(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Pool
+					var zeroVal *record.Pool
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Pool
+					var zeroVal *record.Pool
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6171,8 +6171,8 @@ func (ec *executionContext) _Mutation_updatePool(ctx context.Context, field grap
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6218,7 +6218,7 @@ func (ec *executionContext) _Mutation_createAdminToken(ctx context.Context, fiel
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
 					var zeroVal *model.CreatedAdminToken
 					return zeroVal, err
@@ -6280,7 +6280,7 @@ func (ec *executionContext) _Mutation_createEnrolmentToken(ctx context.Context, 
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
 					var zeroVal *model.CreatedEnrolmentToken
 					return zeroVal, err
@@ -6342,13 +6342,13 @@ func (ec *executionContext) _Mutation_approveRunner(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6357,8 +6357,8 @@ func (ec *executionContext) _Mutation_approveRunner(ctx context.Context, field g
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6404,13 +6404,13 @@ func (ec *executionContext) _Mutation_rejectRunner(ctx context.Context, field gr
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6419,8 +6419,8 @@ func (ec *executionContext) _Mutation_rejectRunner(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6466,13 +6466,13 @@ func (ec *executionContext) _Mutation_revokeRunner(ctx context.Context, field gr
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6481,8 +6481,8 @@ func (ec *executionContext) _Mutation_revokeRunner(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6528,13 +6528,13 @@ func (ec *executionContext) _Mutation_drainRunner(ctx context.Context, field gra
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6543,8 +6543,8 @@ func (ec *executionContext) _Mutation_drainRunner(ctx context.Context, field gra
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6590,13 +6590,13 @@ func (ec *executionContext) _Mutation_resumeRunner(ctx context.Context, field gr
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6605,8 +6605,8 @@ func (ec *executionContext) _Mutation_resumeRunner(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6652,13 +6652,13 @@ func (ec *executionContext) _Mutation_retireRunner(ctx context.Context, field gr
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6667,8 +6667,8 @@ func (ec *executionContext) _Mutation_retireRunner(ctx context.Context, field gr
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6714,13 +6714,13 @@ func (ec *executionContext) _Mutation_clearQuarantine(ctx context.Context, field
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6729,8 +6729,8 @@ func (ec *executionContext) _Mutation_clearQuarantine(ctx context.Context, field
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6776,13 +6776,13 @@ func (ec *executionContext) _Mutation_submitJob(ctx context.Context, field graph
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal *store.Job
+					var zeroVal *record.Job
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Job
+					var zeroVal *record.Job
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6791,8 +6791,8 @@ func (ec *executionContext) _Mutation_submitJob(ctx context.Context, field graph
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6838,13 +6838,13 @@ func (ec *executionContext) _Mutation_submitJobs(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal []store.Job
+					var zeroVal []record.Job
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal []store.Job
+					var zeroVal []record.Job
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6853,8 +6853,8 @@ func (ec *executionContext) _Mutation_submitJobs(ctx context.Context, field grap
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6900,13 +6900,13 @@ func (ec *executionContext) _Mutation_cancelJob(ctx context.Context, field graph
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal *store.Job
+					var zeroVal *record.Job
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Job
+					var zeroVal *record.Job
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6915,8 +6915,8 @@ func (ec *executionContext) _Mutation_cancelJob(ctx context.Context, field graph
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
 		},
 		true,
 		true,
@@ -6962,13 +6962,13 @@ func (ec *executionContext) _Mutation_createHold(ctx context.Context, field grap
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Hold
+					var zeroVal *record.Hold
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Hold
+					var zeroVal *record.Hold
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -6977,8 +6977,8 @@ func (ec *executionContext) _Mutation_createHold(ctx context.Context, field grap
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Hold) graphql.Marshaler {
-			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7024,13 +7024,13 @@ func (ec *executionContext) _Mutation_releaseHold(ctx context.Context, field gra
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
 				if err != nil {
-					var zeroVal *store.Hold
+					var zeroVal *record.Hold
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Hold
+					var zeroVal *record.Hold
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -7039,8 +7039,8 @@ func (ec *executionContext) _Mutation_releaseHold(ctx context.Context, field gra
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Hold) graphql.Marshaler {
-			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7070,7 +7070,7 @@ func (ec *executionContext) fieldContext_Mutation_releaseHold(ctx context.Contex
 	return fc, nil
 }
 
-func (ec *executionContext) _Organisation_id(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
+func (ec *executionContext) _Organisation_id(ctx context.Context, field graphql.CollectedField, obj *record.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7093,7 +7093,7 @@ func (ec *executionContext) fieldContext_Organisation_id(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Organisation", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Organisation_name(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
+func (ec *executionContext) _Organisation_name(ctx context.Context, field graphql.CollectedField, obj *record.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7116,7 +7116,7 @@ func (ec *executionContext) fieldContext_Organisation_name(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Organisation", field, false, false, "String")
 }
 
-func (ec *executionContext) _Organisation_createdAt(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
+func (ec *executionContext) _Organisation_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7139,7 +7139,7 @@ func (ec *executionContext) fieldContext_Organisation_createdAt(_ context.Contex
 	return graphql.NewScalarFieldContext("Organisation", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Organisation_pools(ctx context.Context, field graphql.CollectedField, obj *store.Organisation) (ret graphql.Marshaler) {
+func (ec *executionContext) _Organisation_pools(ctx context.Context, field graphql.CollectedField, obj *record.Organisation) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7151,8 +7151,8 @@ func (ec *executionContext) _Organisation_pools(ctx context.Context, field graph
 			return ec.Resolvers.Organisation().Pools(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPoolᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPoolᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7171,7 +7171,7 @@ func (ec *executionContext) fieldContext_Organisation_pools(_ context.Context, f
 	return fc, nil
 }
 
-func (ec *executionContext) _Pool_id(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_id(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7194,7 +7194,7 @@ func (ec *executionContext) fieldContext_Pool_id(_ context.Context, field graphq
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Pool_name(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_name(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7217,7 +7217,7 @@ func (ec *executionContext) fieldContext_Pool_name(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "String")
 }
 
-func (ec *executionContext) _Pool_organisation(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_organisation(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7229,8 +7229,8 @@ func (ec *executionContext) _Pool_organisation(ctx context.Context, field graphq
 			return ec.Resolvers.Pool().Organisation(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
-			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7249,7 +7249,7 @@ func (ec *executionContext) fieldContext_Pool_organisation(_ context.Context, fi
 	return fc, nil
 }
 
-func (ec *executionContext) _Pool_leaseSeconds(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_leaseSeconds(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7281,7 +7281,7 @@ func (ec *executionContext) fieldContext_Pool_leaseSeconds(_ context.Context, fi
 	return fc, nil
 }
 
-func (ec *executionContext) _Pool_queueTimeoutHours(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_queueTimeoutHours(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7313,7 +7313,7 @@ func (ec *executionContext) fieldContext_Pool_queueTimeoutHours(_ context.Contex
 	return fc, nil
 }
 
-func (ec *executionContext) _Pool_allowUnenforcedMemory(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_allowUnenforcedMemory(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7336,7 +7336,7 @@ func (ec *executionContext) fieldContext_Pool_allowUnenforcedMemory(_ context.Co
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _Pool_createdAt(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7359,7 +7359,7 @@ func (ec *executionContext) fieldContext_Pool_createdAt(_ context.Context, field
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Pool_runnerSeen(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_runnerSeen(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7382,7 +7382,7 @@ func (ec *executionContext) fieldContext_Pool_runnerSeen(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Pool", field, true, true, "Time")
 }
 
-func (ec *executionContext) _Pool_queued(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_queued(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7405,7 +7405,7 @@ func (ec *executionContext) fieldContext_Pool_queued(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Pool", field, true, true, "Int")
 }
 
-func (ec *executionContext) _Pool_heldGpus(ctx context.Context, field graphql.CollectedField, obj *store.Pool) (ret graphql.Marshaler) {
+func (ec *executionContext) _Pool_heldGpus(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -7440,8 +7440,8 @@ func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.Col
 			return ec.Resolvers.Query().Viewer(ctx)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Admin) graphql.Marshaler {
-			return ec.marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAdmin(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7472,8 +7472,8 @@ func (ec *executionContext) _Query_organisations(ctx context.Context, field grap
 			return ec.Resolvers.Query().Organisations(ctx)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Organisation) graphql.Marshaler {
-			return ec.marshalNOrganisation2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisationᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Organisation) graphql.Marshaler {
+			return ec.marshalNOrganisation2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisationᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7505,8 +7505,8 @@ func (ec *executionContext) _Query_organisation(ctx context.Context, field graph
 			return ec.Resolvers.Query().Organisation(ctx, fc.Args["id"].(uuid.UUID))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
-			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7549,8 +7549,8 @@ func (ec *executionContext) _Query_pools(ctx context.Context, field graphql.Coll
 			return ec.Resolvers.Query().Pools(ctx, fc.Args["organisationId"].(*uuid.UUID), fc.Args["platformOnly"].(*bool))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPoolᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPoolᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7593,8 +7593,8 @@ func (ec *executionContext) _Query_pool(ctx context.Context, field graphql.Colle
 			return ec.Resolvers.Query().Pool(ctx, fc.Args["id"].(uuid.UUID))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7634,11 +7634,11 @@ func (ec *executionContext) _Query_runners(ctx context.Context, field graphql.Co
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().Runners(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["status"].(*store.RunnerStatus))
+			return ec.Resolvers.Query().Runners(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["status"].(*record.RunnerStatus))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7681,8 +7681,8 @@ func (ec *executionContext) _Query_runner(ctx context.Context, field graphql.Col
 			return ec.Resolvers.Query().Runner(ctx, fc.Args["id"].(uuid.UUID))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7754,11 +7754,11 @@ func (ec *executionContext) _Query_jobs(ctx context.Context, field graphql.Colle
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().Jobs(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*store.JobState), fc.Args["first"].(int))
+			return ec.Resolvers.Query().Jobs(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*record.JobState), fc.Args["first"].(int))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []store.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7801,8 +7801,8 @@ func (ec *executionContext) _Query_job(ctx context.Context, field graphql.Collec
 			return ec.Resolvers.Query().Job(ctx, fc.Args["id"].(uuid.UUID))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Job) graphql.Marshaler {
-			return ec.marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
 		},
 		true,
 		false,
@@ -7848,13 +7848,13 @@ func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.C
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "PLATFORM_ADMIN")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "PLATFORM_ADMIN")
 				if err != nil {
-					var zeroVal []store.AuditEntry
+					var zeroVal []record.AuditEntry
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal []store.AuditEntry
+					var zeroVal []record.AuditEntry
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -7863,8 +7863,8 @@ func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.C
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []store.AuditEntry) graphql.Marshaler {
-			return ec.marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAuditEntryᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v []record.AuditEntry) graphql.Marshaler {
+			return ec.marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntryᚄ(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8163,7 +8163,7 @@ func (ec *executionContext) fieldContext_RecoveryProof_at(_ context.Context, fie
 	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8186,7 +8186,7 @@ func (ec *executionContext) fieldContext_Runner_id(_ context.Context, field grap
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "ID")
 }
 
-func (ec *executionContext) _Runner_name(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_name(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8209,7 +8209,7 @@ func (ec *executionContext) fieldContext_Runner_name(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
 }
 
-func (ec *executionContext) _Runner_pool(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_pool(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8221,8 +8221,8 @@ func (ec *executionContext) _Runner_pool(ctx context.Context, field graphql.Coll
 			return ec.Resolvers.Runner().Pool(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Pool) graphql.Marshaler {
-			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8241,7 +8241,7 @@ func (ec *executionContext) fieldContext_Runner_pool(_ context.Context, field gr
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_organisation(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_organisation(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8253,8 +8253,8 @@ func (ec *executionContext) _Runner_organisation(ctx context.Context, field grap
 			return ec.Resolvers.Runner().Organisation(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
-			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
 		},
 		true,
 		false,
@@ -8273,7 +8273,7 @@ func (ec *executionContext) fieldContext_Runner_organisation(_ context.Context, 
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_status(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_status(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8285,8 +8285,8 @@ func (ec *executionContext) _Runner_status(ctx context.Context, field graphql.Co
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v store.RunnerStatus) graphql.Marshaler {
-			return ec.marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v record.RunnerStatus) graphql.Marshaler {
+			return ec.marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8296,7 +8296,7 @@ func (ec *executionContext) fieldContext_Runner_status(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "RunnerStatus")
 }
 
-func (ec *executionContext) _Runner_statusReason(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_statusReason(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8319,7 +8319,7 @@ func (ec *executionContext) fieldContext_Runner_statusReason(_ context.Context, 
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
 }
 
-func (ec *executionContext) _Runner_fingerprintHint(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_fingerprintHint(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8342,7 +8342,7 @@ func (ec *executionContext) fieldContext_Runner_fingerprintHint(_ context.Contex
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "String")
 }
 
-func (ec *executionContext) _Runner_enrolledAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_enrolledAt(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8365,7 +8365,7 @@ func (ec *executionContext) fieldContext_Runner_enrolledAt(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Runner_decidedAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_decidedAt(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8388,7 +8388,7 @@ func (ec *executionContext) fieldContext_Runner_decidedAt(_ context.Context, fie
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Runner_certificate(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_certificate(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8400,8 +8400,8 @@ func (ec *executionContext) _Runner_certificate(ctx context.Context, field graph
 			return ec.Resolvers.Runner().Certificate(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Certificate) graphql.Marshaler {
-			return ec.marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐCertificate(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Certificate) graphql.Marshaler {
+			return ec.marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐCertificate(ctx, selections, v)
 		},
 		true,
 		false,
@@ -8420,7 +8420,7 @@ func (ec *executionContext) fieldContext_Runner_certificate(_ context.Context, f
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_online(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_online(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8443,7 +8443,7 @@ func (ec *executionContext) fieldContext_Runner_online(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
 }
 
-func (ec *executionContext) _Runner_lastHeartbeatAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_lastHeartbeatAt(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8466,7 +8466,7 @@ func (ec *executionContext) fieldContext_Runner_lastHeartbeatAt(_ context.Contex
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Runner_takingWork(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_takingWork(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8489,7 +8489,7 @@ func (ec *executionContext) fieldContext_Runner_takingWork(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
 }
 
-func (ec *executionContext) _Runner_agentVersion(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_agentVersion(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8512,7 +8512,7 @@ func (ec *executionContext) fieldContext_Runner_agentVersion(_ context.Context, 
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
 }
 
-func (ec *executionContext) _Runner_capacity(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_capacity(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8544,7 +8544,7 @@ func (ec *executionContext) fieldContext_Runner_capacity(_ context.Context, fiel
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_gpus(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_gpus(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8576,7 +8576,7 @@ func (ec *executionContext) fieldContext_Runner_gpus(_ context.Context, field gr
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_labels(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_labels(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8608,7 +8608,7 @@ func (ec *executionContext) fieldContext_Runner_labels(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8640,7 +8640,7 @@ func (ec *executionContext) fieldContext_Runner_health(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_quarantined(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_quarantined(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8663,7 +8663,7 @@ func (ec *executionContext) fieldContext_Runner_quarantined(_ context.Context, f
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
 }
 
-func (ec *executionContext) _Runner_quarantineReason(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_quarantineReason(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8686,7 +8686,7 @@ func (ec *executionContext) fieldContext_Runner_quarantineReason(_ context.Conte
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
 }
 
-func (ec *executionContext) _Runner_quarantinedAt(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_quarantinedAt(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8709,7 +8709,7 @@ func (ec *executionContext) fieldContext_Runner_quarantinedAt(_ context.Context,
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Time")
 }
 
-func (ec *executionContext) _Runner_draining(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_draining(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8732,7 +8732,7 @@ func (ec *executionContext) fieldContext_Runner_draining(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _Runner_retired(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_retired(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8755,7 +8755,7 @@ func (ec *executionContext) fieldContext_Runner_retired(_ context.Context, field
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Boolean")
 }
 
-func (ec *executionContext) _Runner_booked(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_booked(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8767,8 +8767,8 @@ func (ec *executionContext) _Runner_booked(ctx context.Context, field graphql.Co
 			return ec.Resolvers.Runner().Booked(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Booking) graphql.Marshaler {
-			return ec.marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐBooking(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Booking) graphql.Marshaler {
+			return ec.marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐBooking(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8787,7 +8787,7 @@ func (ec *executionContext) fieldContext_Runner_booked(_ context.Context, field 
 	return fc, nil
 }
 
-func (ec *executionContext) _Runner_failuresInARow(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_failuresInARow(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8810,7 +8810,7 @@ func (ec *executionContext) fieldContext_Runner_failuresInARow(_ context.Context
 	return graphql.NewScalarFieldContext("Runner", field, true, true, "Int")
 }
 
-func (ec *executionContext) _Runner_enforcesLimits(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_enforcesLimits(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -8833,7 +8833,7 @@ func (ec *executionContext) fieldContext_Runner_enforcesLimits(_ context.Context
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
 }
 
-func (ec *executionContext) _Runner_recovery(ctx context.Context, field graphql.CollectedField, obj *store.Runner) (ret graphql.Marshaler) {
+func (ec *executionContext) _Runner_recovery(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -9097,13 +9097,13 @@ func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field g
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal *store.JobEvent
+					var zeroVal *record.JobEvent
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.JobEvent
+					var zeroVal *record.JobEvent
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -9112,8 +9112,8 @@ func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field g
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.JobEvent) graphql.Marshaler {
-			return ec.marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9159,13 +9159,13 @@ func (ec *executionContext) _Subscription_jobLogs(ctx context.Context, field gra
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal *store.LogChunk
+					var zeroVal *record.LogChunk
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.LogChunk
+					var zeroVal *record.LogChunk
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -9174,8 +9174,8 @@ func (ec *executionContext) _Subscription_jobLogs(ctx context.Context, field gra
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.LogChunk) graphql.Marshaler {
-			return ec.marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐLogChunk(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.LogChunk) graphql.Marshaler {
+			return ec.marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐLogChunk(ctx, selections, v)
 		},
 		true,
 		true,
@@ -9221,13 +9221,13 @@ func (ec *executionContext) _Subscription_runnerEvents(ctx context.Context, fiel
 			directive0 := next
 
 			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, "ORG_MEMBER")
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
 				if err != nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal *store.Runner
+					var zeroVal *record.Runner
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -9236,8 +9236,8 @@ func (ec *executionContext) _Subscription_runnerEvents(ctx context.Context, fiel
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v *store.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
 		},
 		true,
 		true,
@@ -10367,7 +10367,7 @@ func (ec *executionContext) unmarshalInputCreateAdminTokenInput(ctx context.Cont
 			it.Name = data
 		case "role":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("role"))
-			data, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx, v)
+			data, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, v)
 			if err != nil {
 				return it, err
 			}
@@ -10822,7 +10822,7 @@ func UnmarshalUpdatePoolInput(ctx context.Context, raw any) (model.UpdatePoolInp
 
 var adminImplementors = []string{"Admin"}
 
-func (ec *executionContext) _Admin(ctx context.Context, sel ast.SelectionSet, obj *store.Admin) graphql.Marshaler {
+func (ec *executionContext) _Admin(ctx context.Context, sel ast.SelectionSet, obj *record.Admin) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, adminImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -10876,7 +10876,7 @@ func (ec *executionContext) _Admin(ctx context.Context, sel ast.SelectionSet, ob
 
 var auditEntryImplementors = []string{"AuditEntry"}
 
-func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSet, obj *store.AuditEntry) graphql.Marshaler {
+func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSet, obj *record.AuditEntry) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, auditEntryImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -10950,7 +10950,7 @@ func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSe
 
 var bookingImplementors = []string{"Booking"}
 
-func (ec *executionContext) _Booking(ctx context.Context, sel ast.SelectionSet, obj *store.Booking) graphql.Marshaler {
+func (ec *executionContext) _Booking(ctx context.Context, sel ast.SelectionSet, obj *record.Booking) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, bookingImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -10998,7 +10998,7 @@ func (ec *executionContext) _Booking(ctx context.Context, sel ast.SelectionSet, 
 
 var certificateImplementors = []string{"Certificate"}
 
-func (ec *executionContext) _Certificate(ctx context.Context, sel ast.SelectionSet, obj *store.Certificate) graphql.Marshaler {
+func (ec *executionContext) _Certificate(ctx context.Context, sel ast.SelectionSet, obj *record.Certificate) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, certificateImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11301,7 +11301,7 @@ func (ec *executionContext) _HealthCondition(ctx context.Context, sel ast.Select
 
 var holdImplementors = []string{"Hold"}
 
-func (ec *executionContext) _Hold(ctx context.Context, sel ast.SelectionSet, obj *store.Hold) graphql.Marshaler {
+func (ec *executionContext) _Hold(ctx context.Context, sel ast.SelectionSet, obj *record.Hold) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, holdImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11408,7 +11408,7 @@ func (ec *executionContext) _IntSetting(ctx context.Context, sel ast.SelectionSe
 
 var jobImplementors = []string{"Job"}
 
-func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj *store.Job) graphql.Marshaler {
+func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj *record.Job) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, jobImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11585,7 +11585,7 @@ func (ec *executionContext) _JobClaim(ctx context.Context, sel ast.SelectionSet,
 
 var jobEventImplementors = []string{"JobEvent"}
 
-func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet, obj *store.JobEvent) graphql.Marshaler {
+func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet, obj *record.JobEvent) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, jobEventImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11633,7 +11633,7 @@ func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet,
 
 var jobRunImplementors = []string{"JobRun"}
 
-func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, obj *store.JobRun) graphql.Marshaler {
+func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, obj *record.JobRun) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, jobRunImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -11808,7 +11808,7 @@ func (ec *executionContext) _LimitEnforcement(ctx context.Context, sel ast.Selec
 
 var logChunkImplementors = []string{"LogChunk"}
 
-func (ec *executionContext) _LogChunk(ctx context.Context, sel ast.SelectionSet, obj *store.LogChunk) graphql.Marshaler {
+func (ec *executionContext) _LogChunk(ctx context.Context, sel ast.SelectionSet, obj *record.LogChunk) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, logChunkImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -12007,7 +12007,7 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 
 var organisationImplementors = []string{"Organisation"}
 
-func (ec *executionContext) _Organisation(ctx context.Context, sel ast.SelectionSet, obj *store.Organisation) graphql.Marshaler {
+func (ec *executionContext) _Organisation(ctx context.Context, sel ast.SelectionSet, obj *record.Organisation) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, organisationImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -12056,7 +12056,7 @@ func (ec *executionContext) _Organisation(ctx context.Context, sel ast.Selection
 
 var poolImplementors = []string{"Pool"}
 
-func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj *store.Pool) graphql.Marshaler {
+func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj *record.Pool) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, poolImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -12325,7 +12325,7 @@ func (ec *executionContext) _RecoveryProof(ctx context.Context, sel ast.Selectio
 
 var runnerImplementors = []string{"Runner"}
 
-func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, obj *store.Runner) graphql.Marshaler {
+func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, obj *record.Runner) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, runnerImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -12960,7 +12960,7 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
-func (ec *executionContext) marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAdmin(ctx context.Context, sel ast.SelectionSet, v *store.Admin) graphql.Marshaler {
+func (ec *executionContext) marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx context.Context, sel ast.SelectionSet, v *record.Admin) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Admin!")
 		return graphql.Null
@@ -12968,15 +12968,15 @@ func (ec *executionContext) marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋ
 	return ec._Admin(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAuditEntry(ctx context.Context, sel ast.SelectionSet, v store.AuditEntry) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx context.Context, sel ast.SelectionSet, v record.AuditEntry) graphql.Marshaler {
 	return ec._AuditEntry(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAuditEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []store.AuditEntry) graphql.Marshaler {
+func (ec *executionContext) marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntryᚄ(ctx context.Context, sel ast.SelectionSet, v []record.AuditEntry) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐAuditEntry(ctx, sel, v[i])
+		return ec.marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -12988,7 +12988,7 @@ func (ec *executionContext) marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunme
 	return ret
 }
 
-func (ec *executionContext) marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐBooking(ctx context.Context, sel ast.SelectionSet, v *store.Booking) graphql.Marshaler {
+func (ec *executionContext) marshalNBooking2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐBooking(ctx context.Context, sel ast.SelectionSet, v *record.Booking) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Booking!")
 		return graphql.Null
@@ -13108,7 +13108,7 @@ func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋ
 	return ret
 }
 
-func (ec *executionContext) marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐHold(ctx context.Context, sel ast.SelectionSet, v *store.Hold) graphql.Marshaler {
+func (ec *executionContext) marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx context.Context, sel ast.SelectionSet, v *record.Hold) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Hold!")
 		return graphql.Null
@@ -13180,15 +13180,15 @@ func (ec *executionContext) marshalNIntSetting2ᚖgithubᚗcomᚋrunmeshᚋrunme
 	return ec._IntSetting(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v store.Job) graphql.Marshaler {
+func (ec *executionContext) marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx context.Context, sel ast.SelectionSet, v record.Job) graphql.Marshaler {
 	return ec._Job(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Job) graphql.Marshaler {
+func (ec *executionContext) marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Job) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx, sel, v[i])
+		return ec.marshalNJob2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13200,7 +13200,7 @@ func (ec *executionContext) marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋco
 	return ret
 }
 
-func (ec *executionContext) marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v *store.Job) graphql.Marshaler {
+func (ec *executionContext) marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx context.Context, sel ast.SelectionSet, v *record.Job) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Job!")
 		return graphql.Null
@@ -13221,15 +13221,15 @@ func (ec *executionContext) unmarshalNJobClaimInput2ᚖgithubᚗcomᚋrunmeshᚋ
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v store.JobEvent) graphql.Marshaler {
+func (ec *executionContext) marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v record.JobEvent) graphql.Marshaler {
 	return ec._JobEvent(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEventᚄ(ctx context.Context, sel ast.SelectionSet, v []store.JobEvent) graphql.Marshaler {
+func (ec *executionContext) marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEventᚄ(ctx context.Context, sel ast.SelectionSet, v []record.JobEvent) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx, sel, v[i])
+		return ec.marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13241,7 +13241,7 @@ func (ec *executionContext) marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmesh
 	return ret
 }
 
-func (ec *executionContext) marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v *store.JobEvent) graphql.Marshaler {
+func (ec *executionContext) marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v *record.JobEvent) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "JobEvent!")
 		return graphql.Null
@@ -13249,15 +13249,15 @@ func (ec *executionContext) marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmesh
 	return ec._JobEvent(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRun(ctx context.Context, sel ast.SelectionSet, v store.JobRun) graphql.Marshaler {
+func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx context.Context, sel ast.SelectionSet, v record.JobRun) graphql.Marshaler {
 	return ec._JobRun(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRunᚄ(ctx context.Context, sel ast.SelectionSet, v []store.JobRun) graphql.Marshaler {
+func (ec *executionContext) marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRunᚄ(ctx context.Context, sel ast.SelectionSet, v []record.JobRun) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobRun(ctx, sel, v[i])
+		return ec.marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13269,15 +13269,15 @@ func (ec *executionContext) marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmesh�
 	return ret
 }
 
-func (ec *executionContext) unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, v any) (store.JobState, error) {
+func (ec *executionContext) unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, v any) (record.JobState, error) {
 	tmp, err := graphql.UnmarshalString(v)
-	res := unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[tmp]
+	res := unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, sel ast.SelectionSet, v store.JobState) graphql.Marshaler {
+func (ec *executionContext) marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, sel ast.SelectionSet, v record.JobState) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalString(marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[v])
+	res := graphql.MarshalString(marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState[v])
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "JobState!")
 	}
@@ -13285,25 +13285,25 @@ func (ec *executionContext) marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋ
 }
 
 var (
-	unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[string]store.JobState{
-		"QUEUED":    store.JobQueued,
-		"LEASED":    store.JobLeased,
-		"RUNNING":   store.JobRunning,
-		"SUCCEEDED": store.JobSucceeded,
-		"FAILED":    store.JobFailed,
-		"CANCELLED": store.JobCancelled,
-		"EXPIRED":   store.JobExpired,
-		"BLOCKED":   store.JobBlocked,
+	unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState = map[string]record.JobState{
+		"QUEUED":    record.JobQueued,
+		"LEASED":    record.JobLeased,
+		"RUNNING":   record.JobRunning,
+		"SUCCEEDED": record.JobSucceeded,
+		"FAILED":    record.JobFailed,
+		"CANCELLED": record.JobCancelled,
+		"EXPIRED":   record.JobExpired,
+		"BLOCKED":   record.JobBlocked,
 	}
-	marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[store.JobState]string{
-		store.JobQueued:    "QUEUED",
-		store.JobLeased:    "LEASED",
-		store.JobRunning:   "RUNNING",
-		store.JobSucceeded: "SUCCEEDED",
-		store.JobFailed:    "FAILED",
-		store.JobCancelled: "CANCELLED",
-		store.JobExpired:   "EXPIRED",
-		store.JobBlocked:   "BLOCKED",
+	marshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState = map[record.JobState]string{
+		record.JobQueued:    "QUEUED",
+		record.JobLeased:    "LEASED",
+		record.JobRunning:   "RUNNING",
+		record.JobSucceeded: "SUCCEEDED",
+		record.JobFailed:    "FAILED",
+		record.JobCancelled: "CANCELLED",
+		record.JobExpired:   "EXPIRED",
+		record.JobBlocked:   "BLOCKED",
 	}
 )
 
@@ -13345,7 +13345,7 @@ func (ec *executionContext) marshalNLimitEnforcement2ᚖgithubᚗcomᚋrunmesh�
 	return ec._LimitEnforcement(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐLogChunk(ctx context.Context, sel ast.SelectionSet, v *store.LogChunk) graphql.Marshaler {
+func (ec *executionContext) marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐLogChunk(ctx context.Context, sel ast.SelectionSet, v *record.LogChunk) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "LogChunk!")
 		return graphql.Null
@@ -13353,15 +13353,15 @@ func (ec *executionContext) marshalNLogChunk2ᚖgithubᚗcomᚋrunmeshᚋrunmesh
 	return ec._LogChunk(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v store.Organisation) graphql.Marshaler {
+func (ec *executionContext) marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v record.Organisation) graphql.Marshaler {
 	return ec._Organisation(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNOrganisation2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisationᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Organisation) graphql.Marshaler {
+func (ec *executionContext) marshalNOrganisation2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisationᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Organisation) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx, sel, v[i])
+		return ec.marshalNOrganisation2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13373,7 +13373,7 @@ func (ec *executionContext) marshalNOrganisation2ᚕgithubᚗcomᚋrunmeshᚋrun
 	return ret
 }
 
-func (ec *executionContext) marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
+func (ec *executionContext) marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Organisation!")
 		return graphql.Null
@@ -13381,15 +13381,15 @@ func (ec *executionContext) marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrun
 	return ec._Organisation(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalNPool2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx context.Context, sel ast.SelectionSet, v store.Pool) graphql.Marshaler {
+func (ec *executionContext) marshalNPool2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx context.Context, sel ast.SelectionSet, v record.Pool) graphql.Marshaler {
 	return ec._Pool(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPoolᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Pool) graphql.Marshaler {
+func (ec *executionContext) marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPoolᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Pool) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNPool2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx, sel, v[i])
+		return ec.marshalNPool2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13401,7 +13401,7 @@ func (ec *executionContext) marshalNPool2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋc
 	return ret
 }
 
-func (ec *executionContext) marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx context.Context, sel ast.SelectionSet, v *store.Pool) graphql.Marshaler {
+func (ec *executionContext) marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx context.Context, sel ast.SelectionSet, v *record.Pool) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Pool!")
 		return graphql.Null
@@ -13409,15 +13409,15 @@ func (ec *executionContext) marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋc
 	return ec._Pool(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx context.Context, v any) (store.Role, error) {
+func (ec *executionContext) unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx context.Context, v any) (record.Role, error) {
 	tmp, err := graphql.UnmarshalString(v)
-	res := unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole[tmp]
+	res := unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole(ctx context.Context, sel ast.SelectionSet, v store.Role) graphql.Marshaler {
+func (ec *executionContext) marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx context.Context, sel ast.SelectionSet, v record.Role) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalString(marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole[v])
+	res := graphql.MarshalString(marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole[v])
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "Role!")
 	}
@@ -13425,27 +13425,27 @@ func (ec *executionContext) marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcont
 }
 
 var (
-	unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole = map[string]store.Role{
-		"PLATFORM_ADMIN": store.RolePlatformAdmin,
-		"ORG_ADMIN":      store.RoleOrgAdmin,
-		"ORG_MEMBER":     store.RoleOrgMember,
+	unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole = map[string]record.Role{
+		"PLATFORM_ADMIN": record.RolePlatformAdmin,
+		"ORG_ADMIN":      record.RoleOrgAdmin,
+		"ORG_MEMBER":     record.RoleOrgMember,
 	}
-	marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRole = map[store.Role]string{
-		store.RolePlatformAdmin: "PLATFORM_ADMIN",
-		store.RoleOrgAdmin:      "ORG_ADMIN",
-		store.RoleOrgMember:     "ORG_MEMBER",
+	marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole = map[record.Role]string{
+		record.RolePlatformAdmin: "PLATFORM_ADMIN",
+		record.RoleOrgAdmin:      "ORG_ADMIN",
+		record.RoleOrgMember:     "ORG_MEMBER",
 	}
 )
 
-func (ec *executionContext) marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v store.Runner) graphql.Marshaler {
+func (ec *executionContext) marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx context.Context, sel ast.SelectionSet, v record.Runner) graphql.Marshaler {
 	return ec._Runner(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerᚄ(ctx context.Context, sel ast.SelectionSet, v []store.Runner) graphql.Marshaler {
+func (ec *executionContext) marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Runner) graphql.Marshaler {
 	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
-		return ec.marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx, sel, v[i])
+		return ec.marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13457,7 +13457,7 @@ func (ec *executionContext) marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmesh�
 	return ret
 }
 
-func (ec *executionContext) marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+func (ec *executionContext) marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx context.Context, sel ast.SelectionSet, v *record.Runner) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Runner!")
 		return graphql.Null
@@ -13473,15 +13473,15 @@ func (ec *executionContext) marshalNRunnerCapacity2ᚖgithubᚗcomᚋrunmeshᚋr
 	return ec._RunnerCapacity(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, v any) (store.RunnerStatus, error) {
+func (ec *executionContext) unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx context.Context, v any) (record.RunnerStatus, error) {
 	tmp, err := graphql.UnmarshalString(v)
-	res := unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[tmp]
+	res := unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus[tmp]
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v store.RunnerStatus) graphql.Marshaler {
+func (ec *executionContext) marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v record.RunnerStatus) graphql.Marshaler {
 	_ = sel
-	res := graphql.MarshalString(marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[v])
+	res := graphql.MarshalString(marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus[v])
 	if res == graphql.Null {
 		graphql.AddInvalidNullFromMarshaler(ctx, "RunnerStatus!")
 	}
@@ -13489,17 +13489,17 @@ func (ec *executionContext) marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmes
 }
 
 var (
-	unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[string]store.RunnerStatus{
-		"PENDING":  store.RunnerPending,
-		"APPROVED": store.RunnerApproved,
-		"REJECTED": store.RunnerRejected,
-		"REVOKED":  store.RunnerRevoked,
+	unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus = map[string]record.RunnerStatus{
+		"PENDING":  record.RunnerPending,
+		"APPROVED": record.RunnerApproved,
+		"REJECTED": record.RunnerRejected,
+		"REVOKED":  record.RunnerRevoked,
 	}
-	marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[store.RunnerStatus]string{
-		store.RunnerPending:  "PENDING",
-		store.RunnerApproved: "APPROVED",
-		store.RunnerRejected: "REJECTED",
-		store.RunnerRevoked:  "REVOKED",
+	marshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus = map[record.RunnerStatus]string{
+		record.RunnerPending:  "PENDING",
+		record.RunnerApproved: "APPROVED",
+		record.RunnerRejected: "REJECTED",
+		record.RunnerRevoked:  "REVOKED",
 	}
 )
 
@@ -13756,7 +13756,7 @@ func (ec *executionContext) marshalOBoolean2ᚖbool(ctx context.Context, sel ast
 	return res
 }
 
-func (ec *executionContext) marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐCertificate(ctx context.Context, sel ast.SelectionSet, v *store.Certificate) graphql.Marshaler {
+func (ec *executionContext) marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐCertificate(ctx context.Context, sel ast.SelectionSet, v *record.Certificate) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -13834,63 +13834,63 @@ func (ec *executionContext) marshalOInt2ᚖint64(ctx context.Context, sel ast.Se
 	return res
 }
 
-func (ec *executionContext) marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJob(ctx context.Context, sel ast.SelectionSet, v *store.Job) graphql.Marshaler {
+func (ec *executionContext) marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx context.Context, sel ast.SelectionSet, v *record.Job) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Job(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, v any) (*store.JobState, error) {
+func (ec *executionContext) unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, v any) (*record.JobState, error) {
 	if v == nil {
 		return nil, nil
 	}
 	tmp, err := graphql.UnmarshalString(v)
-	res := unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[tmp]
+	res := unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState[tmp]
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState(ctx context.Context, sel ast.SelectionSet, v *store.JobState) graphql.Marshaler {
+func (ec *executionContext) marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, sel ast.SelectionSet, v *record.JobState) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalString(marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState[*v])
+	res := graphql.MarshalString(marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState[*v])
 	return res
 }
 
 var (
-	unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[string]store.JobState{
-		"QUEUED":    store.JobQueued,
-		"LEASED":    store.JobLeased,
-		"RUNNING":   store.JobRunning,
-		"SUCCEEDED": store.JobSucceeded,
-		"FAILED":    store.JobFailed,
-		"CANCELLED": store.JobCancelled,
-		"EXPIRED":   store.JobExpired,
-		"BLOCKED":   store.JobBlocked,
+	unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState = map[string]record.JobState{
+		"QUEUED":    record.JobQueued,
+		"LEASED":    record.JobLeased,
+		"RUNNING":   record.JobRunning,
+		"SUCCEEDED": record.JobSucceeded,
+		"FAILED":    record.JobFailed,
+		"CANCELLED": record.JobCancelled,
+		"EXPIRED":   record.JobExpired,
+		"BLOCKED":   record.JobBlocked,
 	}
-	marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐJobState = map[store.JobState]string{
-		store.JobQueued:    "QUEUED",
-		store.JobLeased:    "LEASED",
-		store.JobRunning:   "RUNNING",
-		store.JobSucceeded: "SUCCEEDED",
-		store.JobFailed:    "FAILED",
-		store.JobCancelled: "CANCELLED",
-		store.JobExpired:   "EXPIRED",
-		store.JobBlocked:   "BLOCKED",
+	marshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState = map[record.JobState]string{
+		record.JobQueued:    "QUEUED",
+		record.JobLeased:    "LEASED",
+		record.JobRunning:   "RUNNING",
+		record.JobSucceeded: "SUCCEEDED",
+		record.JobFailed:    "FAILED",
+		record.JobCancelled: "CANCELLED",
+		record.JobExpired:   "EXPIRED",
+		record.JobBlocked:   "BLOCKED",
 	}
 )
 
-func (ec *executionContext) marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v *store.Organisation) graphql.Marshaler {
+func (ec *executionContext) marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx context.Context, sel ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Organisation(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐPool(ctx context.Context, sel ast.SelectionSet, v *store.Pool) graphql.Marshaler {
+func (ec *executionContext) marshalOPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx context.Context, sel ast.SelectionSet, v *record.Pool) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -13904,44 +13904,44 @@ func (ec *executionContext) marshalORecoveryProof2ᚖgithubᚗcomᚋrunmeshᚋru
 	return ec._RecoveryProof(ctx, sel, v)
 }
 
-func (ec *executionContext) marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunner(ctx context.Context, sel ast.SelectionSet, v *store.Runner) graphql.Marshaler {
+func (ec *executionContext) marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx context.Context, sel ast.SelectionSet, v *record.Runner) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return ec._Runner(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, v any) (*store.RunnerStatus, error) {
+func (ec *executionContext) unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx context.Context, v any) (*record.RunnerStatus, error) {
 	if v == nil {
 		return nil, nil
 	}
 	tmp, err := graphql.UnmarshalString(v)
-	res := unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[tmp]
+	res := unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus[tmp]
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v *store.RunnerStatus) graphql.Marshaler {
+func (ec *executionContext) marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx context.Context, sel ast.SelectionSet, v *record.RunnerStatus) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	_ = sel
 	_ = ctx
-	res := graphql.MarshalString(marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus[*v])
+	res := graphql.MarshalString(marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus[*v])
 	return res
 }
 
 var (
-	unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[string]store.RunnerStatus{
-		"PENDING":  store.RunnerPending,
-		"APPROVED": store.RunnerApproved,
-		"REJECTED": store.RunnerRejected,
-		"REVOKED":  store.RunnerRevoked,
+	unmarshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus = map[string]record.RunnerStatus{
+		"PENDING":  record.RunnerPending,
+		"APPROVED": record.RunnerApproved,
+		"REJECTED": record.RunnerRejected,
+		"REVOKED":  record.RunnerRevoked,
 	}
-	marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋstoreᚐRunnerStatus = map[store.RunnerStatus]string{
-		store.RunnerPending:  "PENDING",
-		store.RunnerApproved: "APPROVED",
-		store.RunnerRejected: "REJECTED",
-		store.RunnerRevoked:  "REVOKED",
+	marshalORunnerStatus2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus = map[record.RunnerStatus]string{
+		record.RunnerPending:  "PENDING",
+		record.RunnerApproved: "APPROVED",
+		record.RunnerRejected: "REJECTED",
+		record.RunnerRevoked:  "REVOKED",
 	}
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 type CertificateAuthority struct {
@@ -20,8 +20,8 @@ type CertificateAuthority struct {
 }
 
 type CreateAdminTokenInput struct {
-	Name string     `json:"name"`
-	Role store.Role `json:"role"`
+	Name string      `json:"name"`
+	Role record.Role `json:"role"`
 	// Required for organisation roles; an organisation admin may leave it out for its own.
 	OrganisationID *uuid.UUID `json:"organisationId,omitempty"`
 	// Lifetime of the token; no expiry when left out.
@@ -43,16 +43,16 @@ type CreatePoolInput struct {
 
 type CreatedAdminToken struct {
 	// The bearer token. Shown once: store it now.
-	Token     string       `json:"token"`
-	Admin     *store.Admin `json:"admin"`
-	ExpiresAt *time.Time   `json:"expiresAt,omitempty"`
+	Token     string        `json:"token"`
+	Admin     *record.Admin `json:"admin"`
+	ExpiresAt *time.Time    `json:"expiresAt,omitempty"`
 }
 
 type CreatedEnrolmentToken struct {
 	// The token. Shown once: hand it to the runner's operator now.
-	Token     string      `json:"token"`
-	ExpiresAt time.Time   `json:"expiresAt"`
-	Pool      *store.Pool `json:"pool"`
+	Token     string       `json:"token"`
+	ExpiresAt time.Time    `json:"expiresAt"`
+	Pool      *record.Pool `json:"pool"`
 }
 
 type EnvVarInput struct {

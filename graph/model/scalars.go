@@ -1,5 +1,5 @@
 // Package model holds the GraphQL types gqlgen generates and the scalars we
-// marshal ourselves. Domain objects bind directly to controlplane/store
+// marshal ourselves. Domain objects bind directly to controlplane/record
 // types (see gqlgen.yml), so there is no copy of them here.
 package model
 

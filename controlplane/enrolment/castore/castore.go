@@ -13,7 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/smallstep/certificates/db"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/pki"
 )
 

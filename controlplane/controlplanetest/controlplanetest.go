@@ -1,0 +1,138 @@
+// Package controlplanetest gives tests outside the control plane (the admin
+// API's, the server commands') a real, migrated PostgreSQL and the domain
+// services over it, wired as the server wires them. The store stays
+// internal: what a test needs written straight into the database, it asks
+// of this package by name (ApprovedRunner).
+//
+// Run the tests with `make test`, which starts a throwaway PostgreSQL and
+// exports TEST_DATABASE_URL.
+package controlplanetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runmesh/runmesh/controlplane/enrolment"
+	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
+	"github.com/runmesh/runmesh/controlplane/fleet"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
+	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/pki/ca"
+)
+
+// NewDatabase creates a database of the test's own, migrated to the latest
+// schema, dropped when the test ends, and returns its URL.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	return storetest.NewDatabase(t)
+}
+
+// NewEmptyDatabase is NewDatabase without the migrations.
+func NewEmptyDatabase(t testing.TB) string {
+	t.Helper()
+	return storetest.NewEmptyDatabase(t)
+}
+
+// NewPool is a pool on a database of the test's own, opened as the server
+// opens its own.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return storetest.NewPool(t)
+}
+
+// Services are the domain services over one database. They have no
+// listener: subscriptions (queue's and fleet's watches) need the server's.
+type Services struct {
+	Tenancy   *tenancy.Service
+	Queue     *queue.Service
+	Fleet     *fleet.Service
+	Enrolment *enrolment.Service
+	// Authority is the CA Enrolment issues with, over the same database.
+	Authority *ca.Authority
+
+	st *store.Store
+}
+
+// NewServices wires the services over pool, with the CA of keys (nil: a
+// fresh one of the test's own).
+func NewServices(t testing.TB, pool *pgxpool.Pool, keys *ca.Keys) *Services {
+	t.Helper()
+	if keys == nil {
+		var err error
+		if keys, _, err = ca.Init(t.TempDir(), "test"); err != nil {
+			t.Fatalf("test CA: %v", err)
+		}
+	}
+	st := store.New(pool)
+	auth, err := ca.NewAuthority(keys, castore.New(st))
+	if err != nil {
+		t.Fatalf("test CA: %v", err)
+	}
+	return &Services{
+		Tenancy:   tenancy.New(st),
+		Queue:     queue.NewService(st, nil),
+		Fleet:     fleet.NewService(st, nil),
+		Enrolment: enrolment.New(st, auth, 0),
+		Authority: auth,
+		st:        st,
+	}
+}
+
+// GraphOptions are the admin API's options over these services.
+func (s *Services) GraphOptions() graph.Options {
+	return graph.Options{
+		Tenancy: s.Tenancy, Queue: s.Queue, Fleet: s.Fleet, Enrolment: s.Enrolment,
+		CAFingerprint: s.Authority.Keys().Fingerprint(),
+	}
+}
+
+// Runner is a runner to put straight into the database, approved.
+type Runner struct {
+	Name      string
+	PublicKey []byte
+	CSR       []byte // DER, signed by the runner's key
+	Cores     float64
+	MemoryMiB int64
+	// Recovery is the agent's recovery proof as JSON (nil: none yet, so
+	// the runner takes no work).
+	Recovery []byte
+}
+
+// ApprovedRunner enrols r into the pool and approves it, as a runner and an
+// administrator would, without the runner API: no certificate is issued
+// (Authority issues one for the CSR). It returns the runner's id.
+func (s *Services) ApprovedRunner(t testing.TB, poolID uuid.UUID, r Runner) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	digest := sha256.Sum256([]byte(r.Name))
+	if _, err := s.st.CreateEnrolmentToken(ctx, record.AllOrganisations(), poolID, digest[:], nil, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("enrolment token: %v", err)
+	}
+	enrolled, err := s.st.Enrol(ctx, store.NewRunner{
+		TokenDigest: digest[:], Name: r.Name, PublicKey: r.PublicKey, Fingerprint: "SHA256:x", CSR: r.CSR,
+		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: r.Cores, MemoryMiB: r.MemoryMiB},
+	})
+	if err != nil {
+		t.Fatalf("enrol: %v", err)
+	}
+	if _, err := s.st.DecideRunner(ctx, record.AllOrganisations(), enrolled.ID, nil, func(context.Context, record.Runner) (store.RunnerDecision, error) {
+		return store.RunnerDecision{Status: record.RunnerApproved}, nil
+	}); err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if r.Recovery != nil {
+		if err := s.st.RecordRecovery(ctx, enrolled.ID, r.Recovery); err != nil {
+			t.Fatalf("recovery proof: %v", err)
+		}
+	}
+	return enrolled.ID
+}

@@ -1,0 +1,77 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
+)
+
+// Service is the fleet as administrators see it: runners, what they have
+// booked, and the controls on them.
+type Service struct {
+	st       *store.Store
+	listener *store.Listener
+}
+
+// NewService is the fleet over st; listener wakes WatchPool (nil: none, and
+// WatchPool must not be called).
+func NewService(st *store.Store, listener *store.Listener) *Service {
+	return &Service{st: st, listener: listener}
+}
+
+// Runner is one runner inside scope, or record.ErrNotFound.
+func (s *Service) Runner(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
+	return s.st.Runner(ctx, scope, id)
+}
+
+// Runners lists the runners inside scope that match f, oldest first.
+func (s *Service) Runners(ctx context.Context, scope record.Scope, f record.RunnerFilter) ([]record.Runner, error) {
+	return s.st.Runners(ctx, scope, f)
+}
+
+// Bookings is what each runner's jobs and holds take, for runners the
+// caller has read through its scope (for dataloaders).
+func (s *Service) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]record.Booking, error) {
+	return s.st.Bookings(ctx, runnerIDs)
+}
+
+// RunnerSeen is the newest heartbeat in each pool, for pools the caller
+// has read through its scope; pools never heartbeated in are absent.
+func (s *Service) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	return s.st.RunnerSeen(ctx, poolIDs)
+}
+
+// Drain stops a runner taking new work; what it runs carries on. It does
+// not touch whether the runner is online: only heartbeats do.
+func (s *Service) Drain(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
+	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, _ record.Runner) error {
+		return s.st.SetDraining(ctx, id, true)
+	})
+}
+
+// Resume lets a drained runner take work again (a retired one stays out).
+func (s *Service) Resume(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
+	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+		if r.RetiredAt != nil {
+			return ErrRetired
+		}
+		return s.st.SetDraining(ctx, id, false)
+	})
+}
+
+// ClearQuarantine lets a quarantined runner take work again and accepts
+// what it reports now as its inventory, so the difference that quarantined
+// it does not do so again at the next heartbeat.
+func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
+	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+		inv, err := InventoryOf(r)
+		if err != nil {
+			return err
+		}
+		return s.st.ClearQuarantine(ctx, id, inv)
+	})
+}

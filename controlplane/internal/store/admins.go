@@ -1,0 +1,77 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func adminFromRow(r dbsqlc.Admin) Admin {
+	return Admin{
+		ID:             r.ID,
+		Name:           r.Name,
+		Role:           Role(r.Role),
+		OrganisationID: uuidPtr(r.OrganisationID),
+		CreatedAt:      r.CreatedAt,
+	}
+}
+
+// NewAdmin is what CreateAdminWithToken needs. TokenHash is the SHA-256
+// digest of the secret; the secret itself never reaches the store.
+type NewAdmin struct {
+	Name           string
+	Role           Role
+	OrganisationID *uuid.UUID
+	CreatedBy      *uuid.UUID
+	TokenHash      []byte
+	ExpiresAt      *time.Time
+}
+
+// CreateAdminWithToken adds an admin and its first token in one step.
+func (s *Store) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
+	var out Admin
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.CreateAdmin(ctx, s.conn(ctx), dbsqlc.CreateAdminParams{
+			Name:           a.Name,
+			Role:           string(a.Role),
+			OrganisationID: nullUUID(a.OrganisationID),
+			CreatedBy:      nullUUID(a.CreatedBy),
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		if _, err := s.q.CreateAdminToken(ctx, s.conn(ctx), dbsqlc.CreateAdminTokenParams{
+			AdminID: row.ID, TokenHash: a.TokenHash, ExpiresAt: a.ExpiresAt,
+		}); err != nil {
+			return mapErr(err)
+		}
+		out = adminFromRow(row)
+		return nil
+	})
+	return out, err
+}
+
+// AdminByTokenHash is the admin holding a live token with this digest, or
+// ErrNotFound for unknown, expired and revoked tokens alike.
+func (s *Store) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, error) {
+	row, err := s.q.AdminByTokenHash(ctx, s.conn(ctx), dbsqlc.AdminByTokenHashParams{TokenHash: hash})
+	if err != nil {
+		return Admin{}, mapErr(err)
+	}
+	return adminFromRow(row), nil
+}
+
+// CountAdmins is how many admins exist (dev uses it to bootstrap the first).
+func (s *Store) CountAdmins(ctx context.Context) (int64, error) {
+	n, err := s.q.CountAdmins(ctx, s.conn(ctx))
+	return n, mapErr(err)
+}
+
+// LockAdmins takes the admins table's lock until the transaction ends, so
+// that "create the first admin if there is none" runs one at a time.
+func (s *Store) LockAdmins(ctx context.Context) error {
+	return mapErr(s.q.LockAdmins(ctx, s.conn(ctx)))
+}

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
+)
+
+// Outcome is how an attempt ended, as its runner reports it.
+type Outcome struct {
+	JobID    uuid.UUID
+	Attempt  int
+	RunnerID uuid.UUID
+	// ExitCode, when the job's process ran to an end; otherwise
+	// ReturnReason says why the runner gives the job back.
+	ExitCode      *int
+	ReturnReason  *string
+	HostFault     bool
+	OOM           bool
+	PeakMemoryMiB *int64
+	ImageDigest   *string // an empty one is none
+	RunnerVersion *string // an empty one is none
+}
+
+// Transition is what an outcome does to the job: its next state, why, and
+// (for a requeue) when it may run again.
+type Transition struct {
+	State       JobState
+	Reason      string
+	AvailableAt *time.Time
+	// CountsAsHostFault: a host fault on the job's first try, which counts
+	// towards quarantining the runner (anything else resets the count).
+	CountsAsHostFault bool
+}
+
+// HeldJob is what ending an attempt reads of its job: what the fence and
+// the decision rest on.
+type HeldJob struct {
+	ID              uuid.UUID
+	State           JobState
+	Attempt         int
+	Undelivered     int // see Job
+	MaxAttempts     int
+	RunnerID        *uuid.UUID
+	CancelRequested bool
+}
+
+// Tries is how many attempts reached a runner (see Job.Tries).
+func (j HeldJob) Tries() int { return record.Tries(j.Attempt, j.Undelivered) }
+
+func heldFromRow(r dbsqlc.ReadJobsRow) HeldJob {
+	return HeldJob{
+		ID: r.ID, State: JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		MaxAttempts: int(r.MaxAttempts), RunnerID: uuidPtr(r.RunnerID), CancelRequested: r.CancelRequested,
+	}
+}
+
+// ReadHeldJobs reads what ending attempts of the jobs rests on. Planned
+// for index scans only, as claims are (see ClaimJobs): the jobs are found
+// by their ids.
+func (s *Store) ReadHeldJobs(ctx context.Context, ids []uuid.UUID) ([]HeldJob, error) {
+	rows, err := s.q.ReadJobs(ctx, s.indexScansOnly(ctx), ids)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]HeldJob, len(rows))
+	for i, r := range rows {
+		out[i] = heldFromRow(r)
+	}
+	return out, nil
+}
+
+// LockJobs locks the jobs' rows until the transaction in ctx ends, so that
+// what is read of them next stays true until then. Ids in a sorted order
+// keep two lockers from deadlocking.
+func (s *Store) LockJobs(ctx context.Context, ids []uuid.UUID) error {
+	return mapErr(s.q.LockJobs(ctx, s.indexScansOnly(ctx), ids))
+}
+
+// Ending is a decided outcome: the attempt's outcome, the transition
+// decided for it, and the cancel request it was decided on. It is applied
+// only while the job is still as decided on (see EndAttempts).
+type Ending struct {
+	Outcome         Outcome
+	Transition      Transition
+	CancelRequested bool
+}
+
+// EndedJob is a job whose attempt EndAttempts ended.
+type EndedJob struct {
+	State  JobState
+	PoolID uuid.UUID
+}
+
+// EndAttempts applies decided endings of the runner's attempts in one
+// statement, fenced and guarded: an ending applies only while its job is
+// held by the runner at exactly its attempt, and is still as it was
+// decided on (a cancel requested since, or an expiry, leaves it untouched).
+// Each ending applied records its run and a job event. It returns the jobs
+// ended, by id; an ending not among them was not applied.
+func (s *Store) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings []Ending) (map[uuid.UUID]EndedJob, error) {
+	if len(endings) == 0 {
+		return map[uuid.UUID]EndedJob{}, nil
+	}
+	var p finishParams
+	for _, e := range endings {
+		p.add(e.Outcome, e.Transition, e.CancelRequested)
+	}
+	p.RunnerID = uuid.NullUUID{UUID: runnerID, Valid: true}
+	rows, err := s.q.FinishAttempts(ctx, s.hashJoins(ctx), dbsqlc.FinishAttemptsParams(p))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]EndedJob, len(rows))
+	changes := make([]string, 0, len(rows))
+	events := map[string]int{}
+	requeued := map[uuid.UUID]bool{}
+	for _, row := range rows {
+		out[row.ID] = EndedJob{State: JobState(row.State), PoolID: row.PoolID}
+		changes = append(changes, row.ID.String())
+		if JobState(row.State) == JobQueued {
+			events["REQUEUED"]++
+			requeued[row.PoolID] = true
+		} else {
+			events[row.State]++
+		}
+	}
+	for typ, n := range events {
+		s.countJobEvents(ctx, typ, n)
+	}
+	s.notifyJobChanges(ctx, changes...)
+	for pool := range requeued {
+		s.notifyAfterCommit(ctx, ChannelJobs, pool.String())
+	}
+	return out, nil
+}
+
+// CountFailures applies a runner's results to its failures in a row, in
+// order: each true a host fault that counts (quarantining the runner at
+// quarantineAfter), each false a reset. A change of the count is one
+// notification, after the commit.
+func (s *Store) CountFailures(ctx context.Context, runnerID uuid.UUID, faults []bool, quarantineAfter int) error {
+	faulted := false
+	for _, fault := range faults {
+		if err := mapErr(s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
+			ID: runnerID, HostFault: fault, LimitFailures: int32(quarantineAfter),
+		})); err != nil {
+			return err
+		}
+		faulted = faulted || fault
+	}
+	if faulted {
+		// failuresInARow changed, and may have quarantined the runner.
+		s.runnerChanged(ctx, ChannelRunnerStatus, runnerID.String())
+	}
+	return nil
+}
+
+// WithTxRetry is WithTx, run again (up to three times in all) when
+// PostgreSQL picks the transaction to break a deadlock: for transactions
+// that take several rows' locks in an order the plan decides (a batch of
+// results racing a heartbeat of the same runner).
+func (s *Store) WithTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
+	return s.withTxRetry(ctx, fn)
+}
+
+// finishParams is a batch of decided outcomes as FinishAttempts takes
+// them: an array a field. Where Go has nil, the statement takes a stand-in
+// that no real value can be (see FinishAttempts in queries/jobs.sql).
+type finishParams dbsqlc.FinishAttemptsParams
+
+// noNumber stands for a nil exit code or peak memory: exit codes are
+// int32, and no peak is negative.
+const noNumber = math.MinInt64
+
+func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
+	event := string(t.State)
+	if t.State == JobQueued {
+		event = "REQUEUED"
+	}
+	exit, peak := int64(noNumber), int64(noNumber)
+	if o.ExitCode != nil {
+		exit = int64(*o.ExitCode)
+	}
+	if o.PeakMemoryMiB != nil {
+		peak = *o.PeakMemoryMiB
+	}
+	text := func(v *string) string {
+		if v == nil {
+			return ""
+		}
+		return *v
+	}
+	var availableAt time.Time // the zero time: none
+	if t.AvailableAt != nil {
+		availableAt = *t.AvailableAt
+	}
+	p.Ids = append(p.Ids, o.JobID)
+	p.Attempts = append(p.Attempts, int32(o.Attempt))
+	p.States = append(p.States, string(t.State))
+	p.StateReasons = append(p.StateReasons, t.Reason)
+	p.AvailableAt = append(p.AvailableAt, availableAt)
+	p.CancelRequested = append(p.CancelRequested, cancelRequested)
+	p.Events = append(p.Events, event)
+	p.ExitCodes = append(p.ExitCodes, exit)
+	p.ReturnReasons = append(p.ReturnReasons, text(o.ReturnReason))
+	p.HostFaults = append(p.HostFaults, o.HostFault)
+	p.Ooms = append(p.Ooms, o.OOM)
+	p.PeakMemoryMib = append(p.PeakMemoryMib, peak)
+	p.ImageDigests = append(p.ImageDigests, text(o.ImageDigest))
+	p.RunnerVersions = append(p.RunnerVersions, text(o.RunnerVersion))
+}

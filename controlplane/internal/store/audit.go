@@ -1,0 +1,56 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+// Audit appends one entry. Detail must be a JSON object.
+func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
+	if e.Detail == nil {
+		e.Detail = []byte("{}")
+	}
+	_, err := s.q.InsertAudit(ctx, s.conn(ctx), dbsqlc.InsertAuditParams{
+		ActorID:        nullUUID(e.ActorID),
+		ActorName:      e.ActorName,
+		ActorRole:      string(e.ActorRole),
+		OrganisationID: nullUUID(e.OrganisationID),
+		Action:         e.Action,
+		Outcome:        e.Outcome,
+		Detail:         e.Detail,
+	})
+	return mapErr(err)
+}
+
+// AuditLog lists entries newest first, at most limit of them, older than
+// the entry beforeID when it is given.
+func (s *Store) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]AuditEntry, error) {
+	rows, err := s.q.ListAudit(ctx, s.conn(ctx), dbsqlc.ListAuditParams{BeforeID: beforeID, MaxRows: int32(limit)})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		out[i] = AuditEntry{
+			ID:             r.ID,
+			At:             r.At,
+			ActorID:        uuidPtr(r.ActorID),
+			ActorName:      r.ActorName,
+			ActorRole:      Role(r.ActorRole),
+			OrganisationID: uuidPtr(r.OrganisationID),
+			Action:         r.Action,
+			Outcome:        r.Outcome,
+			Detail:         r.Detail,
+		}
+	}
+	return out, nil
+}
+
+// PruneAudit deletes at most max audit entries written longer ago than
+// keep, oldest first, and returns how many it deleted.
+func (s *Store) PruneAudit(ctx context.Context, keep time.Duration, max int) (int, error) {
+	n, err := s.q.PruneAudit(ctx, s.conn(ctx), dbsqlc.PruneAuditParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+	return int(n), mapErr(err)
+}

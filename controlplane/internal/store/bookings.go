@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func holdFromRow(r dbsqlc.GpuHold) Hold {
+	return Hold{ID: r.ID, RunnerID: r.RunnerID, GPUs: int(r.Gpus), Reason: r.Reason, Until: r.Until,
+		CreatedBy: uuidPtr(r.CreatedBy), CreatedAt: r.CreatedAt, ReleasedAt: r.ReleasedAt}
+}
+
+// CreateHold holds gpus GPUs of a runner inside scope.
+func (s *Store) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
+	if _, err := s.Runner(ctx, scope, runnerID); err != nil {
+		return Hold{}, err
+	}
+	row, err := s.q.CreateHold(ctx, s.conn(ctx), dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
+	if err != nil {
+		return Hold{}, mapErr(err)
+	}
+	return holdFromRow(row), nil
+}
+
+// ReleaseHold ends a hold on a runner inside scope.
+func (s *Store) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
+	var out Hold
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		h, err := s.q.GetHold(ctx, s.conn(ctx), id)
+		if err != nil {
+			return mapErr(err)
+		}
+		if _, err := s.Runner(ctx, scope, h.RunnerID); err != nil {
+			return err
+		}
+		row, err := s.q.ReleaseHold(ctx, s.conn(ctx), id)
+		if err != nil {
+			return mapErr(err)
+		}
+		out = holdFromRow(row)
+		r, err := s.Runner(ctx, scope, h.RunnerID)
+		if err != nil {
+			return err
+		}
+		s.notifyAfterCommit(ctx, ChannelJobs, r.PoolID.String())
+		return nil
+	})
+	return out, err
+}
+
+// Bookings loads several runners' bookings at once (for dataloaders).
+func (s *Store) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Booking, error) {
+	rows, err := s.q.RunnerBookings(ctx, s.conn(ctx), runnerIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Booking, len(rows))
+	for _, r := range rows {
+		out[r.RunnerID] = Booking{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), HeldGPUs: int(r.HeldGpus)}
+	}
+	return out, nil
+}
+
+// PoolQueues loads several pools' queues at once (for dataloaders).
+func (s *Store) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]PoolQueue, error) {
+	rows, err := s.q.PoolQueues(ctx, s.conn(ctx), poolIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]PoolQueue, len(rows))
+	for _, r := range rows {
+		out[r.PoolID] = PoolQueue{Queued: r.Queued, HeldGPUs: r.HeldGpus}
+	}
+	return out, nil
+}
+
+// PoolJobs is one pool's unfinished jobs by state and its GPUs under holds
+// (what /metrics shows per pool).
+type PoolJobs struct {
+	Organisation, Pool string
+	// Jobs counts QUEUED, BLOCKED, LEASED and RUNNING jobs; every one of
+	// those states is present, at zero if need be.
+	Jobs     map[JobState]int64
+	HeldGPUs int64
+}
+
+// unfinishedStates are the states a job is in until it ends.
+var unfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
+
+// PoolJobCounts reports every pool's unfinished jobs and held GPUs. It reads
+// only the indexes of unfinished jobs, however many finished ones are kept.
+func (s *Store) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
+	pools, err := s.q.PoolsForMetrics(ctx, s.conn(ctx))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	counts, err := s.q.UnfinishedJobCounts(ctx, s.conn(ctx))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	byPool := make(map[uuid.UUID]*PoolJobs, len(pools))
+	out := make([]PoolJobs, len(pools))
+	for i, p := range pools {
+		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[JobState]int64, len(unfinishedStates)), HeldGPUs: p.HeldGpus}
+		for _, st := range unfinishedStates {
+			out[i].Jobs[st] = 0
+		}
+		byPool[p.ID] = &out[i]
+	}
+	for _, c := range counts {
+		if p := byPool[c.PoolID]; p != nil { // a pool created since the first read waits for the next scrape
+			p.Jobs[JobState(c.State)] = c.Jobs
+		}
+	}
+	return out, nil
+}

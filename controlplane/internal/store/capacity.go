@@ -1,0 +1,126 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+// ReportedCapacity is one capacity report, ready to store: the JSON
+// documents as the runner sent them, and the figures placement and metrics
+// need as columns.
+type ReportedCapacity struct {
+	Capacity    json.RawMessage `json:"capacity"` // without the GPUs
+	GPUs        json.RawMessage `json:"gpus"`
+	Cores       float64         `json:"cores"`
+	MemoryMiB   int64           `json:"memory_mib"`
+	GPUCount    int             `json:"gpu_count"`
+	GPUsHealthy int             `json:"gpus_healthy"`
+	// EnforcesMemory: the runner holds a job to its memory claim. Only
+	// such runners get jobs that claim memory, unless their pool allows.
+	EnforcesMemory bool `json:"enforces_memory"`
+}
+
+// SetEnrolmentCapacity records what a runner reported when it enrolled:
+// what the administrator sees before approving.
+func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c ReportedCapacity) error {
+	return mapErr(s.q.SetRunnerCapacity(ctx, s.conn(ctx), dbsqlc.SetRunnerCapacityParams{
+		ID: id, Capacity: c.Capacity, Gpus: c.GPUs, Cores: c.Cores, MemoryMib: c.MemoryMiB,
+		GpuCount: int32(c.GPUCount), GpusHealthy: int32(c.GPUsHealthy), EnforcesMemory: c.EnforcesMemory,
+	}))
+}
+
+// SetInventory stores what later heartbeats are held to.
+func (s *Store) SetInventory(ctx context.Context, id uuid.UUID, inventory []byte) error {
+	return mapErr(s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: inventory}))
+}
+
+// Heartbeat is one runner's report, for RecordHeartbeats.
+type Heartbeat struct {
+	RunnerID     uuid.UUID       `json:"id"`
+	AgentVersion string          `json:"agent_version"`
+	Health       json.RawMessage `json:"health"`
+	// Drift, when not empty, quarantines the runner with it as the reason.
+	Drift string `json:"drift"`
+	ReportedCapacity
+}
+
+// HeartbeatOutcome is what storing a heartbeat left the runner as.
+type HeartbeatOutcome struct {
+	Quarantined bool
+	Draining    bool
+}
+
+// RecordHeartbeats stores a batch of heartbeats in one statement. Runners
+// that are not approved any more are left out of the result: their
+// heartbeats are not recorded.
+func (s *Store) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *time.Time) (map[uuid.UUID]HeartbeatOutcome, error) {
+	doc, err := json.Marshal(beats)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.q.RecordHeartbeats(ctx, s.conn(ctx), dbsqlc.RecordHeartbeatsParams{Beats: doc, Now: now})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]HeartbeatOutcome, len(rows))
+	for _, r := range rows {
+		out[r.ID] = HeartbeatOutcome{Quarantined: r.Quarantined, Draining: r.Draining}
+	}
+	return out, nil
+}
+
+// SetDraining drains a runner (no new work) or lets it take work again.
+func (s *Store) SetDraining(ctx context.Context, id uuid.UUID, draining bool) error {
+	return mapErr(s.q.SetRunnerDraining(ctx, s.conn(ctx), dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}))
+}
+
+// Retire marks a runner retired (and draining).
+func (s *Store) Retire(ctx context.Context, id uuid.UUID) error {
+	return mapErr(s.q.RetireRunner(ctx, s.conn(ctx), id))
+}
+
+// ClearQuarantine lifts a quarantine, taking inventory as the new baseline.
+func (s *Store) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory []byte) error {
+	return mapErr(s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: inventory}))
+}
+
+// FleetCount is one group of runners for /metrics.
+type FleetCount struct {
+	Status      RunnerStatus
+	Online      bool
+	Runners     int64
+	GPUs        int64
+	GPUsHealthy int64
+}
+
+// FleetCounts groups every runner by status and online-ness.
+func (s *Store) FleetCounts(ctx context.Context, defaultLeaseSeconds int) ([]FleetCount, error) {
+	rows, err := s.q.FleetCounts(ctx, s.conn(ctx), int32(defaultLeaseSeconds))
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]FleetCount, len(rows))
+	for i, r := range rows {
+		out[i] = FleetCount{Status: RunnerStatus(r.Status), Online: r.Online, Runners: r.Runners, GPUs: r.Gpus, GPUsHealthy: r.GpusHealthy}
+	}
+	return out, nil
+}
+
+// RunnerSeen is the newest heartbeat in each of the pools (for
+// dataloaders); pools never heartbeated in are absent.
+func (s *Store) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	rows, err := s.q.PoolsRunnerSeen(ctx, s.conn(ctx), poolIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]time.Time, len(rows))
+	for _, r := range rows {
+		out[r.PoolID] = r.Seen
+	}
+	return out, nil
+}

@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func certificateFromRow(r dbsqlc.Certificate) Certificate {
+	return Certificate{
+		Serial: r.Serial, RunnerID: uuidPtr(r.RunnerID), DER: r.Der,
+		NotBefore: r.NotBefore, NotAfter: r.NotAfter, IssuedAt: r.IssuedAt,
+	}
+}
+
+// StoreCertificate records an issued certificate. Storing one twice is a
+// no-op.
+func (s *Store) StoreCertificate(ctx context.Context, c Certificate) error {
+	return mapErr(s.q.InsertCertificate(ctx, s.conn(ctx), dbsqlc.InsertCertificateParams{
+		Serial: c.Serial, RunnerID: nullUUID(c.RunnerID), Der: c.DER, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
+	}))
+}
+
+// CertificateBySerial is one stored certificate, or ErrNotFound.
+func (s *Store) CertificateBySerial(ctx context.Context, serial string) (Certificate, error) {
+	row, err := s.q.GetCertificate(ctx, s.conn(ctx), serial)
+	if err != nil {
+		return Certificate{}, mapErr(err)
+	}
+	return certificateFromRow(row), nil
+}
+
+// LatestRunnerCertificate is the unrevoked certificate of a runner that
+// expires last, or ErrNotFound.
+func (s *Store) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID) (Certificate, error) {
+	row, err := s.q.LatestRunnerCertificate(ctx, s.conn(ctx), uuid.NullUUID{UUID: runnerID, Valid: true})
+	if err != nil {
+		return Certificate{}, mapErr(err)
+	}
+	return certificateFromRow(row), nil
+}
+
+// LatestCertificates loads the newest certificate of several runners (for
+// dataloaders); runners without one are absent.
+func (s *Store) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Certificate, error) {
+	rows, err := s.q.LatestCertificatesForRunners(ctx, s.conn(ctx), runnerIDs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Certificate, len(rows))
+	for _, r := range rows {
+		c := certificateFromRow(r)
+		out[*c.RunnerID] = c
+	}
+	return out, nil
+}
+
+// Revocation is a revoked serial.
+type Revocation struct {
+	Serial        string
+	ReasonCode    int
+	Reason        string
+	RevokedAt     time.Time
+	ExpiresAt     *time.Time
+	MTLS          bool
+	ProvisionerID string
+}
+
+// RevokeCertificate records a revocation; false if the serial was
+// already revoked.
+func (s *Store) RevokeCertificate(ctx context.Context, r Revocation) (bool, error) {
+	var added bool
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		n, err := s.q.InsertRevocation(ctx, s.conn(ctx), dbsqlc.InsertRevocationParams{
+			Serial: r.Serial, ReasonCode: int32(r.ReasonCode), Reason: r.Reason, RevokedAt: r.RevokedAt,
+			ExpiresAt: r.ExpiresAt, Mtls: r.MTLS, ProvisionerID: r.ProvisionerID,
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		added = n == 1
+		s.runnerChanged(ctx, ChannelRevocations, r.Serial)
+		return nil
+	})
+	return added, err
+}
+
+// CertificateStanding says whether a presented certificate may be used.
+type CertificateStanding struct {
+	Known        bool         // we issued it
+	Revoked      bool         // its serial was revoked
+	RunnerStatus RunnerStatus // its runner's status ("" for server certificates)
+	RunnerID     *uuid.UUID   // its runner (nil for server certificates)
+}
+
+// Usable is the verdict: a certificate we issued, not revoked, and either a
+// server certificate or one of an approved runner.
+func (c CertificateStanding) Usable() bool {
+	return c.Known && !c.Revoked && (c.RunnerStatus == "" || c.RunnerStatus == RunnerApproved)
+}
+
+// StandingOf looks up a certificate by serial.
+func (s *Store) StandingOf(ctx context.Context, serial string) (CertificateStanding, error) {
+	row, err := s.q.CertificateStanding(ctx, s.conn(ctx), serial)
+	if err != nil {
+		return CertificateStanding{}, mapErr(err)
+	}
+	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: RunnerStatus(row.RunnerStatus),
+		RunnerID: uuidPtr(row.RunnerID)}, nil
+}
+
+// PruneCertificates deletes, in one transaction, at most max certificates
+// that expired longer than keep ago (each runner's newest stays), and at
+// most max revocations of certificates so deleted. It returns how many of
+// each it deleted.
+func (s *Store) PruneCertificates(ctx context.Context, keep time.Duration, max int) (certificates, revocations int, err error) {
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		n, err := s.q.PruneCertificates(ctx, s.conn(ctx), dbsqlc.PruneCertificatesParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+		if err != nil {
+			return mapErr(err)
+		}
+		m, err := s.q.PruneRevocations(ctx, s.conn(ctx), dbsqlc.PruneRevocationsParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+		certificates, revocations = int(n), int(m)
+		return mapErr(err)
+	})
+	return certificates, revocations, err
+}

@@ -1,0 +1,378 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func jobFromRow(r dbsqlc.Job) Job {
+	env := map[string]string{}
+	_ = json.Unmarshal(r.Env, &env)
+	return Job{
+		ID: r.ID, PoolID: r.PoolID, SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
+		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
+		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
+		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		RunnerID: uuidPtr(r.RunnerID), LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
+		SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
+	}
+}
+
+// NewJob is what SubmitJob needs.
+type NewJob struct {
+	PoolID         uuid.UUID
+	SubmittedBy    *uuid.UUID
+	Image          string
+	Command        []string
+	Env            map[string]string
+	Claim          Claim
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey *string
+	Kind           string
+}
+
+// SubmitJob queues a job in a pool inside scope. A job submitted before
+// with the same idempotency key in the same pool is returned instead, and
+// created is false.
+func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
+	jobs, made, err := s.SubmitJobs(ctx, scope, []NewJob{n})
+	if err != nil {
+		return Job{}, false, err
+	}
+	return jobs[0], made[0], nil
+}
+
+// MaxBatch bounds one batch submission.
+const MaxBatch = 1000
+
+// SubmitJobs queues jobs of one pool in one statement and one transaction,
+// all or none, and returns them in the order given. A job whose idempotency
+// key the pool has seen (before, or earlier in the batch) is the job that
+// key made, and its created is false.
+func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs []Job, created []bool, err error) {
+	if len(ns) == 0 || len(ns) > MaxBatch {
+		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
+	}
+	poolID := ns[0].PoolID
+	p := dbsqlc.InsertJobsParams{PoolID: poolID}
+	for _, n := range ns {
+		if n.PoolID != poolID {
+			return nil, nil, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
+		}
+		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
+			return nil, nil, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
+		}
+		// Checked here, not by the table: they travel as int32, and the
+		// nil UUID stands for no submitter.
+		for _, v := range []int{n.Claim.GPUs, n.Claim.WallClockSeconds, n.Priority, n.MaxAttempts} {
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, nil, fmt.Errorf("%w: %d is out of range", ErrInvalid, v)
+			}
+		}
+		if n.SubmittedBy != nil && *n.SubmittedBy == uuid.Nil {
+			return nil, nil, fmt.Errorf("%w: no submitter has the nil UUID", ErrInvalid)
+		}
+		// Jobs of one batch share submitted_at; time-ordered ids keep the
+		// lease order the order given.
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, nil, err
+		}
+		env := []byte("{}")
+		if n.Env != nil {
+			if env, err = json.Marshal(n.Env); err != nil {
+				return nil, nil, err
+			}
+		}
+		var submittedBy uuid.UUID // the nil UUID: none
+		if n.SubmittedBy != nil {
+			submittedBy = *n.SubmittedBy
+		}
+		key := "" // none
+		if n.IdempotencyKey != nil {
+			key = *n.IdempotencyKey
+		}
+		p.Ids = append(p.Ids, id)
+		p.SubmittedBy = append(p.SubmittedBy, submittedBy)
+		p.Images = append(p.Images, n.Image)
+		p.Commands = append(p.Commands, textArray(n.Command))
+		p.Envs = append(p.Envs, string(env))
+		p.Cores = append(p.Cores, n.Claim.Cores)
+		p.MemoryMib = append(p.MemoryMib, n.Claim.MemoryMiB)
+		p.Gpus = append(p.Gpus, int32(n.Claim.GPUs))
+		p.WallClockSeconds = append(p.WallClockSeconds, int32(n.Claim.WallClockSeconds))
+		p.Priorities = append(p.Priorities, int32(n.Priority))
+		p.MaxAttempts = append(p.MaxAttempts, int32(n.MaxAttempts))
+		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
+		p.Kinds = append(p.Kinds, n.Kind)
+	}
+	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
+	err = s.WithTx(ctx, func(ctx context.Context) error {
+		if _, err := s.Pool(ctx, scope, poolID); err != nil {
+			return err
+		}
+		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), p)
+		if err != nil {
+			return mapErr(err)
+		}
+		byID := make(map[uuid.UUID]dbsqlc.InsertJobsRow, len(inserted))
+		for _, r := range inserted {
+			byID[r.ID] = r
+		}
+		for i, id := range p.Ids {
+			if r, ok := byID[id]; ok {
+				jobs[i], created[i] = newJob(ns[i], r), true
+				continue
+			}
+			// Not inserted: its key was used before.
+			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey})
+			if err != nil {
+				return mapErr(err)
+			}
+			jobs[i] = jobFromRow(existing)
+		}
+		if len(inserted) == 0 {
+			return nil
+		}
+		s.countJobEvents(ctx, "SUBMITTED", len(inserted))
+		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs, created, nil
+}
+
+// newJob is the job n became: what the database decided of it (r), and
+// the rest as given, stored as jobFromRow reads it back.
+func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
+	// Copies: the job is not to share the caller's slice and map.
+	command, env := slices.Clone(n.Command), maps.Clone(n.Env)
+	if command == nil {
+		command = []string{}
+	}
+	if env == nil {
+		env = map[string]string{}
+	}
+	return Job{
+		ID: r.ID, PoolID: n.PoolID, SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
+		Priority: n.Priority, MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
+		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt,
+	}
+}
+
+// textArray writes a PostgreSQL array literal of texts: each element
+// quoted, its quotes and backslashes escaped, so that none reads as NULL,
+// a delimiter or a nested array.
+func textArray(elems []string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, e := range elems {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for j := 0; j < len(e); j++ {
+			if e[j] == '"' || e[j] == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteByte(e[j])
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// jobEvent records a change of a job and wakes its subscribers.
+func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt int, runner *uuid.UUID, detail string) error {
+	if err := s.q.InsertJobEvent(ctx, s.conn(ctx), dbsqlc.InsertJobEventParams{
+		JobID: job, Type: typ, Attempt: int32(attempt), RunnerID: nullUUID(runner), Detail: detail,
+	}); err != nil {
+		return mapErr(err)
+	}
+	s.countJobEvents(ctx, typ, 1)
+	s.notifyJobChanges(ctx, job.String())
+	return nil
+}
+
+// Job is one job inside scope, or ErrNotFound.
+func (s *Store) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+	row, err := s.q.GetJob(ctx, s.conn(ctx), dbsqlc.GetJobParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Job{}, mapErr(err)
+	}
+	return jobFromRow(row), nil
+}
+
+// Jobs lists jobs inside scope, newest first.
+func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, error) {
+	var state *string
+	if f.State != nil {
+		v := string(*f.State)
+		state = &v
+	}
+	var rows []dbsqlc.Job
+	var err error
+	if scope.All() && f.PoolID == nil {
+		rows, err = s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
+	} else {
+		// Some pools only: through each one's own index.
+		rows, err = s.q.ListJobsInPools(ctx, s.conn(ctx), dbsqlc.ListJobsInPoolsParams{
+			AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit)})
+	}
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Job, len(rows))
+	for i, r := range rows {
+		out[i] = jobFromRow(r)
+	}
+	return out, nil
+}
+
+// ErrJobFinished: the job is in a final state.
+var ErrJobFinished = errors.New("the job has finished")
+
+// CancelJob cancels a queued job at once; a leased or running one is asked
+// to stop (its runner hears CANCEL at its next heartbeat) and is CANCELLED
+// when the runner reports back.
+func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+	var out Job
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.GetJobForUpdate(ctx, s.conn(ctx), dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+		if err != nil {
+			return mapErr(err)
+		}
+		j := jobFromRow(row)
+		switch {
+		case j.State.Finished():
+			return ErrJobFinished
+		case j.State == JobQueued || j.State == JobBlocked:
+			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: id, State: string(JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
+				return mapErr(err)
+			}
+			if err := s.jobEvent(ctx, id, "CANCELLED", j.Attempt, nil, ""); err != nil {
+				return err
+			}
+		case !j.CancelRequested:
+			if err := s.q.RequestCancel(ctx, s.conn(ctx), id); err != nil {
+				return mapErr(err)
+			}
+			if err := s.jobEvent(ctx, id, "CANCEL_REQUESTED", j.Attempt, j.RunnerID, ""); err != nil {
+				return err
+			}
+		}
+		out, err = s.Job(ctx, scope, id)
+		return err
+	})
+	return out, err
+}
+
+// ClaimRequest is what a runner may take.
+type ClaimRequest struct {
+	RunnerID            uuid.UUID
+	Kinds               []string
+	Free                Claim // what the runner says it has free now
+	Largest             Claim // the largest job it will run
+	DefaultLeaseSeconds int
+	// SpecBytes bounds the leased jobs' image, command and env together,
+	// as text (at least what submission counted): an answer carrying
+	// them stays within what the runner reads. Zero: no bound.
+	SpecBytes int64
+	// MaxHeld bounds the jobs the runner holds at once, these and those
+	// it held already. Zero: no bound.
+	MaxHeld int
+	Now     *time.Time // nil: the database's clock
+}
+
+// ClaimJobs leases, in one transaction, the best jobs that fit the runner
+// together, at most max of them (none when nothing fits).
+func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
+	// One statement, planned for index scans only (indexScansOnly, one
+	// round trip still); the notification goes once it has committed.
+	//
+	// A claim's plan must not rest on the statistics, nor on the table's
+	// size when a connection planned it (a prepared statement keeps that
+	// plan). An index scan walks the queue in order, stops at the limit,
+	// and marks the dead entries it passes (jobs leased, held and ended
+	// since the last vacuum) so that the next claim skips them. On a table
+	// never analyzed, or analyzed while empty, the planner chose bitmap
+	// scans, which mark nothing, so every claim read every entry no vacuum
+	// had removed yet, the queue's and its runner's, so that a claim's work
+	// grew with every job leased since; or it chose sequential scans of a
+	// table it took for empty.
+	specBytes := c.SpecBytes
+	if specBytes == 0 {
+		specBytes = math.MaxInt64
+	}
+	maxHeld := int32(c.MaxHeld)
+	if c.MaxHeld <= 0 || c.MaxHeld > math.MaxInt32 {
+		maxHeld = math.MaxInt32
+	}
+	rows, err := s.q.ClaimJobs(ctx, s.indexScansOnly(ctx), dbsqlc.ClaimJobsParams{
+		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
+		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
+		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
+		MaxSpecBytes: specBytes, MaxHeld: maxHeld,
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Job, len(rows))
+	payloads := make([]string, len(rows))
+	for i, row := range rows {
+		out[i], payloads[i] = jobFromRow(dbsqlc.Job(row)), row.ID.String()
+	}
+	s.countJobEvents(ctx, "LEASED", len(rows))
+	s.notifyJobChanges(ctx, payloads...)
+	return out, nil
+}
+
+// ClaimJob leases the best job that fits, if any (false when none does).
+func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
+	jobs, err := s.ClaimJobs(ctx, c, 1)
+	if err != nil || len(jobs) == 0 {
+		return Job{}, false, err
+	}
+	return jobs[0], true, nil
+}
+
+// TouchWorkRequest records that the runner asked for work and returns its
+// latest recovery proof (JSON; nil before its agent sent one). One
+// statement, which writes at most every 30 seconds a runner (see the query).
+func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) ([]byte, error) {
+	proof, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+	return proof, mapErr(err)
+}
+
+// RecordRecovery stores the recovery proof (JSON) a runner's agent sent
+// after its survivor check, replacing the one before.
+func (s *Store) RecordRecovery(ctx context.Context, runnerID uuid.UUID, proof []byte) error {
+	n, err := s.q.RecordRecovery(ctx, s.conn(ctx), dbsqlc.RecordRecoveryParams{ID: runnerID, Recovery: proof})
+	if err != nil {
+		return mapErr(err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// JobEventTypes are the types of the events the store writes for jobs.
+var JobEventTypes = []string{"SUBMITTED", "LEASED", "RUNNING", "REQUEUED", "SUCCEEDED", "FAILED", "CANCEL_REQUESTED",
+	"CANCELLED", "EXPIRED", "BLOCKED", "UNBLOCKED", "LEASE_EXPIRED"}

@@ -1,0 +1,215 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+// ErrStaleAttempt: the report names an attempt the runner no longer holds
+// (a newer attempt began, or the lease ended). Nothing was changed.
+var ErrStaleAttempt = errors.New("stale attempt")
+
+// LeaseReport is one held lease as a heartbeat reports it.
+type LeaseReport struct {
+	LeaseID uuid.UUID `json:"lease_id"`
+	Attempt int       `json:"attempt"`
+	Phase   string    `json:"phase"` // STARTING or RUNNING
+}
+
+// HeldLease is a lease the server agrees the runner holds.
+type HeldLease struct {
+	JobID           uuid.UUID
+	Attempt         int
+	CancelRequested bool
+}
+
+// ExtendLeases extends the reported leases the runner still holds and
+// returns those; the rest are gone.
+func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSeconds int, reports []LeaseReport) ([]HeldLease, error) {
+	doc, err := json.Marshal(reports)
+	if err != nil {
+		return nil, err
+	}
+	// Planned for index scans only (see ClaimJobs): planned while the table
+	// looked empty, a heartbeat read the whole table.
+	ids := make([]uuid.UUID, len(reports))
+	for i, r := range reports {
+		ids[i] = r.LeaseID
+	}
+	rows, err := s.q.ExtendLeases(ctx, s.indexScansOnly(ctx), dbsqlc.ExtendLeasesParams{
+		LeaseSeconds: int32(leaseSeconds), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Leases: doc, Ids: ids,
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]HeldLease, len(rows))
+	var started []string
+	for i, r := range rows {
+		out[i] = HeldLease{JobID: r.ID, Attempt: int(r.Attempt), CancelRequested: r.CancelRequested}
+		if r.Started {
+			started = append(started, r.ID.String())
+		}
+	}
+	s.countJobEvents(ctx, "RUNNING", len(started))
+	s.notifyJobChanges(ctx, started...)
+	return out, nil
+}
+
+// ReturnUndelivered gives back leases (as ClaimJobs returned them) granted
+// to a request that ended before the answer reached the runner: each job is QUEUED again at once
+// (CANCELLED if a cancel came meanwhile), its run ends "not delivered",
+// and the attempt is not counted as a try. Only the runner's own leases
+// at exactly the attempt, still LEASED, are returned; it reports how many
+// were. The runner's failures in a row are left alone: it ran nothing.
+func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job) (int, error) {
+	if len(leased) == 0 {
+		return 0, nil
+	}
+	ids := make([]uuid.UUID, len(leased))
+	attempts := make([]int32, len(leased))
+	for i, j := range leased {
+		ids[i], attempts[i] = j.ID, int32(j.Attempt)
+	}
+	var n int
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		back, err := s.q.ReturnUndelivered(ctx, s.conn(ctx), dbsqlc.ReturnUndeliveredParams{
+			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
+		if err != nil {
+			return mapErr(err)
+		}
+		n = len(back)
+		changes := make([]string, len(back))
+		pools := map[uuid.UUID]bool{}
+		for i, b := range back {
+			changes[i] = b.ID.String()
+			if JobState(b.State) == JobQueued {
+				pools[b.PoolID] = true
+				s.countJobEvents(ctx, "REQUEUED", 1)
+			} else {
+				s.countJobEvents(ctx, string(JobCancelled), 1)
+			}
+		}
+		s.notifyJobChanges(ctx, changes...)
+		for p := range pools {
+			s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+		}
+		return nil
+	})
+	return n, err
+}
+
+// AppendLog stores one chunk of an attempt's output, fenced like results.
+// A chunk stored before (same sequence number) is not stored again.
+func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {
+	return s.WithTx(ctx, func(ctx context.Context) error {
+		held, err := s.q.HeldAttempt(ctx, s.conn(ctx), dbsqlc.HeldAttemptParams{
+			ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true},
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		if !held {
+			return ErrStaleAttempt
+		}
+		if _, err := s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
+			return mapErr(err)
+		}
+		s.notifyJobChanges(ctx, jobID.String())
+		return nil
+	})
+}
+
+// JobLogs returns a job's output in order (by attempt, then sequence),
+// from after the chunk (afterAttempt, afterSeq) ((0, -1) is the start), at
+// most max chunks.
+func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]LogChunk, error) {
+	rows, err := s.q.JobLogs(ctx, s.conn(ctx), dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq), MaxRows: int32(max)})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]LogChunk, len(rows))
+	for i, r := range rows {
+		out[i] = LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}
+	}
+	return out, nil
+}
+
+// JobEvents lists a job's events in order, those after afterID (0: all).
+func (s *Store) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]JobEvent, error) {
+	rows, err := s.q.JobEvents(ctx, s.conn(ctx), dbsqlc.JobEventsParams{JobID: jobID, AfterID: afterID})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]JobEvent, len(rows))
+	for i, r := range rows {
+		out[i] = jobEventFromRow(r)
+	}
+	return out, nil
+}
+
+func jobEventFromRow(r dbsqlc.JobEvent) JobEvent {
+	return JobEvent{ID: r.ID, At: r.At, Type: r.Type, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID), Detail: r.Detail}
+}
+
+func jobRunFromRow(r dbsqlc.JobRun) JobRun {
+	return JobRun{Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
+		FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
+		PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
+}
+
+// The ...ForJobs functions read several jobs' events, runs and logs in one
+// statement each, for job lists. The caller has read the jobs through its
+// scope; every id asked for gets an entry, empty when it has nothing.
+
+// JobEventsForJobs returns each job's events, oldest first.
+func (s *Store) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
+	rows, err := s.q.JobEventsForJobs(ctx, s.conn(ctx), ids)
+	return byJob(ids, rows, err, func(r dbsqlc.JobEvent) (uuid.UUID, JobEvent) { return r.JobID, jobEventFromRow(r) })
+}
+
+// JobRunsForJobs returns each job's runs by attempt.
+func (s *Store) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
+	rows, err := s.q.JobRunsForJobs(ctx, s.conn(ctx), ids)
+	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, JobRun) { return r.JobID, jobRunFromRow(r) })
+}
+
+// JobLogsForJobs returns the end of each job's output: the chunks that hold
+// its last tailBytes (whole chunks, so up to one chunk more).
+func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]JobOutput, error) {
+	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), dbsqlc.JobLogsForJobsParams{JobIds: ids, TailBytes: tailBytes})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]JobOutput, len(ids))
+	for _, id := range ids {
+		out[id] = JobOutput{Chunks: []LogChunk{}}
+	}
+	for _, r := range rows {
+		o := out[r.JobID]
+		o.Chunks, o.Bytes = append(o.Chunks, LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}), r.Total
+		out[r.JobID] = o
+	}
+	return out, nil
+}
+
+// byJob groups rows by job, in their order, with an empty list for every id
+// that has none.
+func byJob[R, T any](ids []uuid.UUID, rows []R, err error, conv func(R) (uuid.UUID, T)) (map[uuid.UUID][]T, error) {
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID][]T, len(ids))
+	for _, id := range ids {
+		out[id] = []T{}
+	}
+	for _, r := range rows {
+		id, v := conv(r)
+		out[id] = append(out[id], v)
+	}
+	return out, nil
+}

@@ -1,0 +1,66 @@
+package store
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func organisationFromRow(r dbsqlc.Organisation) Organisation {
+	return Organisation{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt}
+}
+
+// CreateOrganisation adds an organisation. A taken name is ErrConflict.
+func (s *Store) CreateOrganisation(ctx context.Context, name string) (Organisation, error) {
+	row, err := s.q.CreateOrganisation(ctx, s.conn(ctx), name)
+	if err != nil {
+		return Organisation{}, mapErr(err)
+	}
+	return organisationFromRow(row), nil
+}
+
+// Organisations lists the organisations inside scope.
+func (s *Store) Organisations(ctx context.Context, scope Scope) ([]Organisation, error) {
+	rows, err := s.q.ListOrganisations(ctx, s.conn(ctx), dbsqlc.ListOrganisationsParams{
+		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Organisation, len(rows))
+	for i, r := range rows {
+		out[i] = organisationFromRow(r)
+	}
+	return out, nil
+}
+
+// OrganisationsByID loads several organisations at once (for dataloaders);
+// ids outside scope are absent from the result.
+func (s *Store) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Organisation, error) {
+	rows, err := s.q.OrganisationsByIDs(ctx, s.conn(ctx), dbsqlc.OrganisationsByIDsParams{
+		Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Organisation, len(rows))
+	for _, r := range rows {
+		out[r.ID] = organisationFromRow(r)
+	}
+	return out, nil
+}
+
+// Organisation is one organisation inside scope, or ErrNotFound.
+func (s *Store) Organisation(ctx context.Context, scope Scope, id uuid.UUID) (Organisation, error) {
+	m, err := s.OrganisationsByID(ctx, scope, []uuid.UUID{id})
+	if err != nil {
+		return Organisation{}, err
+	}
+	o, ok := m[id]
+	if !ok {
+		return Organisation{}, ErrNotFound
+	}
+	return o, nil
+}

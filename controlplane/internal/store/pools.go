@@ -1,0 +1,130 @@
+package store
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func poolFromRow(r dbsqlc.Pool) Pool {
+	return Pool{
+		ID:                    r.ID,
+		OrganisationID:        uuidPtr(r.OrganisationID),
+		Name:                  r.Name,
+		LeaseSeconds:          intPtr(r.LeaseSeconds),
+		QueueTimeoutHours:     intPtr(r.QueueTimeoutHours),
+		AllowUnenforcedMemory: r.AllowUnenforcedMemory,
+		CreatedAt:             r.CreatedAt,
+	}
+}
+
+// CreatePool adds a pool. The caller has checked that the actor may create
+// pools in p.OrganisationID; an organisation that does not exist is
+// ErrNotFound, a taken name ErrConflict, an out-of-range setting ErrInvalid.
+func (s *Store) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
+	row, err := s.q.CreatePool(ctx, s.conn(ctx), dbsqlc.CreatePoolParams{
+		OrganisationID:        nullUUID(p.OrganisationID),
+		Name:                  p.Name,
+		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
+		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
+		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
+	})
+	if err != nil {
+		return Pool{}, mapErr(err)
+	}
+	return poolFromRow(row), nil
+}
+
+// Pools lists the pools inside scope that match f.
+func (s *Store) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool, error) {
+	rows, err := s.q.ListPools(ctx, s.conn(ctx), dbsqlc.ListPoolsParams{
+		AllOrgs:      scope.All(),
+		ScopeOrg:     scopeOrg(scope),
+		OnlyPlatform: f.OnlyPlatform,
+		FilterOrg:    nullUUID(f.OrganisationID),
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return poolsFromRows(rows), nil
+}
+
+// PoolsByOrganisation loads the pools of several organisations at once (for
+// dataloaders). Callers pass only organisations they were allowed to load.
+func (s *Store) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[uuid.UUID][]Pool, error) {
+	rows, err := s.q.PoolsByOrganisations(ctx, s.conn(ctx), orgs)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID][]Pool, len(orgs))
+	for _, p := range poolsFromRows(rows) {
+		out[*p.OrganisationID] = append(out[*p.OrganisationID], p)
+	}
+	return out, nil
+}
+
+// Pool is one pool inside scope, or ErrNotFound.
+func (s *Store) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+	row, err := s.q.GetPool(ctx, s.conn(ctx), dbsqlc.GetPoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Pool{}, mapErr(err)
+	}
+	return poolFromRow(row), nil
+}
+
+// UpdatePool applies change to the pool under a row lock, inside one
+// transaction, and returns the pool as stored.
+func (s *Store) UpdatePool(ctx context.Context, scope Scope, id uuid.UUID, change func(*Pool) error) (Pool, error) {
+	var out Pool
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.GetPoolForUpdate(ctx, s.conn(ctx), dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+		if err != nil {
+			return mapErr(err)
+		}
+		p := poolFromRow(row)
+		if err := change(&p); err != nil {
+			return err
+		}
+		row, err = s.q.UpdatePool(ctx, s.conn(ctx), dbsqlc.UpdatePoolParams{
+			ID:                    id,
+			Name:                  p.Name,
+			LeaseSeconds:          int32Ptr(p.LeaseSeconds),
+			QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
+			AllowUnenforcedMemory: p.AllowUnenforcedMemory,
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		out = poolFromRow(row)
+		// A changed rule may let waiting jobs fit waiting runners.
+		s.notifyAfterCommit(ctx, ChannelJobs, id.String())
+		// Replicas cache runners with their pool's lease: make them re-read.
+		s.runnerChanged(ctx, ChannelRunnerStatus, PoolChanged+id.String())
+		return nil
+	})
+	return out, err
+}
+
+func poolsFromRows(rows []dbsqlc.Pool) []Pool {
+	out := make([]Pool, len(rows))
+	for i, r := range rows {
+		out[i] = poolFromRow(r)
+	}
+	return out
+}
+
+// PoolsByID loads several pools at once (for dataloaders); ids outside
+// scope are absent from the result.
+func (s *Store) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Pool, error) {
+	rows, err := s.q.PoolsByIDs(ctx, s.conn(ctx), dbsqlc.PoolsByIDsParams{Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make(map[uuid.UUID]Pool, len(rows))
+	for _, r := range rows {
+		out[r.ID] = poolFromRow(r)
+	}
+	return out, nil
+}

@@ -1,0 +1,179 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+)
+
+func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runner {
+	return Runner{
+		PoolLeaseSeconds: intPtr(leaseSeconds),
+		RunnerCapacity: RunnerCapacity{
+			AgentVersion: r.AgentVersion, LastHeartbeatAt: r.LastHeartbeatAt, LastWorkRequestAt: r.LastWorkRequestAt,
+			Capacity: r.Capacity, GPUs: r.Gpus, Health: r.Health, Cores: r.Cores, MemoryMiB: r.MemoryMib,
+			GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy), Inventory: r.Inventory,
+			QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
+			FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits,
+			Recovery: r.Recovery, RecoveryAt: r.RecoveryAt,
+		},
+		ID:             r.ID,
+		PoolID:         r.PoolID,
+		OrganisationID: uuidPtr(org),
+		Name:           r.Name,
+		Status:         RunnerStatus(r.Status),
+		StatusReason:   r.StatusReason,
+		PublicKey:      r.PublicKey,
+		Fingerprint:    r.Fingerprint,
+		CSR:            r.Csr,
+		EnrolledAt:     r.EnrolledAt,
+		DecidedAt:      r.DecidedAt,
+		DecidedBy:      uuidPtr(r.DecidedBy),
+	}
+}
+
+// CreateEnrolmentToken records a token for a pool inside scope (another
+// organisation's pool is ErrNotFound).
+func (s *Store) CreateEnrolmentToken(ctx context.Context, scope Scope, poolID uuid.UUID, digest []byte, createdBy *uuid.UUID, expiresAt time.Time) (EnrolmentToken, error) {
+	if _, err := s.Pool(ctx, scope, poolID); err != nil {
+		return EnrolmentToken{}, err
+	}
+	row, err := s.q.CreateEnrolmentToken(ctx, s.conn(ctx), dbsqlc.CreateEnrolmentTokenParams{
+		PoolID: poolID, TokenHash: digest, CreatedBy: nullUUID(createdBy), ExpiresAt: expiresAt,
+	})
+	if err != nil {
+		return EnrolmentToken{}, mapErr(err)
+	}
+	return EnrolmentToken{ID: row.ID, PoolID: row.PoolID, ExpiresAt: row.ExpiresAt}, nil
+}
+
+// ErrTokenRefused: the enrolment token is unknown, used or expired. The
+// three are one error on purpose.
+var ErrTokenRefused = errors.New("enrolment token refused")
+
+// NewRunner is what Enrol needs.
+type NewRunner struct {
+	TokenDigest []byte
+	Name        string
+	PublicKey   []byte
+	Fingerprint string
+	CSR         []byte
+	Capacity    ReportedCapacity
+}
+
+// Enrol consumes the token and creates a PENDING runner in the token's pool,
+// in one transaction: a refused runner (a taken name or key) leaves the
+// token unused.
+func (s *Store) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
+	var out Runner
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		tok, err := s.q.UseEnrolmentToken(ctx, s.conn(ctx), dbsqlc.UseEnrolmentTokenParams{TokenHash: n.TokenDigest})
+		if err != nil {
+			if errors.Is(mapErr(err), ErrNotFound) {
+				return ErrTokenRefused
+			}
+			return mapErr(err)
+		}
+		row, err := s.q.CreateRunner(ctx, s.conn(ctx), dbsqlc.CreateRunnerParams{
+			PoolID: tok.PoolID, Name: n.Name, PublicKey: n.PublicKey, Fingerprint: n.Fingerprint,
+			Csr: n.CSR, EnrolmentTokenID: tok.ID,
+		})
+		if err != nil {
+			return mapErr(err)
+		}
+		if err := s.SetEnrolmentCapacity(ctx, row.ID, n.Capacity); err != nil {
+			return err
+		}
+		// runnerEvents subscribers see the new, pending runner.
+		s.runnerChanged(ctx, ChannelRunnerStatus, row.ID.String())
+		out, err = s.Runner(ctx, AllOrganisations(), row.ID)
+		return err
+	})
+	return out, err
+}
+
+// Runner is one runner inside scope, or ErrNotFound.
+func (s *Store) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+	r, err := s.q.GetRunner(ctx, s.conn(ctx), dbsqlc.GetRunnerParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Runner{}, mapErr(err)
+	}
+	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds), nil
+}
+
+// Runners lists the runners inside scope that match f, oldest first.
+func (s *Store) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Runner, error) {
+	var status *string
+	if f.Status != nil {
+		v := string(*f.Status)
+		status = &v
+	}
+	rows, err := s.q.ListRunners(ctx, s.conn(ctx), dbsqlc.ListRunnersParams{
+		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), Status: status,
+	})
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	out := make([]Runner, len(rows))
+	for i, r := range rows {
+		out[i] = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
+	}
+	return out, nil
+}
+
+// RunnerDecision is what DecideRunner's callback returns: the new status
+// and why.
+type RunnerDecision struct {
+	Status RunnerStatus
+	Reason string
+}
+
+// DecideRunner changes a runner's status: decide looks at the locked runner
+// and chooses. Revocation revokes every certificate of the runner too.
+func (s *Store) DecideRunner(ctx context.Context, scope Scope, id uuid.UUID, by *uuid.UUID, decide func(ctx context.Context, r Runner) (RunnerDecision, error)) (Runner, error) {
+	return s.UpdateRunner(ctx, scope, id, func(ctx context.Context, r Runner) error {
+		d, err := decide(ctx, r)
+		if err != nil {
+			return err
+		}
+		if err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
+			ID: id, Status: string(d.Status), StatusReason: d.Reason, DecidedBy: nullUUID(by),
+		}); err != nil {
+			return mapErr(err)
+		}
+		if d.Status == RunnerRevoked {
+			if _, err := s.q.RevokeRunnerCertificates(ctx, s.conn(ctx), dbsqlc.RevokeRunnerCertificatesParams{
+				RunnerID: uuid.NullUUID{UUID: id, Valid: true}, Reason: "runner revoked: " + d.Reason,
+			}); err != nil {
+				return mapErr(err)
+			}
+		}
+		return nil
+	})
+}
+
+// UpdateRunner locks the runner (inside scope), runs change, and tells
+// every replica the runner changed (their caches and waiters re-read it),
+// all in one transaction. Work change does on the store with ctx joins the
+// transaction; its error aborts everything. It returns the runner as
+// stored afterwards.
+func (s *Store) UpdateRunner(ctx context.Context, scope Scope, id uuid.UUID, change func(ctx context.Context, r Runner) error) (Runner, error) {
+	var out Runner
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+		if err != nil {
+			return mapErr(err)
+		}
+		if err := change(ctx, runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)); err != nil {
+			return err
+		}
+		s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+		out, err = s.Runner(ctx, scope, id)
+		return err
+	})
+	return out, err
+}

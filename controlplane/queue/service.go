@@ -1,0 +1,88 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
+)
+
+// Service is the queue as administrators see it: submitting, reading and
+// cancelling jobs, their events, runs and output, and holds on GPUs.
+type Service struct {
+	st       *store.Store
+	listener *store.Listener
+}
+
+// NewService is the queue over st; listener wakes WatchJob (nil: none, and
+// WatchJob must not be called).
+func NewService(st *store.Store, listener *store.Listener) *Service {
+	return &Service{st: st, listener: listener}
+}
+
+// Job is one job inside scope, or record.ErrNotFound.
+func (s *Service) Job(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Job, error) {
+	return s.st.Job(ctx, scope, id)
+}
+
+// Jobs lists jobs inside scope, newest first.
+func (s *Service) Jobs(ctx context.Context, scope record.Scope, f record.JobFilter) ([]record.Job, error) {
+	return s.st.Jobs(ctx, scope, f)
+}
+
+// Cancel cancels a queued job at once; a leased or running one is asked to
+// stop, and is CANCELLED when its runner reports back.
+func (s *Service) Cancel(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Job, error) {
+	return s.st.CancelJob(ctx, scope, id)
+}
+
+// The reads below take jobs the caller has already read through its
+// scope (Job, Jobs).
+
+// Events lists a job's events in order, those after afterID (0: all).
+func (s *Service) Events(ctx context.Context, jobID uuid.UUID, afterID int64) ([]record.JobEvent, error) {
+	return s.st.JobEvents(ctx, jobID, afterID)
+}
+
+// Logs returns a job's output in order, from after the chunk (afterAttempt,
+// afterSeq) ((0, -1) is the start), at most max chunks.
+func (s *Service) Logs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]record.LogChunk, error) {
+	return s.st.JobLogs(ctx, jobID, afterAttempt, afterSeq, max)
+}
+
+// EventsOfJobs returns each job's events, oldest first, every id with an
+// entry (for dataloaders).
+func (s *Service) EventsOfJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobEvent, error) {
+	return s.st.JobEventsForJobs(ctx, ids)
+}
+
+// RunsOfJobs returns each job's runs by attempt, every id with an entry.
+func (s *Service) RunsOfJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobRun, error) {
+	return s.st.JobRunsForJobs(ctx, ids)
+}
+
+// OutputOfJobs returns the end of each job's output: the chunks that hold
+// its last tailBytes (whole chunks, so up to one chunk more).
+func (s *Service) OutputOfJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]record.JobOutput, error) {
+	return s.st.JobLogsForJobs(ctx, ids, tailBytes)
+}
+
+// PoolQueues is each pool's queue depth and held GPUs, for pools the
+// caller has read through its scope.
+func (s *Service) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]record.PoolQueue, error) {
+	return s.st.PoolQueues(ctx, poolIDs)
+}
+
+// Hold keeps gpus GPUs of a runner inside scope free of new work until
+// until (or its release).
+func (s *Service) Hold(ctx context.Context, scope record.Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (record.Hold, error) {
+	return s.st.CreateHold(ctx, scope, runnerID, gpus, reason, until, by)
+}
+
+// Release ends a hold on a runner inside scope.
+func (s *Service) Release(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Hold, error) {
+	return s.st.ReleaseHold(ctx, scope, id)
+}

@@ -1,0 +1,147 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// Submission is a job as a caller asks for it. Env is a list, as given, so
+// that a name given twice is refused rather than one value winning.
+type Submission struct {
+	PoolID         uuid.UUID
+	SubmittedBy    *uuid.UUID
+	Image          string
+	Command        []string
+	Env            []EnvVar
+	Claim          record.Claim
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey *string
+	Kind           string
+}
+
+// EnvVar is one environment variable of a submission.
+type EnvVar struct{ Name, Value string }
+
+// InputError is a submission the queue refuses: the caller's mistake, with
+// a reason meant for the caller.
+type InputError struct {
+	// Job is the refused job's place in the batch (0 for a single
+	// submission); -1 when the batch as a whole is refused.
+	Job int
+	Msg string
+}
+
+func (e *InputError) Error() string { return e.Msg }
+
+// MaxBatch bounds one batch submission.
+const MaxBatch = store.MaxBatch
+
+// Submit queues a job in a pool inside scope. A job submitted before with
+// the same idempotency key in the same pool is returned instead, and
+// created is false.
+func (s *Service) Submit(ctx context.Context, scope record.Scope, sub Submission) (job record.Job, created bool, err error) {
+	jobs, made, err := s.SubmitAll(ctx, scope, []Submission{sub})
+	if err != nil {
+		return record.Job{}, false, err
+	}
+	return jobs[0], made[0], nil
+}
+
+// SubmitAll queues jobs of one pool, all or none, in the order given. Every
+// submission is checked here, and only here: the store below checks again
+// only what its statement depends on.
+func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Submission) (jobs []record.Job, created []bool, err error) {
+	if len(subs) == 0 || len(subs) > MaxBatch {
+		return nil, nil, &InputError{Job: -1, Msg: fmt.Sprintf("1 to %d jobs a batch", MaxBatch)}
+	}
+	ns := make([]store.NewJob, len(subs))
+	for i, sub := range subs {
+		if sub.PoolID != subs[0].PoolID {
+			return nil, nil, &InputError{Job: -1, Msg: "every job of a batch goes to the same pool"}
+		}
+		n, msg := check(sub)
+		if msg != "" {
+			return nil, nil, &InputError{Job: i, Msg: msg}
+		}
+		ns[i] = n
+	}
+	// Unwrapped: the store's refusals (a pool out of scope is not found)
+	// carry the sentinels the API's error codes are read from.
+	return s.st.SubmitJobs(ctx, scope, ns)
+}
+
+// check is what is wrong with a submission ("" when nothing is), and the
+// job it makes.
+func check(in Submission) (store.NewJob, string) {
+	if msg := checkSpec(in); msg != "" {
+		return store.NewJob{}, msg
+	}
+	env := make(map[string]string, len(in.Env))
+	for _, e := range in.Env {
+		if !envName.MatchString(e.Name) {
+			return store.NewJob{}, fmt.Sprintf("env: %q is not a variable name", e.Name)
+		}
+		if _, dup := env[e.Name]; dup {
+			return store.NewJob{}, fmt.Sprintf("env: %s given twice", e.Name)
+		}
+		env[e.Name] = e.Value
+	}
+	return store.NewJob{
+		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim,
+		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
+	}, ""
+}
+
+// checkSpec checks the bounds of every field but the env's names.
+func checkSpec(in Submission) string {
+	c := in.Claim
+	switch {
+	case strings.TrimSpace(in.Image) == "" || len(in.Image) > 512:
+		return "image: 1 to 512 characters"
+	case c.Cores <= 0 || c.Cores > 4096 || math.IsNaN(c.Cores):
+		return "claim.cores: more than 0, at most 4096"
+	case c.MemoryMiB < 0:
+		return "claim.memoryMiB: not negative"
+	case c.GPUs < 0 || c.GPUs > 64:
+		return "claim.gpus: 0 to 64"
+	case c.WallClockSeconds < 1 || c.WallClockSeconds > 365*24*3600:
+		return "claim.wallClockSeconds: 1 to 31536000"
+	case in.Priority < -1000 || in.Priority > 1000:
+		return "priority: -1000 to 1000"
+	case in.MaxAttempts < 1 || in.MaxAttempts > 100:
+		return "maxAttempts: 1 to 100"
+	case !runnerapi.ValidKind(in.Kind):
+		return "kind: lower-case letters, digits, dots, dashes and underscores"
+	case len(in.Command) > 256 || len(in.Env) > 256:
+		return "command and env: at most 256 entries each"
+	}
+	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
+		return "idempotencyKey: 1 to 200 characters"
+	}
+	// The spec travels whole in every lease answer, so it is bounded: an
+	// agent reads at most runnerapi.LeaseAnswerBytes. (The claim measures
+	// specs as text, at least these bytes: see the store's ClaimJobs.)
+	size := len(in.Image)
+	for _, a := range in.Command {
+		size += len(a)
+	}
+	for _, e := range in.Env {
+		size += len(e.Name) + len(e.Value)
+	}
+	if size > runnerapi.MaxJobSpecBytes {
+		return fmt.Sprintf("image, command and env: at most %d KiB together", runnerapi.MaxJobSpecBytes>>10)
+	}
+	return ""
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

@@ -1,0 +1,142 @@
+package record
+
+import (
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// JobState is where a job stands.
+type JobState string
+
+const (
+	JobQueued    JobState = "QUEUED"
+	JobLeased    JobState = "LEASED"
+	JobRunning   JobState = "RUNNING"
+	JobSucceeded JobState = "SUCCEEDED"
+	JobFailed    JobState = "FAILED"
+	JobCancelled JobState = "CANCELLED"
+	JobExpired   JobState = "EXPIRED"
+	JobBlocked   JobState = "BLOCKED"
+)
+
+// Finished reports whether the state is final.
+func (s JobState) Finished() bool {
+	switch s {
+	case JobSucceeded, JobFailed, JobCancelled, JobExpired:
+		return true
+	}
+	return false
+}
+
+// Claim is what a job books on the runner that holds it.
+type Claim struct {
+	Cores            float64
+	MemoryMiB        int64
+	GPUs             int
+	WallClockSeconds int
+}
+
+// Job is a unit of work in a pool.
+type Job struct {
+	ID             uuid.UUID
+	PoolID         uuid.UUID
+	SubmittedBy    *uuid.UUID
+	Image          string
+	Command        []string
+	Env            map[string]string
+	Claim          Claim
+	Priority       int
+	MaxAttempts    int
+	IdempotencyKey *string
+	Kind           string
+	State          JobState
+	StateReason    string
+	Attempt        int
+	// Undelivered counts the attempts whose lease never reached the runner
+	// (the store's ReturnUndelivered): taken numbers, but not tries.
+	Undelivered     int
+	RunnerID        *uuid.UUID
+	LeaseExpiresAt  *time.Time
+	AvailableAt     time.Time
+	CancelRequested bool
+	SubmittedAt     time.Time
+	FinishedAt      *time.Time
+}
+
+// Tries is how many attempts reached a runner: what maxAttempts bounds.
+func (j Job) Tries() int { return Tries(j.Attempt, j.Undelivered) }
+
+// Tries is how many of the attempt numbers a job has taken reached a
+// runner, when undelivered of them never did. Only the first
+// maxUndelivered of those are forgiven, so a job whose answers keep getting
+// lost still comes to an end.
+func Tries(attempt, undelivered int) int { return attempt - min(undelivered, maxUndelivered) }
+
+const maxUndelivered = 3
+
+// JobFilter narrows a job listing.
+type JobFilter struct {
+	PoolID *uuid.UUID
+	State  *JobState
+	Limit  int
+}
+
+// JobEvent is one recorded change of a job.
+type JobEvent struct {
+	ID       int64
+	At       time.Time
+	Type     string
+	Attempt  int
+	RunnerID *uuid.UUID
+	Detail   string
+}
+
+// JobRun is one attempt: where it ran and how it ended.
+type JobRun struct {
+	Attempt       int
+	RunnerID      uuid.UUID
+	RunnerName    string
+	LeasedAt      time.Time
+	FinishedAt    *time.Time
+	ExitCode      *int
+	ReturnReason  *string
+	HostFault     bool
+	OOM           bool
+	PeakMemoryMiB *int64
+	ImageDigest   *string
+	RunnerVersion *string
+}
+
+// LogChunk is one stored piece of output.
+type LogChunk struct {
+	Attempt int
+	Seq     int
+	Data    []byte
+}
+
+// JobOutput is the end of a job's output, in order, and the size of all
+// of it.
+type JobOutput struct {
+	Chunks []LogChunk
+	Bytes  int64
+}
+
+// Hold keeps some of a runner's GPUs free of new work until it is released
+// or runs out.
+type Hold struct {
+	ID         uuid.UUID
+	RunnerID   uuid.UUID
+	GPUs       int
+	Reason     string
+	Until      time.Time
+	CreatedBy  *uuid.UUID
+	CreatedAt  time.Time
+	ReleasedAt *time.Time
+}
+
+// PoolQueue is a pool's queue depth and held GPUs.
+type PoolQueue struct {
+	Queued   int64
+	HeldGPUs int64
+}

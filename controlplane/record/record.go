@@ -1,0 +1,71 @@
+// Package record holds the control plane's records as every part of it
+// speaks of them: jobs, runners, pools, organisations, admins and what
+// belongs to them, who may see them (Scope), and the errors about them. It
+// is a leaf: the store keeps and reads these records, the domain packages
+// decide on them, and the GraphQL API shows them, without any of those
+// reaching into another.
+package record
+
+import (
+	"errors"
+
+	"github.com/google/uuid"
+)
+
+var (
+	// ErrNotFound: no such record, or one outside the caller's scope. The
+	// two are deliberately indistinguishable.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the write would break a uniqueness rule.
+	ErrConflict = errors.New("conflict")
+	// ErrInvalid: a value was refused below the API (the database's
+	// checks).
+	ErrInvalid = errors.New("invalid value")
+)
+
+// Role is what an admin may do. Platform admins act everywhere; the others
+// only inside their own organisation.
+type Role string
+
+const (
+	RolePlatformAdmin Role = "PLATFORM_ADMIN"
+	RoleOrgAdmin      Role = "ORG_ADMIN"
+	RoleOrgMember     Role = "ORG_MEMBER"
+)
+
+// Rank orders roles: a role may do what every lower-ranked role may.
+func (r Role) Rank() int {
+	switch r {
+	case RolePlatformAdmin:
+		return 3
+	case RoleOrgAdmin:
+		return 2
+	case RoleOrgMember:
+		return 1
+	}
+	return 0
+}
+
+// Scope bounds what a caller may see and touch: every organisation, or
+// exactly one. The zero Scope sees nothing.
+type Scope struct {
+	all bool
+	org uuid.NullUUID
+}
+
+// AllOrganisations is the platform admin's scope.
+func AllOrganisations() Scope { return Scope{all: true} }
+
+// OneOrganisation is an organisation member's scope.
+func OneOrganisation(id uuid.UUID) Scope { return Scope{org: uuid.NullUUID{UUID: id, Valid: true}} }
+
+// All reports whether the scope spans every organisation.
+func (s Scope) All() bool { return s.all }
+
+// Organisation is the one organisation of a narrow scope.
+func (s Scope) Organisation() (uuid.UUID, bool) { return s.org.UUID, s.org.Valid }
+
+// Includes reports whether the organisation is inside the scope.
+func (s Scope) Includes(org uuid.UUID) bool {
+	return s.all || (s.org.Valid && s.org.UUID == org)
+}
