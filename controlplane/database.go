@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 )
 
@@ -41,4 +42,12 @@ func SchemaVersion() int { return store.LatestVersion() }
 // an admin in place it refuses (tenancy.ErrAdminsExist).
 func BootstrapAdmin(ctx context.Context, pool *pgxpool.Pool, name string) (token string, err error) {
 	return tenancy.New(store.New(pool)).Bootstrap(ctx, name)
+}
+
+// OpenQueue is the queue over pool alone, without a server around it: for
+// a tool that drives the queue's statements on a connection of its own
+// (the benchmark that measures what PostgreSQL spends on each). Nothing
+// watches for its changes: its WatchJob must not be called.
+func OpenQueue(pool *pgxpool.Pool) *queue.Service {
+	return queue.NewService(store.New(pool), nil)
 }

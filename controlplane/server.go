@@ -97,6 +97,7 @@ type Server struct {
 	cancel     context.CancelFunc
 	bg         sync.WaitGroup
 	health     *serverHealth
+	queue      *queue.Service
 }
 
 // New builds a server; it binds nothing until Start.
@@ -134,10 +135,11 @@ func New(o Options) (*Server, error) {
 	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
 	s.metrics.certificateExpiry("ca_intermediate", func() time.Time { return o.CA.Intermediate.NotAfter })
 
+	s.queue = queue.NewService(o.Store, s.listener)
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
 		Tenancy:       tenancy.New(o.Store),
-		Queue:         queue.NewService(o.Store, s.listener),
+		Queue:         s.queue,
 		Fleet:         fleet.NewService(o.Store, s.listener),
 		Enrolment:     enrol,
 		Log:           o.Log.With("component", "graphql"),
@@ -158,6 +160,7 @@ func New(o Options) (*Server, error) {
 
 	s.heartbeats = fleet.NewWriter(o.Store, o.Log.With("component", "heartbeats"), fleet.WriterOptions{BatchSize: s.metrics.heartbeatBatch})
 	s.runnerAPI = runnerhttp.New(runnerhttp.Options{
+		Queue: s.queue,
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
 	})
@@ -245,6 +248,10 @@ func (s *Server) AdminAddr() net.Addr { return s.adminLn.Addr() }
 
 // RunnerAddr is the bound runner address.
 func (s *Server) RunnerAddr() net.Addr { return s.runnerLn.Addr() }
+
+// Queue is the server's queue: what submitJobs submits through, for a
+// caller in the same process (the benchmark's submitters).
+func (s *Server) Queue() *queue.Service { return s.queue }
 
 // Authority is the embedded CA.
 func (s *Server) Authority() *ca.Authority { return s.authority }

@@ -140,3 +140,36 @@ type PoolQueue struct {
 	Queued   int64
 	HeldGPUs int64
 }
+
+// ClaimRequest is what a runner may take.
+type ClaimRequest struct {
+	RunnerID            uuid.UUID
+	Kinds               []string
+	Free                Claim // what the runner says it has free now
+	Largest             Claim // the largest job it will run
+	DefaultLeaseSeconds int
+	// SpecBytes bounds the leased jobs' image, command and env together,
+	// as text (at least what submission counted): an answer carrying
+	// them stays within what the runner reads. Zero: no bound.
+	SpecBytes int64
+	// MaxHeld bounds the jobs the runner holds at once, these and those
+	// it held already. Zero: no bound.
+	MaxHeld int
+	Now     *time.Time // nil: the database's clock
+}
+
+// Outcome is how an attempt ended, as its runner reports it.
+type Outcome struct {
+	JobID    uuid.UUID
+	Attempt  int
+	RunnerID uuid.UUID
+	// ExitCode, when the job's process ran to an end; otherwise
+	// ReturnReason says why the runner gives the job back.
+	ExitCode      *int
+	ReturnReason  *string
+	HostFault     bool
+	OOM           bool
+	PeakMemoryMiB *int64
+	ImageDigest   *string // an empty one is none
+	RunnerVersion *string // an empty one is none
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -124,11 +125,11 @@ const claimTimeout = 30 * time.Second
 func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest) ([]store.Job, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
-	return s.o.Store.ClaimJobs(ctx, store.ClaimRequest{
+	return s.o.Queue.Claim(ctx, record.ClaimRequest{
 		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
 		MaxHeld: runnerapi.MaxHeldLeases,
-		Free:    store.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
-		Largest: store.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
+		Free:    record.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
+		Largest: record.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)
 }
 

@@ -42,6 +42,8 @@ type Options struct {
 	// HeartbeatLatency observes how long each heartbeat took, storage
 	// included, if set.
 	HeartbeatLatency prometheus.Observer
+	// Queue claims jobs for runners and ends their attempts.
+	Queue *queue.Service
 	// QuarantineAfter host faults in a row quarantine a runner.
 	QuarantineAfter int
 }
@@ -59,7 +61,7 @@ func New(o Options) *Server {
 	if o.QuarantineAfter == 0 {
 		o.QuarantineAfter = queue.DefaultQuarantineAfter
 	}
-	return &Server{o: o, ids: newIdentities(o.Store), finisher: &queue.Finisher{Store: o.Store, QuarantineAfter: o.QuarantineAfter}}
+	return &Server{o: o, ids: newIdentities(o.Store), finisher: o.Queue.Finisher(o.QuarantineAfter)}
 }
 
 // Run keeps the identity cache honest until ctx ends.

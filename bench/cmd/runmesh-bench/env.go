@@ -14,8 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/store"
-	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/pki/ca"
 )
@@ -26,7 +24,6 @@ type benchEnv struct {
 	dir        string
 	cluster    *pgcluster.Cluster
 	pool       *pgxpool.Pool
-	store      *store.Store
 	srv        *controlplane.Server
 	keys       *ca.Keys
 	adminURL   string
@@ -56,21 +53,20 @@ func startEnv(ctx context.Context, settings ...string) (*benchEnv, error) {
 		e.close()
 		return nil, err
 	}
-	if e.pool, err = store.Connect(ctx, e.cluster.URL("runmesh")); err != nil {
+	if e.pool, err = controlplane.Connect(ctx, e.cluster.URL("runmesh")); err != nil {
 		e.close()
 		return nil, err
 	}
-	if _, err := store.Migrate(ctx, e.pool); err != nil {
+	if _, err := controlplane.Migrate(ctx, e.pool); err != nil {
 		e.close()
 		return nil, err
 	}
-	e.store = store.New(e.pool)
 	if e.keys, _, err = ca.Init(filepath.Join(dir, "ca"), "bench"); err != nil {
 		e.close()
 		return nil, err
 	}
 	e.srv, err = controlplane.New(controlplane.Options{
-		Pool: e.pool, Store: e.store, Log: slog.New(slog.DiscardHandler),
+		Pool: e.pool, Log: slog.New(slog.DiscardHandler),
 		AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: e.keys, RunnerNames: []string{"127.0.0.1"},
 	})
 	if err == nil {
@@ -82,20 +78,19 @@ func startEnv(ctx context.Context, settings ...string) (*benchEnv, error) {
 	}
 	e.adminURL = "http://" + e.srv.AdminAddr().String()
 	e.runnerAddr = e.srv.RunnerAddr().String()
-	token, digest := tokens.Admin.New()
-	if _, err := e.store.CreateAdminWithToken(ctx, store.NewAdmin{Name: "bench", Role: store.RolePlatformAdmin, TokenHash: digest}); err != nil {
+	if e.adminToken, err = controlplane.BootstrapAdmin(ctx, e.pool, "bench"); err != nil {
 		e.close()
 		return nil, err
 	}
-	e.adminToken = token
-	p, err := e.store.CreatePool(ctx, store.NewPool{Name: "bench"})
-	if err != nil {
+	if e.poolID, err = e.admin().createPool(ctx, "bench"); err != nil {
 		e.close()
 		return nil, err
 	}
-	e.poolID = p.ID.String()
 	return e, nil
 }
+
+// admin is the env's admin API, as its platform admin.
+func (e *benchEnv) admin() admin { return admin{url: e.adminURL, token: e.adminToken} }
 
 func (e *benchEnv) close() {
 	if e.srv != nil {

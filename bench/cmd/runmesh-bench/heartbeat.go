@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -23,14 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/runmesh/runmesh/controlplane/enrolment/castore"
-	"github.com/runmesh/runmesh/controlplane/store"
 	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -72,27 +64,22 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
 		return err
 	}
-	pool, err := store.Connect(ctx, cluster.URL("runmesh"))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if _, err := store.Migrate(ctx, pool); err != nil {
-		return err
-	}
-	st := store.New(pool)
+	// The replicas share one CA (its keys in their state directory) and
+	// one database, migrated and given its first admin by the server's own
+	// commands.
 	stateDir := filepath.Join(dir, "server")
 	keys, _, err := ca.Init(filepath.Join(stateDir, "ca"), "bench")
 	if err != nil {
 		return err
 	}
-	// This process issues the runners' certificates as another replica
-	// would: same CA, same database.
-	auth, err := ca.NewAuthority(keys, castore.New(st))
+	setupConfig, err := writeServerConfig(filepath.Join(dir, "setup"), stateDir, cluster.URL("runmesh"))
 	if err != nil {
 		return err
 	}
-	p, err := st.CreatePool(ctx, store.NewPool{Name: "bench"})
+	if _, err := serverCommand(ctx, o.server, "migrate", "--config", setupConfig); err != nil {
+		return err
+	}
+	token, err := serverCommand(ctx, o.server, "bootstrap-admin", "--config", setupConfig)
 	if err != nil {
 		return err
 	}
@@ -105,12 +92,21 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 			_ = srv.Wait()
 		}
 	}()
+	var adminURL string
 	for i := range o.replicas {
-		srv, addr, err := startServer(ctx, o.server, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), stateDir, cluster.URL("runmesh"))
+		srv, addr, adminAddr, err := startServer(ctx, o.server, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), stateDir, cluster.URL("runmesh"))
 		if err != nil {
 			return err
 		}
 		servers, addrs = append(servers, srv), append(addrs, addr)
+		if adminURL == "" {
+			adminURL = "http://" + adminAddr
+		}
+	}
+	a := admin{url: adminURL, token: token}
+	poolID, err := a.createPool(ctx, "bench")
+	if err != nil {
+		return err
 	}
 
 	body, err := heartbeatBody(o.gpus)
@@ -130,14 +126,16 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 	// Every runner of the largest level, made up front and dealt out to
 	// the workers.
 	total := slices.Max(o.levels)
-	gpuJSON, inventory, capJSON := fixtureCapacity(o.gpus)
-	var runners []*simRunner
-	for len(runners) < total {
-		more, err := createRunners(ctx, pool, auth, p.ID, min(5000, total-len(runners)), gpuJSON, inventory, capJSON)
-		if err != nil {
-			return err
-		}
-		runners = append(runners, more...)
+	roots := x509.NewCertPool()
+	roots.AddCert(keys.Root)
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
+	_, certs, err := enrolFleet(ctx, a, poolID, "https://"+addrs[0], anon, total, 8, benchCapacity(o.gpus))
+	if err != nil {
+		return err
+	}
+	runners := make([]*simRunner, total)
+	for i, c := range certs {
+		runners[i] = &simRunner{cert: *c}
 	}
 	stats := &beatStats{}
 	var workers []*workerProc
@@ -304,42 +302,68 @@ func fileLimit() uint64 {
 
 // startServer runs runmesh-server serve and returns it with its runner
 // listener's address, once it serves.
-func startServer(ctx context.Context, bin, dir, stateDir, dbURL string) (*exec.Cmd, string, error) {
+// writeServerConfig writes a server config for dir: loopback listeners on
+// any free port, the shared state directory, the database URL in a file
+// of its own (as a secret is given).
+func writeServerConfig(dir, stateDir, dbURL string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	urlFile := filepath.Join(dir, "db-url")
 	if err := os.WriteFile(urlFile, []byte(dbURL), 0o600); err != nil {
-		return nil, "", err
+		return "", err
 	}
 	cfg := filepath.Join(dir, "server.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(
+	return cfg, os.WriteFile(cfg, []byte(fmt.Sprintf(
 		"version: 1\nstate_dir: %s\ndatabase: {url_file: %s}\nadmin: {listen: '127.0.0.1:0'}\nrunner: {listen: '127.0.0.1:0', names: ['127.0.0.1']}\n",
-		stateDir, urlFile)), 0o600); err != nil {
-		return nil, "", err
+		stateDir, urlFile)), 0o600)
+}
+
+// serverCommand runs one of runmesh-server's commands to its end and
+// returns what it printed on stdout.
+func serverCommand(ctx context.Context, bin string, args ...string) (string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", bin, args[0], err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// startServer starts a replica with a config of its own in dir and returns
+// it with its runner and admin listeners' addresses.
+func startServer(ctx context.Context, bin, dir, stateDir, dbURL string) (*exec.Cmd, string, string, error) {
+	cfg, err := writeServerConfig(dir, stateDir, dbURL)
+	if err != nil {
+		return nil, "", "", err
 	}
 	cmd := exec.CommandContext(ctx, bin, "serve", "--config", cfg)
-	logs := &lineWatcher{want: regexp.MustCompile(`"msg":"runner listener up","component":"controlplane","addr":"([^"]+)"`), found: make(chan string, 1)}
+	logs := &lineWatcher{want: regexp.MustCompile(`"msg":"(admin|runner) listener up","component":"controlplane","addr":"([^"]+)"`), found: make(chan []string, 2)}
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start %s: %w", bin, err)
+		return nil, "", "", fmt.Errorf("start %s: %w", bin, err)
 	}
-	select {
-	case addr := <-logs.found:
-		return cmd, addr, nil
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, "", errors.New("runmesh-server did not come up within 60s")
+	addrs := map[string]string{}
+	timeout := time.After(60 * time.Second)
+	for len(addrs) < 2 {
+		select {
+		case m := <-logs.found:
+			addrs[m[1]] = m[2]
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			return nil, "", "", errors.New("runmesh-server did not come up within 60s")
+		}
 	}
+	return cmd, addrs["runner"], addrs["admin"], nil
 }
 
 // lineWatcher passes the server's log through to nowhere, watching for one
 // line.
 type lineWatcher struct {
 	want  *regexp.Regexp
-	found chan string
+	found chan []string // each line matched, as its submatches
 	buf   bytes.Buffer
-	once  sync.Once
 }
 
 func (w *lineWatcher) Write(p []byte) (int, error) {
@@ -351,19 +375,27 @@ func (w *lineWatcher) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		if m := w.want.FindStringSubmatch(line); m != nil {
-			w.once.Do(func() { w.found <- m[1] })
+			select {
+			case w.found <- m:
+			default: // nobody waits for more
+			}
 		}
 	}
 }
 
-func heartbeatBody(gpus int) ([]byte, error) {
-	c := runnerapi.Capacity{
+// benchCapacity is what every simulated runner measured: what it enrols
+// with, and reports in each heartbeat (so no runner drifts).
+func benchCapacity(gpus int) runnerapi.Capacity {
+	return runnerapi.Capacity{
 		Host:          runnerapi.HostCapacity{Hostname: "sim", Cores: 64, MemoryMiB: 524288, MemoryAvailableMiB: 400000, DiskFreeMiB: 1 << 21},
 		DriverVersion: "550.54.15",
 		Labels:        []runnerapi.Label{{Key: "runmesh.io/gpu.count", Value: strconv.Itoa(gpus), Source: runnerapi.LabelDetected}},
 		GPUs:          benchGPUs(gpus),
 	}
-	return json.Marshal(runnerapi.HeartbeatRequest{AgentVersion: "bench", Capacity: c,
+}
+
+func heartbeatBody(gpus int) ([]byte, error) {
+	return json.Marshal(runnerapi.HeartbeatRequest{AgentVersion: "bench", Capacity: benchCapacity(gpus),
 		Health: []runnerapi.Condition{{Name: "nvml", OK: true, Severity: "info", Title: "ok"}}})
 }
 
@@ -374,97 +406,6 @@ func benchGPUs(n int) []runnerapi.GPU {
 			MemoryTotalMiB: 143771, MemoryUsedMiB: 70000, MemoryFreeMiB: 73771, Utilisation: 87, TemperatureC: 61, PowerWatts: 512.5, Healthy: true}
 	}
 	return gpus
-}
-
-func fixtureCapacity(gpus int) (gpuJSON, inventory, capJSON []byte) {
-	gpuJSON, _ = json.Marshal(benchGPUs(gpus))
-	inv := map[string]any{"memory_mib": 524288, "gpus": []map[string]any{}}
-	for _, g := range benchGPUs(gpus) {
-		inv["gpus"] = append(inv["gpus"].([]map[string]any), map[string]any{"uuid": g.UUID, "memory_total_mib": g.MemoryTotalMiB})
-	}
-	inventory, _ = json.Marshal(inv)
-	capJSON, _ = json.Marshal(map[string]any{"host": map[string]any{"hostname": "sim", "cores": 64, "memory_mib": 524288}})
-	return gpuJSON, inventory, capJSON
-}
-
-// createRunners makes n approved runners with keys and certificates: the
-// rows straight into the database (enrolling them one by one through the
-// API is what bench-pki measures), the certificates through the authority.
-func createRunners(ctx context.Context, pool *pgxpool.Pool, auth *ca.Authority, poolID uuid.UUID, n int, gpuJSON, inventory, capJSON []byte) ([]*simRunner, error) {
-	type made struct {
-		key ed25519.PrivateKey
-		csr *x509.CertificateRequest
-	}
-	all := make([]made, n)
-	names, pubs, fps, csrs := make([]string, n), make([][]byte, n), make([]string, n), make([][]byte, n)
-	for i := range all {
-		_, key, _ := ed25519.GenerateKey(rand.Reader)
-		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
-		if err != nil {
-			return nil, err
-		}
-		csr, _ := x509.ParseCertificateRequest(der)
-		pub := key.Public().(ed25519.PublicKey)
-		all[i] = made{key, csr}
-		names[i], pubs[i], fps[i], csrs[i] = "sim-"+uuid.NewString()[:18], pub, pki.KeyFingerprint(pub), der
-	}
-	rows, err := pool.Query(ctx, `
-		WITH input AS (SELECT * FROM unnest($2::text[], $3::bytea[], $4::text[], $5::bytea[]) AS i (name, pk, fp, csr)),
-		tok AS (
-			INSERT INTO enrolment_tokens (pool_id, token_hash, expires_at, used_at)
-			SELECT $1, sha256(i.pk), now(), now() FROM input i
-			RETURNING id, token_hash)
-		INSERT INTO runners (pool_id, name, status, public_key, fingerprint, csr, enrolment_token_id,
-		                     gpus, gpu_count, gpus_healthy, cores, memory_mib, capacity, inventory)
-		SELECT $1, i.name, 'APPROVED', i.pk, i.fp, i.csr, tok.id, $6, jsonb_array_length($6), jsonb_array_length($6), 64, 524288, $7, $8
-		FROM input i JOIN tok ON tok.token_hash = sha256(i.pk)
-		RETURNING id, public_key`, poolID, names, pubs, fps, csrs, gpuJSON, capJSON, inventory)
-	if err != nil {
-		return nil, fmt.Errorf("create runners: %w", err)
-	}
-	byKey := map[string]uuid.UUID{}
-	for rows.Next() {
-		var id uuid.UUID
-		var pk []byte
-		if err := rows.Scan(&id, &pk); err != nil {
-			return nil, err
-		}
-		byKey[string(pk)] = id
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]*simRunner, n)
-	var next atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				m := all[i]
-				id := byKey[string(m.key.Public().(ed25519.PublicKey))]
-				chain, err := auth.IssueRunner(ctx, m.csr, id.String(), 24*time.Hour)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				c := tls.Certificate{PrivateKey: m.key, Leaf: chain[0]}
-				for _, x := range chain {
-					c.Certificate = append(c.Certificate, x.Raw)
-				}
-				out[i] = &simRunner{cert: c}
-			}
-		})
-	}
-	wg.Wait()
-	if err, ok := firstErr.Load().(error); ok {
-		return nil, fmt.Errorf("issue certificates: %w", err)
-	}
-	return out, nil
 }
 
 // simRunner is one simulated runner: a certificate and a connection.

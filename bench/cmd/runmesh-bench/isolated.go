@@ -8,8 +8,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // isolatedSteps are the steps of a job's life that -isolated measures.
@@ -24,7 +25,7 @@ var isolatedSteps = []string{"submit", "claim", "finish"}
 // ends them 125 at a time, as a runner of the throughput run does; the
 // backend's CPU time is read from /proc around each call.
 func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID, jobsPerRep, batch, reps int, out io.Writer) error {
-	db, err := store.Connect(ctx, e.cluster.URL("runmesh")+"&pool_max_conns=1")
+	db, err := controlplane.Connect(ctx, e.cluster.URL("runmesh")+"&pool_max_conns=1")
 	if err != nil {
 		return err
 	}
@@ -33,11 +34,10 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 	if err := db.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
 		return err
 	}
-	s := store.New(db)
-	noop := store.NewJob{PoolID: poolID, Image: "noop", Claim: store.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
-	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
-	claim := store.ClaimRequest{RunnerID: runnerID, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 60}
-	finisher := &queue.Finisher{Store: s}
+	q := controlplane.OpenQueue(db)
+	noop := queue.Submission{PoolID: poolID, Image: "noop", Claim: record.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	big := record.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+	claim := record.ClaimRequest{RunnerID: runnerID, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 60}
 	const perClaim = 125
 	zero := 0
 	// timed runs f and adds the backend's CPU time meanwhile to the step.
@@ -54,27 +54,27 @@ func benchIsolated(ctx context.Context, e *benchEnv, runnerID, poolID uuid.UUID,
 		done := 0
 		for done < jobsPerRep {
 			n := min(batch, jobsPerRep-done)
-			b := make([]store.NewJob, n)
+			b := make([]queue.Submission, n)
 			for i := range b {
 				b[i] = noop
 			}
-			if err := timed(0, func() error { _, _, err := s.SubmitJobs(ctx, store.AllOrganisations(), b); return err }); err != nil {
+			if err := timed(0, func() error { _, _, err := q.SubmitAll(ctx, record.AllOrganisations(), b); return err }); err != nil {
 				return err
 			}
 			for left := n; left > 0; {
-				var leased []store.Job
-				if err := timed(1, func() (err error) { leased, err = s.ClaimJobs(ctx, claim, perClaim); return err }); err != nil {
+				var leased []record.Job
+				if err := timed(1, func() (err error) { leased, err = q.Claim(ctx, claim, perClaim); return err }); err != nil {
 					return err
 				}
 				if len(leased) == 0 {
 					return fmt.Errorf("isolated: a claim found nothing with %d jobs queued", left)
 				}
-				outcomes := make([]store.Outcome, len(leased))
+				outcomes := make([]record.Outcome, len(leased))
 				for i, l := range leased {
-					outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: runnerID, ExitCode: &zero}
+					outcomes[i] = record.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: runnerID, ExitCode: &zero}
 				}
 				if err := timed(2, func() error {
-					_, err := finisher.FinishAll(ctx, runnerID, outcomes)
+					_, err := q.FinishAll(ctx, runnerID, outcomes)
 					return err
 				}); err != nil {
 					return err

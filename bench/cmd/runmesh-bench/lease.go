@@ -5,7 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -16,12 +16,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -72,51 +72,54 @@ func benchLease(ctx context.Context, o leaseOptions, out io.Writer) error {
 		}
 	}
 	var report strings.Builder
-	p, err := e.store.Pool(ctx, store.AllOrganisations(), mustUUID(e.poolID))
-	if err != nil {
-		return err
-	}
-	gpuJSON, inventory, capJSON := fixtureCapacity(0)
-	sims, err := createRunners(ctx, e.pool, e.srv.Authority(), p.ID, o.runners, gpuJSON, inventory, capJSON)
+	roots := x509.NewCertPool()
+	roots.AddCert(e.keys.Root)
+	base := "https://" + e.runnerAddr
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
+	ids, certs, err := enrolFleet(ctx, e.admin(), e.poolID, base, anon, o.runners, 4, runnerapi.Capacity{
+		Host: runnerapi.HostCapacity{Hostname: "sim", Cores: 64, MemoryMiB: 524288, MemoryAvailableMiB: 400000, DiskFreeMiB: 1 << 21}})
 	if err != nil {
 		return err
 	}
 	if o.isolated {
-		var runnerID uuid.UUID
-		if err := e.pool.QueryRow(ctx, `SELECT id FROM runners WHERE pool_id = $1 LIMIT 1`, p.ID).Scan(&runnerID); err != nil {
-			return err
-		}
-		return benchIsolated(ctx, e, runnerID, p.ID, o.jobs, o.batch, max(o.rounds, 3), out)
+		return benchIsolated(ctx, e, mustUUID(ids[0]), mustUUID(e.poolID), o.jobs, o.batch, max(o.rounds, 3), out)
 	}
-	// Simulated agents have no jobs from before: their survivor check is
-	// the one a fresh host's agent sends.
-	proof, _ := json.Marshal(runnerapi.RecoveryProof{AgentInstance: simInstance, BootID: "bench", SurvivorsChecked: true, Isolated: true})
-	if _, err := e.pool.Exec(ctx, `UPDATE runners SET recovery = $1, recovery_at = now() WHERE pool_id = $2`, proof, p.ID); err != nil {
-		return err
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(e.keys.Root)
-	base := "https://" + e.runnerAddr
-	clients := make([]*http.Client, len(sims))
-	for i, s := range sims {
-		cert := s.cert
+	clients := make([]*http.Client, len(certs))
+	for i, c := range certs {
 		clients[i] = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 32, TLSClientConfig: &tls.Config{
 			RootCAs: roots, ServerName: "127.0.0.1",
-			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return c, nil },
 		}}}
 	}
-	noop := store.NewJob{PoolID: p.ID, Image: "noop", Claim: store.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	// Simulated agents have no jobs from before: each sends the survivor
+	// check a fresh host's agent sends, in its first heartbeat.
+	for _, c := range clients {
+		var resp runnerapi.HeartbeatResponse
+		if err := postJSON(ctx, c, base+runnerapi.PathHeartbeat, runnerapi.HeartbeatRequest{AgentVersion: "bench",
+			Capacity: runnerapi.Capacity{Host: runnerapi.HostCapacity{Hostname: "sim", Cores: 64, MemoryMiB: 524288, MemoryAvailableMiB: 400000, DiskFreeMiB: 1 << 21}},
+			Recovery: &runnerapi.RecoveryProof{AgentInstance: simInstance, BootID: "bench", SurvivorsChecked: true, Isolated: true},
+		}, &resp); err != nil {
+			return fmt.Errorf("first heartbeat: %w", err)
+		}
+		if !resp.RecoveryRecorded {
+			return errors.New("first heartbeat: the recovery proof was not recorded")
+		}
+	}
+	// Submitters are in the server's process and submit through its queue,
+	// as submitJobs does after parsing, and as River's InsertMany does.
+	q := e.srv.Queue()
+	noop := queue.Submission{PoolID: mustUUID(e.poolID), Image: "noop", Claim: record.Claim{Cores: 0.01, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
 	submit := func() error {
-		_, _, err := e.store.SubmitJob(ctx, store.AllOrganisations(), noop)
+		_, _, err := q.Submit(ctx, record.AllOrganisations(), noop)
 		return err
 	}
 	// Bulk submission is what submitJobs does, as River's InsertMany is.
 	submitMany := func(n int) error {
-		batch := make([]store.NewJob, n)
+		batch := make([]queue.Submission, n)
 		for i := range batch {
 			batch[i] = noop
 		}
-		_, _, err := e.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+		_, _, err := q.SubmitAll(ctx, record.AllOrganisations(), batch)
 		return err
 	}
 	lease := func(c *http.Client, wait, max int) ([]runnerapi.Lease, error) {

@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -113,8 +113,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if o.rounds < 1 {
 			return fmt.Errorf("-rounds: at least 1")
 		}
-		if o.batch < 1 || o.batch > store.MaxBatch {
-			return fmt.Errorf("-batch: 1 to %d", store.MaxBatch)
+		if o.batch < 1 || o.batch > queue.MaxBatch {
+			return fmt.Errorf("-batch: 1 to %d", queue.MaxBatch)
 		}
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)

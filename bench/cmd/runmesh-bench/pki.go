@@ -46,7 +46,7 @@ func benchPKI(ctx context.Context, o pkiOptions, out io.Writer) error {
 	var latencies []time.Duration
 	var cert *tls.Certificate
 	for i := range o.runners {
-		r, err := enrolOne(ctx, e, anon, runnerURL, fmt.Sprintf("bench-%d", i))
+		r, err := enrolOne(ctx, e.admin(), e.poolID, anon, runnerURL, fmt.Sprintf("bench-%d", i), runnerapi.Capacity{})
 		if err != nil {
 			return err
 		}
@@ -54,7 +54,7 @@ func benchPKI(ctx context.Context, o pkiOptions, out io.Writer) error {
 		go func() { got <- r.wait(ctx, anon, runnerURL) }()
 		time.Sleep(20 * time.Millisecond) // let the long-poll reach the server
 		start := time.Now()
-		if err := approve(ctx, e, r.id, pki.KeyFingerprint(r.key.Public().(ed25519.PublicKey))); err != nil {
+		if err := approve(ctx, e.admin(), r.id, pki.KeyFingerprint(r.key.Public().(ed25519.PublicKey))); err != nil {
 			return err
 		}
 		res := <-got
@@ -91,14 +91,14 @@ type result struct {
 	err  error
 }
 
-func enrolOne(ctx context.Context, e *benchEnv, c *http.Client, runnerURL, name string) (benchRunner, error) {
+func enrolOne(ctx context.Context, a admin, poolID string, c *http.Client, runnerURL, name string, capacity runnerapi.Capacity) (benchRunner, error) {
 	var r benchRunner
 	_, key, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return r, err
 	}
 	r.key = key
-	data, err := gql(ctx, e, `mutation($p: ID!) { createEnrolmentToken(poolId: $p) { token } }`, map[string]any{"p": e.poolID})
+	data, err := a.gql(ctx, `mutation($p: ID!) { createEnrolmentToken(poolId: $p) { token } }`, map[string]any{"p": poolID})
 	if err != nil {
 		return r, err
 	}
@@ -113,6 +113,7 @@ func enrolOne(ctx context.Context, e *benchEnv, c *http.Client, runnerURL, name 
 	var resp runnerapi.EnrolResponse
 	if err := postJSON(ctx, c, runnerURL+runnerapi.PathEnrol, runnerapi.EnrolRequest{
 		Token: tok.CreateEnrolmentToken.Token, Name: name, PublicKey: key.Public().(ed25519.PublicKey), CSR: string(pki.EncodeCSR(csr)),
+		Capacity: capacity,
 	}, &resp); err != nil {
 		return r, err
 	}
@@ -141,8 +142,8 @@ func (r benchRunner) wait(ctx context.Context, c *http.Client, runnerURL string)
 	return result{at: at, cert: c2}
 }
 
-func approve(ctx context.Context, e *benchEnv, id, fp string) error {
-	_, err := gql(ctx, e, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": id, "fp": fp})
+func approve(ctx context.Context, a admin, id, fp string) error {
+	_, err := a.gql(ctx, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": id, "fp": fp})
 	return err
 }
 
@@ -175,33 +176,6 @@ func handshakeLoop(ctx context.Context, addr string, roots *x509.CertPool, cert 
 		return 0, 0, fmt.Errorf("handshake: %w", err)
 	}
 	return n.Load(), cpuTime() - cpu0, nil
-}
-
-func gql(ctx context.Context, e *benchEnv, query string, vars map[string]any) (json.RawMessage, error) {
-	var out struct {
-		Data   json.RawMessage
-		Errors []struct{ Message string }
-	}
-	req := map[string]any{"query": query, "variables": vars}
-	b, _ := json.Marshal(req)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, e.adminURL+"/graphql", bytes.NewReader(b))
-	if err != nil {
-		return nil, err
-	}
-	hr.Header.Set("Content-Type", "application/json")
-	hr.Header.Set("Authorization", "Bearer "+e.adminToken)
-	resp, err := http.DefaultClient.Do(hr)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, err
-	}
-	if len(out.Errors) > 0 {
-		return nil, fmt.Errorf("graphql: %s", out.Errors[0].Message)
-	}
-	return out.Data, nil
 }
 
 func postJSON(ctx context.Context, c *http.Client, url string, in, out any) error {

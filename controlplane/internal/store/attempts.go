@@ -11,22 +11,6 @@ import (
 	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-// Outcome is how an attempt ended, as its runner reports it.
-type Outcome struct {
-	JobID    uuid.UUID
-	Attempt  int
-	RunnerID uuid.UUID
-	// ExitCode, when the job's process ran to an end; otherwise
-	// ReturnReason says why the runner gives the job back.
-	ExitCode      *int
-	ReturnReason  *string
-	HostFault     bool
-	OOM           bool
-	PeakMemoryMiB *int64
-	ImageDigest   *string // an empty one is none
-	RunnerVersion *string // an empty one is none
-}
-
 // Transition is what an outcome does to the job: its next state, why, and
 // (for a requeue) when it may run again.
 type Transition struct {

@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -281,23 +280,6 @@ func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, 
 		return err
 	})
 	return out, err
-}
-
-// ClaimRequest is what a runner may take.
-type ClaimRequest struct {
-	RunnerID            uuid.UUID
-	Kinds               []string
-	Free                Claim // what the runner says it has free now
-	Largest             Claim // the largest job it will run
-	DefaultLeaseSeconds int
-	// SpecBytes bounds the leased jobs' image, command and env together,
-	// as text (at least what submission counted): an answer carrying
-	// them stays within what the runner reads. Zero: no bound.
-	SpecBytes int64
-	// MaxHeld bounds the jobs the runner holds at once, these and those
-	// it held already. Zero: no bound.
-	MaxHeld int
-	Now     *time.Time // nil: the database's clock
 }
 
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner

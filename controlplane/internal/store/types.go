@@ -28,6 +28,8 @@ type (
 	JobOutput      = record.JobOutput
 	Hold           = record.Hold
 	PoolQueue      = record.PoolQueue
+	ClaimRequest   = record.ClaimRequest
+	Outcome        = record.Outcome
 	RunnerStatus   = record.RunnerStatus
 	Runner         = record.Runner
 	RunnerCapacity = record.RunnerCapacity
