@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"regexp"
 
+	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
 	"github.com/vikstrous/dataloadgen"
 
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -112,6 +114,19 @@ func derefOmittable(v *int, set bool) *int {
 		return nil
 	}
 	return v
+}
+
+// settingChange is what an update's input does to a pool setting: left
+// out, it stays; given as null, it returns to the default.
+func settingChange(in graphql.Omittable[*int]) tenancy.SettingChange {
+	v, set := in.ValueOK()
+	switch {
+	case !set:
+		return tenancy.SettingChange{}
+	case v == nil:
+		return tenancy.ToDefault()
+	}
+	return tenancy.SetTo(*v)
 }
 
 func setting(own *int, def int) *model.IntSetting {

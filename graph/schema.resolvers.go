@@ -161,23 +161,11 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 	if err := checkPoolSettings(derefOmittable(lease, leaseSet), derefOmittable(timeout, timeoutSet)); err != nil {
 		return nil, err
 	}
-	p, err := r.Tenancy.UpdatePool(ctx, me.Scope(), input.ID, func(p *record.Pool) error {
-		if p.OrganisationID == nil && me.Role != record.RolePlatformAdmin {
-			return record.ErrNotFound
-		}
-		if input.Name != nil {
-			p.Name = *input.Name
-		}
-		if leaseSet {
-			p.LeaseSeconds = lease
-		}
-		if timeoutSet {
-			p.QueueTimeoutHours = timeout
-		}
-		if input.AllowUnenforcedMemory != nil {
-			p.AllowUnenforcedMemory = *input.AllowUnenforcedMemory
-		}
-		return nil
+	p, err := r.Tenancy.UpdatePool(ctx, me.Scope(), input.ID, tenancy.PoolChange{
+		Name:                  input.Name,
+		LeaseSeconds:          settingChange(input.LeaseSeconds),
+		QueueTimeoutHours:     settingChange(input.QueueTimeoutHours),
+		AllowUnenforcedMemory: input.AllowUnenforcedMemory,
 	})
 	if err != nil {
 		return nil, err

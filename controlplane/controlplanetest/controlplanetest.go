@@ -124,11 +124,7 @@ func (s *Services) ApprovedRunner(t testing.TB, poolID uuid.UUID, r Runner) uuid
 	if err != nil {
 		t.Fatalf("enrol: %v", err)
 	}
-	if _, err := s.st.DecideRunner(ctx, record.AllOrganisations(), enrolled.ID, nil, func(context.Context, record.Runner) (store.RunnerDecision, error) {
-		return store.RunnerDecision{Status: record.RunnerApproved}, nil
-	}); err != nil {
-		t.Fatalf("approve: %v", err)
-	}
+	storetest.Approve(t, s.st, enrolled.ID)
 	if r.Recovery != nil {
 		if err := s.st.RecordRecovery(ctx, enrolled.ID, r.Recovery); err != nil {
 			t.Fatalf("recovery proof: %v", err)

@@ -6,7 +6,6 @@ package enrolment
 
 import (
 	"context"
-	"crypto/subtle"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -66,61 +65,48 @@ func (s *Service) CreateToken(ctx context.Context, scope record.Scope, poolID uu
 // Approve approves a PENDING runner, but only when fingerprint is exactly
 // its key's, and issues its first certificate in the same transaction.
 func (s *Service) Approve(ctx context.Context, scope record.Scope, id uuid.UUID, fingerprint string, by *uuid.UUID) (record.Runner, error) {
-	return s.st.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r record.Runner) (store.RunnerDecision, error) {
-		if r.Status != record.RunnerPending {
-			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
-		}
-		if subtle.ConstantTimeCompare([]byte(fingerprint), []byte(r.Fingerprint)) != 1 {
-			return store.RunnerDecision{}, ErrFingerprintMismatch
-		}
-		if _, err := s.Issue(ctx, r); err != nil {
-			return store.RunnerDecision{}, err
-		}
-		// What the runner reported at enrolment is what is approved.
-		inv, err := fleet.InventoryOf(r)
-		if err != nil {
-			return store.RunnerDecision{}, err
-		}
-		if err := s.st.SetInventory(ctx, r.ID, inv); err != nil {
-			return store.RunnerDecision{}, err
-		}
-		return store.RunnerDecision{Status: record.RunnerApproved}, nil
-	})
+	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
+		return approval(r, fingerprint)
+	}, s.firstCertificate)
+}
+
+// firstCertificate is what comes with an approval: the runner's first
+// certificate, and the inventory later heartbeats are held to.
+func (s *Service) firstCertificate(ctx context.Context, r record.Runner) error {
+	if _, err := s.Issue(ctx, r); err != nil {
+		return err
+	}
+	// What the runner reported at enrolment is what is approved.
+	inv, err := fleet.InventoryOf(r)
+	if err != nil {
+		return err
+	}
+	return s.st.SetInventory(ctx, r.ID, inv)
 }
 
 // Reject turns a PENDING runner away for good.
 func (s *Service) Reject(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
-	return s.st.DecideRunner(ctx, scope, id, by, func(_ context.Context, r record.Runner) (store.RunnerDecision, error) {
-		if r.Status != record.RunnerPending {
-			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
-		}
-		return store.RunnerDecision{Status: record.RunnerRejected, Reason: reason}, nil
-	})
+	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
+		return rejection(r, reason)
+	}, nil)
 }
 
 // Revoke ends an APPROVED (or PENDING) runner's identity: every certificate
 // it holds stops working at the next handshake or request, and renewal is
 // refused.
 func (s *Service) Revoke(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
-	return s.st.DecideRunner(ctx, scope, id, by, func(_ context.Context, r record.Runner) (store.RunnerDecision, error) {
-		if r.Status != record.RunnerApproved && r.Status != record.RunnerPending {
-			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
-		}
-		return store.RunnerDecision{Status: record.RunnerRevoked, Reason: reason}, nil
-	})
+	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
+		return revocation(r, reason)
+	}, nil)
 }
 
 // Retire takes a runner out of the fleet for good: it is revoked (so it
 // cannot come back under its old identity) and marked retired.
 func (s *Service) Retire(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
-	return s.st.DecideRunner(ctx, scope, id, by, func(ctx context.Context, r record.Runner) (store.RunnerDecision, error) {
-		if r.Status == record.RunnerRejected || r.RetiredAt != nil {
-			return store.RunnerDecision{}, &WrongStatusError{Status: r.Status}
-		}
-		if err := s.st.Retire(ctx, r.ID); err != nil {
-			return store.RunnerDecision{}, err
-		}
-		return store.RunnerDecision{Status: record.RunnerRevoked, Reason: "retired: " + reason}, nil
+	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
+		return retirement(r, reason)
+	}, func(ctx context.Context, r record.Runner) error {
+		return s.st.Retire(ctx, r.ID)
 	})
 }
 

@@ -48,30 +48,58 @@ func (s *Service) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid
 // Drain stops a runner taking new work; what it runs carries on. It does
 // not touch whether the runner is online: only heartbeats do.
 func (s *Service) Drain(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, _ record.Runner) error {
-		return s.st.SetDraining(ctx, id, true)
+	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+		return s.st.SetDraining(ctx, r.ID, true)
 	})
 }
 
 // Resume lets a drained runner take work again (a retired one stays out).
 func (s *Service) Resume(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
-		if r.RetiredAt != nil {
-			return ErrRetired
+	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+		if err := resumable(r); err != nil {
+			return err
 		}
-		return s.st.SetDraining(ctx, id, false)
+		return s.st.SetDraining(ctx, r.ID, false)
 	})
+}
+
+// resumable: a retired runner does not come back.
+func resumable(r record.Runner) error {
+	if r.RetiredAt != nil {
+		return ErrRetired
+	}
+	return nil
 }
 
 // ClearQuarantine lets a quarantined runner take work again and accepts
 // what it reports now as its inventory, so the difference that quarantined
 // it does not do so again at the next heartbeat.
 func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.st.UpdateRunner(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
 		inv, err := InventoryOf(r)
 		if err != nil {
 			return err
 		}
-		return s.st.ClearQuarantine(ctx, id, inv)
+		return s.st.ClearQuarantine(ctx, r.ID, inv)
 	})
+}
+
+// control applies one control to a runner in one transaction: the runner
+// is locked inside scope, apply decides on it as locked and has the store
+// write what it decided, and the runner is returned as stored afterwards.
+// A refusal changes nothing.
+func (s *Service) control(ctx context.Context, scope record.Scope, id uuid.UUID, apply func(context.Context, record.Runner) error) (record.Runner, error) {
+	var out record.Runner
+	err := s.st.WithTx(ctx, func(ctx context.Context) error {
+		r, err := s.st.LockRunner(ctx, scope, id)
+		if err != nil {
+			return err
+		}
+		if err := apply(ctx, r); err != nil {
+			return err
+		}
+		out, err = s.st.Runner(ctx, scope, id)
+		return err
+	})
+	return out, err
 }

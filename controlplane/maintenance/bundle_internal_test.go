@@ -66,10 +66,7 @@ func (b testBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) 
 		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: cores, MemoryMiB: memMiB, GPUCount: gpus, GPUsHealthy: gpus},
 	})
 	require.NoError(t, err)
-	_, err = b.store.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
-		return store.RunnerDecision{Status: store.RunnerApproved}, nil
-	})
-	require.NoError(t, err)
+	storetest.Approve(t, b.store, r.ID)
 	return r.ID
 }
 

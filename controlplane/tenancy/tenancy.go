@@ -45,12 +45,6 @@ func (s *Service) CreatePool(ctx context.Context, p record.NewPool) (record.Pool
 	return s.st.CreatePool(ctx, p)
 }
 
-// UpdatePool applies change to a pool inside scope, under a row lock, and
-// returns the pool as stored.
-func (s *Service) UpdatePool(ctx context.Context, scope record.Scope, id uuid.UUID, change func(*record.Pool) error) (record.Pool, error) {
-	return s.st.UpdatePool(ctx, scope, id, change)
-}
-
 // Pool is one pool inside scope, or record.ErrNotFound.
 func (s *Service) Pool(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Pool, error) {
 	return s.st.Pool(ctx, scope, id)

@@ -34,9 +34,15 @@ func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c Report
 	}))
 }
 
-// SetInventory stores what later heartbeats are held to.
+// SetInventory stores what later heartbeats are held to. Like the other
+// writes of a runner's standing below, it tells every replica that the
+// runner changed once committed.
 func (s *Store) SetInventory(ctx context.Context, id uuid.UUID, inventory []byte) error {
-	return mapErr(s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: inventory}))
+	if err := s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: inventory}); err != nil {
+		return mapErr(err)
+	}
+	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	return nil
 }
 
 // Heartbeat is one runner's report, for RecordHeartbeats.
@@ -76,17 +82,29 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *ti
 
 // SetDraining drains a runner (no new work) or lets it take work again.
 func (s *Store) SetDraining(ctx context.Context, id uuid.UUID, draining bool) error {
-	return mapErr(s.q.SetRunnerDraining(ctx, s.conn(ctx), dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}))
+	if err := s.q.SetRunnerDraining(ctx, s.conn(ctx), dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}); err != nil {
+		return mapErr(err)
+	}
+	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	return nil
 }
 
 // Retire marks a runner retired (and draining).
 func (s *Store) Retire(ctx context.Context, id uuid.UUID) error {
-	return mapErr(s.q.RetireRunner(ctx, s.conn(ctx), id))
+	if err := s.q.RetireRunner(ctx, s.conn(ctx), id); err != nil {
+		return mapErr(err)
+	}
+	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	return nil
 }
 
 // ClearQuarantine lifts a quarantine, taking inventory as the new baseline.
 func (s *Store) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory []byte) error {
-	return mapErr(s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: inventory}))
+	if err := s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: inventory}); err != nil {
+		return mapErr(err)
+	}
+	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	return nil
 }
 
 // FleetCount is one group of runners for /metrics.

@@ -170,15 +170,22 @@ func TestRunnerChangesNameWhatChanged(t *testing.T) {
 	defer runners.Close()
 	defer revocations.Close()
 
+	// As fleet resumes a runner: lock, write, in a transaction of its own.
+	resume := func(ctx context.Context) error {
+		return b.store.WithTx(ctx, func(ctx context.Context) error {
+			if _, err := b.store.LockRunner(ctx, store.AllOrganisations(), r); err != nil {
+				return err
+			}
+			return b.store.SetDraining(ctx, r, false)
+		})
+	}
 	err := b.store.WithTx(ctx, func(ctx context.Context) error {
-		_, err := b.store.UpdateRunner(ctx, store.AllOrganisations(), r, func(context.Context, store.Runner) error { return nil })
-		require.NoError(t, err)
+		require.NoError(t, resume(ctx))
 		return errors.New("rolled back")
 	})
 	require.Error(t, err)
-	_, err = b.store.UpdateRunner(ctx, store.AllOrganisations(), r, func(context.Context, store.Runner) error { return nil })
-	require.NoError(t, err)
-	_, err = b.store.UpdatePool(ctx, store.AllOrganisations(), b.pool.ID, func(*store.Pool) error { return nil })
+	require.NoError(t, resume(ctx))
+	_, err = updatePool(ctx, b.store, store.AllOrganisations(), b.pool.ID, func(*store.Pool) {})
 	require.NoError(t, err)
 	_, err = b.store.RevokeCertificate(ctx, store.Revocation{Serial: "42", RevokedAt: time.Now()})
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/google/uuid"
 
@@ -74,37 +75,43 @@ func (s *Store) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, erro
 	return poolFromRow(row), nil
 }
 
-// UpdatePool applies change to the pool under a row lock, inside one
-// transaction, and returns the pool as stored.
-func (s *Store) UpdatePool(ctx context.Context, scope Scope, id uuid.UUID, change func(*Pool) error) (Pool, error) {
-	var out Pool
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.GetPoolForUpdate(ctx, s.conn(ctx), dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
-		if err != nil {
-			return mapErr(err)
-		}
-		p := poolFromRow(row)
-		if err := change(&p); err != nil {
-			return err
-		}
-		row, err = s.q.UpdatePool(ctx, s.conn(ctx), dbsqlc.UpdatePoolParams{
-			ID:                    id,
-			Name:                  p.Name,
-			LeaseSeconds:          int32Ptr(p.LeaseSeconds),
-			QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
-			AllowUnenforcedMemory: p.AllowUnenforcedMemory,
-		})
-		if err != nil {
-			return mapErr(err)
-		}
-		out = poolFromRow(row)
-		// A changed rule may let waiting jobs fit waiting runners.
-		s.notifyAfterCommit(ctx, ChannelJobs, id.String())
-		// Replicas cache runners with their pool's lease: make them re-read.
-		s.runnerChanged(ctx, ChannelRunnerStatus, PoolChanged+id.String())
-		return nil
+// LockPool reads the pool (inside scope), locked until the transaction in
+// ctx ends, for SavePool. Outside a transaction it is refused.
+func (s *Store) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+	if liveTx(ctx) == nil {
+		return Pool{}, fmt.Errorf("lock pool: %w", errNoTx)
+	}
+	row, err := s.q.GetPoolForUpdate(ctx, s.conn(ctx), dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Pool{}, mapErr(err)
+	}
+	return poolFromRow(row), nil
+}
+
+// SavePool writes p's name and settings over the pool that LockPool locked,
+// in the same transaction, and returns the pool as stored. Outside one it
+// is refused: the write replaces every field, and only the lock keeps it
+// from undoing a change made since p was read. Once committed, runners
+// waiting on the pool wake, and every replica re-reads its runners.
+func (s *Store) SavePool(ctx context.Context, p Pool) (Pool, error) {
+	if liveTx(ctx) == nil {
+		return Pool{}, fmt.Errorf("save pool: %w", errNoTx)
+	}
+	row, err := s.q.UpdatePool(ctx, s.conn(ctx), dbsqlc.UpdatePoolParams{
+		ID:                    p.ID,
+		Name:                  p.Name,
+		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
+		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
+		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
 	})
-	return out, err
+	if err != nil {
+		return Pool{}, mapErr(err)
+	}
+	// A changed rule may let waiting jobs fit waiting runners.
+	s.notifyAfterCommit(ctx, ChannelJobs, p.ID.String())
+	// Replicas cache runners with their pool's lease: make them re-read.
+	s.runnerChanged(ctx, ChannelRunnerStatus, PoolChanged+p.ID.String())
+	return poolFromRow(row), nil
 }
 
 func poolsFromRows(rows []dbsqlc.Pool) []Pool {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -125,55 +126,47 @@ func (s *Store) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Run
 	return out, nil
 }
 
-// RunnerDecision is what DecideRunner's callback returns: the new status
-// and why.
+// RunnerDecision is what policy decided about a runner's status, and why.
 type RunnerDecision struct {
 	Status RunnerStatus
 	Reason string
 }
 
-// DecideRunner changes a runner's status: decide looks at the locked runner
-// and chooses. Revocation revokes every certificate of the runner too.
-func (s *Store) DecideRunner(ctx context.Context, scope Scope, id uuid.UUID, by *uuid.UUID, decide func(ctx context.Context, r Runner) (RunnerDecision, error)) (Runner, error) {
-	return s.UpdateRunner(ctx, scope, id, func(ctx context.Context, r Runner) error {
-		d, err := decide(ctx, r)
-		if err != nil {
-			return err
-		}
-		if err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
-			ID: id, Status: string(d.Status), StatusReason: d.Reason, DecidedBy: nullUUID(by),
+// LockRunner reads the runner (inside scope), locked until the transaction
+// in ctx ends: decisions on one runner then apply one at a time, each
+// decided on what the last one left. Outside a transaction it is refused.
+func (s *Store) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+	if liveTx(ctx) == nil {
+		return Runner{}, fmt.Errorf("lock runner: %w", errNoTx)
+	}
+	row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Runner{}, mapErr(err)
+	}
+	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds), nil
+}
+
+// SetRunnerStatus applies a decision on the status of a runner that
+// LockRunner locked, in the same transaction (outside one it is refused:
+// the decision rests on the status as locked). A revocation revokes every
+// certificate of the runner with it. Once committed, every replica hears
+// that the runner changed.
+func (s *Store) SetRunnerStatus(ctx context.Context, id uuid.UUID, d RunnerDecision, by *uuid.UUID) error {
+	if liveTx(ctx) == nil {
+		return fmt.Errorf("set runner status: %w", errNoTx)
+	}
+	if err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
+		ID: id, Status: string(d.Status), StatusReason: d.Reason, DecidedBy: nullUUID(by),
+	}); err != nil {
+		return mapErr(err)
+	}
+	if d.Status == RunnerRevoked {
+		if _, err := s.q.RevokeRunnerCertificates(ctx, s.conn(ctx), dbsqlc.RevokeRunnerCertificatesParams{
+			RunnerID: uuid.NullUUID{UUID: id, Valid: true}, Reason: "runner revoked: " + d.Reason,
 		}); err != nil {
 			return mapErr(err)
 		}
-		if d.Status == RunnerRevoked {
-			if _, err := s.q.RevokeRunnerCertificates(ctx, s.conn(ctx), dbsqlc.RevokeRunnerCertificatesParams{
-				RunnerID: uuid.NullUUID{UUID: id, Valid: true}, Reason: "runner revoked: " + d.Reason,
-			}); err != nil {
-				return mapErr(err)
-			}
-		}
-		return nil
-	})
-}
-
-// UpdateRunner locks the runner (inside scope), runs change, and tells
-// every replica the runner changed (their caches and waiters re-read it),
-// all in one transaction. Work change does on the store with ctx joins the
-// transaction; its error aborts everything. It returns the runner as
-// stored afterwards.
-func (s *Store) UpdateRunner(ctx context.Context, scope Scope, id uuid.UUID, change func(ctx context.Context, r Runner) error) (Runner, error) {
-	var out Runner
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
-		if err != nil {
-			return mapErr(err)
-		}
-		if err := change(ctx, runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)); err != nil {
-			return err
-		}
-		s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
-		out, err = s.Runner(ctx, scope, id)
-		return err
-	})
-	return out, err
+	}
+	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	return nil
 }

@@ -85,10 +85,9 @@ func TestUpdatePoolOutsideScopeChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 	called := false
-	_, err := b.store.UpdatePool(ctx, store.OneOrganisation(b.orgA.ID), b.poolB.ID, func(p *store.Pool) error {
+	_, err := updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolB.ID, func(p *store.Pool) {
 		called = true
 		p.Name = "stolen"
-		return nil
 	})
 	require.ErrorIs(t, err, store.ErrNotFound)
 	require.False(t, called)
@@ -102,9 +101,8 @@ func TestUpdatePoolSettings(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 	sixty := 60
-	p, err := b.store.UpdatePool(ctx, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) error {
+	p, err := updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) {
 		p.LeaseSeconds = &sixty
-		return nil
 	})
 	require.NoError(t, err)
 	require.Equal(t, 60, *p.LeaseSeconds)
@@ -112,14 +110,68 @@ func TestUpdatePoolSettings(t *testing.T) {
 
 	// Out of range: refused by the database, nothing stored.
 	tooLong := 100000
-	_, err = b.store.UpdatePool(ctx, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) error {
+	_, err = updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) {
 		p.LeaseSeconds = &tooLong
-		return nil
 	})
 	require.ErrorIs(t, err, store.ErrInvalid)
 	got, err := b.store.Pool(ctx, store.AllOrganisations(), b.poolA.ID)
 	require.NoError(t, err)
 	require.Equal(t, 60, *got.LeaseSeconds)
+}
+
+// updatePool is an update as tenancy makes one: lock, change, save, in one
+// transaction.
+func updatePool(ctx context.Context, s *store.Store, scope store.Scope, id uuid.UUID, change func(*store.Pool)) (store.Pool, error) {
+	var out store.Pool
+	err := s.WithTx(ctx, func(ctx context.Context) error {
+		p, err := s.LockPool(ctx, scope, id)
+		if err != nil {
+			return err
+		}
+		change(&p)
+		out, err = s.SavePool(ctx, p)
+		return err
+	})
+	return out, err
+}
+
+// A lock taken outside a transaction would end before its caller could act
+// on what it read, and a write resting on such a read could undo another's:
+// the store refuses both, and what it refused changed nothing.
+func TestLocksAndTheWritesOnThemNeedATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, storetest.TxStore(t))
+	r := storetest.ApprovedRunner(t, b.store, b.poolA.ID, 1, 1024, 0)
+	const refused = "needs the transaction that locks the rows"
+
+	_, err := b.store.LockRunner(ctx, store.AllOrganisations(), r)
+	require.ErrorContains(t, err, refused)
+	err = b.store.SetRunnerStatus(ctx, r, store.RunnerDecision{Status: store.RunnerRevoked, Reason: "unlocked"}, nil)
+	require.ErrorContains(t, err, refused)
+	_, err = b.store.LockPool(ctx, store.AllOrganisations(), b.poolA.ID)
+	require.ErrorContains(t, err, refused)
+	renamed := b.poolA
+	renamed.Name = "renamed"
+	_, err = b.store.SavePool(ctx, renamed)
+	require.ErrorContains(t, err, refused)
+
+	runner, err := b.store.Runner(ctx, store.AllOrganisations(), r)
+	require.NoError(t, err)
+	require.Equal(t, store.RunnerApproved, runner.Status)
+	pool, err := b.store.Pool(ctx, store.AllOrganisations(), b.poolA.ID)
+	require.NoError(t, err)
+	require.Equal(t, "gpu", pool.Name)
+
+	// Inside one, the lock is taken, and only inside the scope.
+	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
+		locked, err := b.store.LockRunner(ctx, store.OneOrganisation(b.orgA.ID), r)
+		require.NoError(t, err)
+		require.Equal(t, r, locked.ID)
+		_, err = b.store.LockRunner(ctx, store.OneOrganisation(b.orgB.ID), r)
+		require.ErrorIs(t, err, store.ErrNotFound)
+		return nil
+	}))
 }
 
 func TestErrorsAreTheStoresOwn(t *testing.T) {

@@ -29,10 +29,21 @@ func ApprovedRunner(t testing.TB, s *store.Store, poolID uuid.UUID, cores float6
 	if err != nil {
 		t.Fatalf("enrol: %v", err)
 	}
-	if _, err := s.DecideRunner(ctx, store.AllOrganisations(), r.ID, nil, func(context.Context, store.Runner) (store.RunnerDecision, error) {
-		return store.RunnerDecision{Status: store.RunnerApproved}, nil
-	}); err != nil {
+	Approve(t, s, r.ID)
+	return r.ID
+}
+
+// Approve approves a runner as an administrator's approval would, whatever
+// its status and without a certificate.
+func Approve(t testing.TB, s *store.Store, id uuid.UUID) {
+	t.Helper()
+	err := s.WithTx(context.Background(), func(ctx context.Context) error {
+		if _, err := s.LockRunner(ctx, store.AllOrganisations(), id); err != nil {
+			return err
+		}
+		return s.SetRunnerStatus(ctx, id, store.RunnerDecision{Status: store.RunnerApproved}, nil)
+	})
+	if err != nil {
 		t.Fatalf("approve: %v", err)
 	}
-	return r.ID
 }
