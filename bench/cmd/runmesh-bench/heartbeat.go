@@ -64,148 +64,49 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
 		return err
 	}
-	// The replicas share one CA (its keys in their state directory) and
-	// one database, migrated and given its first admin by the server's own
-	// commands.
-	stateDir := filepath.Join(dir, "server")
-	keys, _, err := ca.Init(filepath.Join(stateDir, "ca"), "bench")
+	f, err := startReplicas(ctx, o, dir, cluster.URL("runmesh"))
+	defer f.stop()
 	if err != nil {
 		return err
 	}
-	setupConfig, err := writeServerConfig(filepath.Join(dir, "setup"), stateDir, cluster.URL("runmesh"))
-	if err != nil {
-		return err
-	}
-	if _, err := serverCommand(ctx, o.server, "migrate", "--config", setupConfig); err != nil {
-		return err
-	}
-	token, err := serverCommand(ctx, o.server, "bootstrap-admin", "--config", setupConfig)
-	if err != nil {
-		return err
-	}
-
-	var servers []*exec.Cmd
-	var addrs []string
-	defer func() {
-		for _, srv := range servers {
-			_ = srv.Process.Signal(os.Interrupt)
-			_ = srv.Wait()
-		}
-	}()
-	var adminURL string
-	for i := range o.replicas {
-		srv, addr, adminAddr, err := startServer(ctx, o.server, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), stateDir, cluster.URL("runmesh"))
-		if err != nil {
-			return err
-		}
-		servers, addrs = append(servers, srv), append(addrs, addr)
-		if adminURL == "" {
-			adminURL = "http://" + adminAddr
-		}
-	}
-	a := admin{url: adminURL, token: token}
-	poolID, err := a.createPool(ctx, "bench")
-	if err != nil {
-		return err
-	}
-
-	body, err := heartbeatBody(o.gpus)
-	if err != nil {
-		return err
-	}
-	request := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
-		runnerapi.PathHeartbeat, len(body), body)
-	requestFile, rootFile := filepath.Join(dir, "request"), filepath.Join(dir, "root.pem")
-	if err := os.WriteFile(requestFile, []byte(request), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(rootFile, pki.EncodeCertificates(keys.Root), 0o600); err != nil {
-		return err
-	}
+	servers := f.servers
 
 	// Every runner of the largest level, made up front and dealt out to
 	// the workers.
 	total := slices.Max(o.levels)
-	roots := x509.NewCertPool()
-	roots.AddCert(keys.Root)
-	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
-	_, certs, err := enrolFleet(ctx, a, poolID, "https://"+addrs[0], anon, total, 8, benchCapacity(o.gpus))
-	if err != nil {
-		return err
-	}
-	runners := make([]*simRunner, total)
-	for i, c := range certs {
-		runners[i] = &simRunner{cert: *c}
-	}
 	stats := &beatStats{}
-	var workers []*workerProc
+	workers, bodyLen, err := startFleet(ctx, o, dir, f, total, stats)
 	defer func() {
 		for _, w := range workers {
 			w.stop()
 		}
 	}()
-	for i := range o.workers {
-		var mine []*simRunner
-		for j := i; j < len(runners); j += o.workers {
-			mine = append(mine, runners[j])
-		}
-		w, err := startWorker(ctx, filepath.Join(dir, fmt.Sprintf("worker-%d", i)), mine, rootFile, requestFile, addrs, o.interval, stats)
-		if err != nil {
-			return err
-		}
-		workers = append(workers, w)
+	if err != nil {
+		return err
 	}
 
 	fmt.Fprintf(out, "runmesh-bench heartbeat — %s; PostgreSQL durable (fsync on)\n", machine())
 	fmt.Fprintf(out, "%d runmesh-server replica(s) and %d worker process(es) of simulated runners, each process under the open-file limit of %d\n",
 		o.replicas, o.workers, fileLimit())
 	fmt.Fprintf(out, "each runner: its own Ed25519 key and certificate, one kept-alive mTLS connection, a heartbeat every %v (±10%%) reporting %d GPUs (%d bytes)\n",
-		o.interval, o.gpus, len(body))
+		o.interval, o.gpus, bodyLen)
 	fmt.Fprintf(out, "%8s %8s %9s %9s %9s %7s %12s %12s %12s\n", "runners", "beats/s", "p50", "p99", "max", "errors", "server CPU", "postgres CPU", "clients CPU")
 
+	pids := cpuPIDs{postmaster: cluster.PID()}
+	for _, s := range servers {
+		pids.servers = append(pids.servers, s.Process.Pid)
+	}
+	for _, w := range workers {
+		pids.clients = append(pids.clients, w.cmd.Process.Pid)
+	}
 	var best int
 	var bestP99 time.Duration
 	for _, n := range o.levels {
-		for i, w := range workers {
-			share := n / o.workers
-			if i < n%o.workers {
-				share++
-			}
-			if err := w.grow(share); err != nil {
-				return err
-			}
+		p99, ok, err := measureLevel(ctx, o, n, workers, pids, stats, out)
+		if err != nil {
+			return err
 		}
-		// One interval to settle, then measure.
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(o.interval):
-		}
-		pids := cpuPIDs{postmaster: cluster.PID()}
-		for _, s := range servers {
-			pids.servers = append(pids.servers, s.Process.Pid)
-		}
-		for _, w := range workers {
-			pids.clients = append(pids.clients, w.cmd.Process.Pid)
-		}
-		stats.reset()
-		cpu0 := cpuSample(pids)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(o.measure):
-		}
-		cpu := cpuSample(pids).sub(cpu0)
-		lat, errs := stats.take()
-		if len(lat) == 0 {
-			return errors.New("no heartbeat completed")
-		}
-		p99 := pct(lat, 99)
-		secs := o.measure.Seconds()
-		fmt.Fprintf(out, "%8d %8.0f %9v %9v %9v %7d %11.2fc %11.2fc %11.2fc\n",
-			n, float64(len(lat))/secs, pct(lat, 50), p99, lat[len(lat)-1].Round(10*time.Microsecond), errs,
-			cpu.server.Seconds()/secs, cpu.postgres.Seconds()/secs, cpu.self.Seconds()/secs)
-		if p99 >= o.goal || errs > len(lat)/1000 {
+		if !ok {
 			break
 		}
 		best, bestP99 = n, p99
@@ -219,6 +120,143 @@ func benchHeartbeat(ctx context.Context, o heartbeatOptions, out io.Writer) erro
 		fmt.Fprintln(out, "(the largest level asked for: add levels with -runners to look further)")
 	}
 	return nil
+}
+
+// startFleet enrols total runners through the replicas and starts the
+// worker processes that hold their connections, the runners dealt out
+// among them. It returns the workers (to stop, even after an error) and
+// the size of a heartbeat's body.
+func startFleet(ctx context.Context, o heartbeatOptions, dir string, f *replicas, total int, stats *beatStats) ([]*workerProc, int, error) {
+	var workers []*workerProc
+	body, err := heartbeatBody(o.gpus)
+	if err != nil {
+		return workers, 0, err
+	}
+	request := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		runnerapi.PathHeartbeat, len(body), body)
+	requestFile, rootFile := filepath.Join(dir, "request"), filepath.Join(dir, "root.pem")
+	if err := os.WriteFile(requestFile, []byte(request), 0o600); err != nil {
+		return workers, 0, err
+	}
+	if err := os.WriteFile(rootFile, pki.EncodeCertificates(f.keys.Root), 0o600); err != nil {
+		return workers, 0, err
+	}
+
+	roots := x509.NewCertPool()
+	roots.AddCert(f.keys.Root)
+	anon := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}}}
+	_, certs, err := enrolFleet(ctx, f.admin, f.poolID, "https://"+f.addrs[0], anon, total, 8, benchCapacity(o.gpus))
+	if err != nil {
+		return workers, 0, err
+	}
+	runners := make([]*simRunner, total)
+	for i, c := range certs {
+		runners[i] = &simRunner{cert: *c}
+	}
+	for i := range o.workers {
+		var mine []*simRunner
+		for j := i; j < len(runners); j += o.workers {
+			mine = append(mine, runners[j])
+		}
+		w, err := startWorker(ctx, filepath.Join(dir, fmt.Sprintf("worker-%d", i)), mine, rootFile, requestFile, f.addrs, o.interval, stats)
+		if err != nil {
+			return workers, 0, err
+		}
+		workers = append(workers, w)
+	}
+
+	return workers, len(body), nil
+}
+
+// replicas are the servers a heartbeat bench runs, and what it set up
+// through them.
+type replicas struct {
+	keys    *ca.Keys
+	servers []*exec.Cmd
+	addrs   []string // their runner listeners
+	admin   admin
+	poolID  string
+}
+
+// startReplicas starts o.replicas servers in dir on the database at dbURL.
+// They share one CA (its keys in their state directory) and the database,
+// migrated and given its first admin by the server's own commands; a pool
+// is made for the runners through GraphQL. Call stop even after an error.
+func startReplicas(ctx context.Context, o heartbeatOptions, dir, dbURL string) (*replicas, error) {
+	f := &replicas{}
+	stateDir := filepath.Join(dir, "server")
+	var err error
+	if f.keys, _, err = ca.Init(filepath.Join(stateDir, "ca"), "bench"); err != nil {
+		return f, err
+	}
+	setupConfig, err := writeServerConfig(filepath.Join(dir, "setup"), stateDir, dbURL)
+	if err != nil {
+		return f, err
+	}
+	if _, err := serverCommand(ctx, o.server, "migrate", "--config", setupConfig); err != nil {
+		return f, err
+	}
+	if f.admin.token, err = serverCommand(ctx, o.server, "bootstrap-admin", "--config", setupConfig); err != nil {
+		return f, err
+	}
+	for i := range o.replicas {
+		srv, addr, adminAddr, err := startServer(ctx, o.server, filepath.Join(dir, fmt.Sprintf("replica-%d", i)), stateDir, dbURL)
+		if err != nil {
+			return f, err
+		}
+		f.servers, f.addrs = append(f.servers, srv), append(f.addrs, addr)
+		if f.admin.url == "" {
+			f.admin.url = "http://" + adminAddr
+		}
+	}
+	f.poolID, err = f.admin.createPool(ctx, "bench")
+	return f, err
+}
+
+func (f *replicas) stop() {
+	for _, srv := range f.servers {
+		_ = srv.Process.Signal(os.Interrupt)
+		_ = srv.Wait()
+	}
+}
+
+// measureLevel grows the workers' runners to n, lets them settle for an
+// interval, measures for o.measure and prints the level's line. ok: the
+// level met the goal, and the next may be tried.
+func measureLevel(ctx context.Context, o heartbeatOptions, n int, workers []*workerProc, pids cpuPIDs, stats *beatStats, out io.Writer) (time.Duration, bool, error) {
+	for i, w := range workers {
+		share := n / o.workers
+		if i < n%o.workers {
+			share++
+		}
+		if err := w.grow(share); err != nil {
+			return 0, false, err
+		}
+	}
+	// One interval to settle, then measure.
+	select {
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	case <-time.After(o.interval):
+	}
+	stats.reset()
+	cpu0 := cpuSample(pids)
+	select {
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	case <-time.After(o.measure):
+	}
+	cpu := cpuSample(pids).sub(cpu0)
+	lat, errs := stats.take()
+	if len(lat) == 0 {
+		return 0, false, errors.New("no heartbeat completed")
+	}
+	p99 := pct(lat, 99)
+	secs := o.measure.Seconds()
+	fmt.Fprintf(out, "%8d %8.0f %9v %9v %9v %7d %11.2fc %11.2fc %11.2fc\n",
+		n, float64(len(lat))/secs, pct(lat, 50), p99, lat[len(lat)-1].Round(10*time.Microsecond), errs,
+		cpu.server.Seconds()/secs, cpu.postgres.Seconds()/secs, cpu.self.Seconds()/secs)
+	return p99, p99 < o.goal && errs <= len(lat)/1000, nil
 }
 
 // workerProc is a heartbeat worker process.
