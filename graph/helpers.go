@@ -2,9 +2,7 @@ package graph
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"regexp"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -177,18 +175,12 @@ func labels(ls []runnerapi.Label) []model.Label {
 }
 
 // runnerHealth is what the runner's last heartbeat said of its health.
-func runnerHealth(b []byte) ([]model.HealthCondition, error) {
-	var in []runnerapi.Condition
-	if len(b) > 0 {
-		if err := json.Unmarshal(b, &in); err != nil {
-			return nil, fmt.Errorf("runner health: %w", err)
-		}
-	}
+func runnerHealth(in []runnerapi.Condition) []model.HealthCondition {
 	out := make([]model.HealthCondition, 0, len(in))
 	for _, c := range in {
 		out = append(out, model.HealthCondition{Name: c.Name, Ok: c.OK, Severity: c.Severity, Title: c.Title})
 	}
-	return out, nil
+	return out
 }
 
 // serverHealth is the serving replica's conditions. Their texts can carry

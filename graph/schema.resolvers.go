@@ -576,34 +576,22 @@ func (r *runnerResolver) TakingWork(ctx context.Context, obj *record.Runner) (bo
 
 // Capacity is the resolver for the capacity field.
 func (r *runnerResolver) Capacity(ctx context.Context, obj *record.Runner) (*model.RunnerCapacity, error) {
-	c, err := fleet.Capacity(*obj)
-	if err != nil {
-		return nil, err
-	}
-	return runnerCapacity(c), nil
+	return runnerCapacity(obj.Capacity), nil
 }
 
 // Gpus is the resolver for the gpus field.
 func (r *runnerResolver) Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error) {
-	gs, err := fleet.GPUs(*obj)
-	if err != nil {
-		return nil, err
-	}
-	return gpus(gs), nil
+	return gpus(obj.Capacity.GPUs), nil
 }
 
 // Labels is the resolver for the labels field.
 func (r *runnerResolver) Labels(ctx context.Context, obj *record.Runner) ([]model.Label, error) {
-	c, err := fleet.Capacity(*obj)
-	if err != nil {
-		return nil, err
-	}
-	return labels(c.Labels), nil
+	return labels(obj.Capacity.Labels), nil
 }
 
 // Health is the resolver for the health field.
 func (r *runnerResolver) Health(ctx context.Context, obj *record.Runner) ([]model.HealthCondition, error) {
-	return runnerHealth(obj.Health)
+	return runnerHealth(obj.Health), nil
 }
 
 // Quarantined is the resolver for the quarantined field.
@@ -632,11 +620,8 @@ func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *record.Runner)
 
 // Recovery is the resolver for the recovery field.
 func (r *runnerResolver) Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error) {
-	p, ok, err := fleet.ParseRecovery(obj.Recovery)
-	if err != nil {
-		return nil, fmt.Errorf("runner %s: %w", obj.ID, err)
-	}
-	if !ok || obj.RecoveryAt == nil {
+	p := obj.Recovery
+	if p == nil || obj.RecoveryAt == nil {
 		return nil, nil
 	}
 	return &model.RecoveryProof{

@@ -77,11 +77,7 @@ func (s *Service) firstCertificate(ctx context.Context, r record.Runner) error {
 		return err
 	}
 	// What the runner reported at enrolment is what is approved.
-	inv, err := fleet.InventoryOf(r)
-	if err != nil {
-		return err
-	}
-	return s.st.SetInventory(ctx, r.ID, inv)
+	return s.st.SetInventory(ctx, r.ID, fleet.InventoryOf(r))
 }
 
 // Reject turns a PENDING runner away for good.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -26,11 +27,11 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 	c.GPUs = nil
 	capJSON, err := json.Marshal(c)
 	if err != nil {
-		return store.ReportedCapacity{}, err
+		return store.ReportedCapacity{}, fmt.Errorf("encode capacity: %w", err)
 	}
 	gpuJSON, err := json.Marshal(gpus)
 	if err != nil {
-		return store.ReportedCapacity{}, err
+		return store.ReportedCapacity{}, fmt.Errorf("encode gpus: %w", err)
 	}
 	healthy := 0
 	for _, g := range gpus {
@@ -44,78 +45,14 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 	}, nil
 }
 
-// Capacity reads back what Report stored.
-func Capacity(r store.Runner) (runnerapi.Capacity, error) {
-	var c runnerapi.Capacity
-	if len(r.Capacity) > 0 {
-		if err := json.Unmarshal(r.Capacity, &c); err != nil {
-			return c, fmt.Errorf("runner %s capacity: %w", r.ID, err)
-		}
+// InventoryOf is the inventory of a runner as it stands: what an
+// administrator approves.
+func InventoryOf(r store.Runner) record.Inventory {
+	inv := record.Inventory{MemoryMiB: r.MemoryMiB, GPUs: []record.InventoryGPU{}}
+	for _, g := range r.Capacity.GPUs {
+		inv.GPUs = append(inv.GPUs, record.InventoryGPU{UUID: g.UUID, MemoryTotalMiB: g.MemoryTotalMiB})
 	}
-	gpus, err := GPUs(r)
-	c.GPUs = gpus
-	return c, err
-}
-
-// GPUs reads back the runner's GPUs.
-func GPUs(r store.Runner) ([]runnerapi.GPU, error) {
-	gpus := []runnerapi.GPU{}
-	if len(r.GPUs) > 0 {
-		if err := json.Unmarshal(r.GPUs, &gpus); err != nil {
-			return nil, fmt.Errorf("runner %s gpus: %w", r.ID, err)
-		}
-	}
-	return gpus, nil
-}
-
-// ParseRecovery reads a recovery proof as stored; ok is false before the
-// runner's agent sent one (nil).
-func ParseRecovery(raw []byte) (proof runnerapi.RecoveryProof, ok bool, err error) {
-	if raw == nil {
-		return proof, false, nil
-	}
-	if err := json.Unmarshal(raw, &proof); err != nil {
-		return proof, false, fmt.Errorf("recovery proof: %w", err)
-	}
-	return proof, true, nil
-}
-
-// Inventory is what an administrator approved: the GPUs by UUID with their
-// memory, and the host's memory.
-type Inventory struct {
-	GPUs      []InventoryGPU `json:"gpus"`
-	MemoryMiB int64          `json:"memory_mib"`
-}
-
-// InventoryGPU is one approved GPU.
-type InventoryGPU struct {
-	UUID           string `json:"uuid"`
-	MemoryTotalMiB int64  `json:"memory_total_mib"`
-}
-
-// InventoryOf is the inventory of a runner as it stands.
-func InventoryOf(r store.Runner) ([]byte, error) {
-	gpus, err := GPUs(r)
-	if err != nil {
-		return nil, err
-	}
-	inv := Inventory{MemoryMiB: r.MemoryMiB, GPUs: []InventoryGPU{}}
-	for _, g := range gpus {
-		inv.GPUs = append(inv.GPUs, InventoryGPU{UUID: g.UUID, MemoryTotalMiB: g.MemoryTotalMiB})
-	}
-	return json.Marshal(inv)
-}
-
-// ParseInventory reads a stored inventory (nil: none yet).
-func ParseInventory(b []byte) (*Inventory, error) {
-	if len(b) == 0 {
-		return nil, nil
-	}
-	var inv Inventory
-	if err := json.Unmarshal(b, &inv); err != nil {
-		return nil, err
-	}
-	return &inv, nil
+	return inv
 }
 
 // hostMemoryTolerance absorbs the kernel's own small changes to MemTotal.
@@ -126,7 +63,7 @@ const hostMemoryTolerance = 0.02
 // memory. It returns the differences as one sentence, or "" when there are
 // none. An unapproved GPU is drift too: placement trusts what the runner
 // reports, so the GPUs it may offer are the ones an administrator saw.
-func Drift(inv *Inventory, c runnerapi.Capacity) string {
+func Drift(inv *record.Inventory, c runnerapi.Capacity) string {
 	if inv == nil {
 		return ""
 	}
@@ -196,7 +133,7 @@ func TakingWork(r store.Runner, now time.Time) bool {
 	}
 	// The proof is for the agent instance that sent it; whether a request
 	// comes from that instance is the lease handler's check.
-	if proof, ok, err := ParseRecovery(r.Recovery); !ok || err != nil || !proof.Proves(proof.AgentInstance) {
+	if r.Recovery == nil || !r.Recovery.Proves(r.Recovery.AgentInstance) {
 		return false
 	}
 	recent := func(t *time.Time) bool { return t != nil && now.Sub(*t) < recentActivity }

@@ -76,11 +76,7 @@ func resumable(r record.Runner) error {
 // it does not do so again at the next heartbeat.
 func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
 	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
-		inv, err := InventoryOf(r)
-		if err != nil {
-			return err
-		}
-		return s.st.ClearQuarantine(ctx, r.ID, inv)
+		return s.st.ClearQuarantine(ctx, r.ID, InventoryOf(r))
 	})
 }
 

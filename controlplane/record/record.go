@@ -1,9 +1,10 @@
 // Package record holds the control plane's records as every part of it
 // speaks of them: jobs, runners, pools, organisations, admins and what
 // belongs to them, who may see them (Scope), and the errors about them. It
-// is a leaf: the store keeps and reads these records, the domain packages
-// decide on them, and the GraphQL API shows them, without any of those
-// reaching into another.
+// is a leaf (beside runnerapi, whose reports a runner record keeps as
+// sent): the store keeps and reads these records, decoded, the domain
+// packages decide on them, and the GraphQL API shows them, without any of
+// those reaching into another.
 package record
 
 import (

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // RunnerStatus is where a runner stands with the administrators.
@@ -37,28 +39,47 @@ type Runner struct {
 }
 
 // RunnerCapacity is what the runner last reported, and the controls on it.
+// The reports are the runner API's own types: they are what the runner
+// sent, checked, and a copy of them here would only have to be kept in
+// step with the wire.
 type RunnerCapacity struct {
 	AgentVersion      string
 	LastHeartbeatAt   *time.Time
 	LastWorkRequestAt *time.Time
-	Capacity          []byte // runnerapi.Capacity as JSON, without the GPUs
-	GPUs              []byte // []runnerapi.GPU as JSON
-	Health            []byte // []runnerapi.Condition as JSON
-	Cores             float64
-	MemoryMiB         int64
-	GPUCount          int
-	GPUsHealthy       int
-	Inventory         []byte // the approved inventory as JSON (see fleet); nil before approval
-	QuarantinedAt     *time.Time
-	QuarantineReason  string
-	Draining          bool
-	RetiredAt         *time.Time
-	FailuresInARow    int
-	EnforcesLimits    bool
-	// Recovery is the agent's latest recovery proof
-	// (runnerapi.RecoveryProof as JSON; nil before one came).
-	Recovery   []byte
+	// Capacity is the last report, its GPUs included (an empty list, not
+	// nil, when it has none).
+	Capacity runnerapi.Capacity
+	// Health is the conditions of the last heartbeat (empty, not nil,
+	// before one).
+	Health           []runnerapi.Condition
+	Cores            float64
+	MemoryMiB        int64
+	GPUCount         int
+	GPUsHealthy      int
+	Inventory        *Inventory // nil before approval
+	QuarantinedAt    *time.Time
+	QuarantineReason string
+	Draining         bool
+	RetiredAt        *time.Time
+	FailuresInARow   int
+	EnforcesLimits   bool
+	// Recovery is the agent's latest recovery proof (nil before one came).
+	Recovery   *runnerapi.RecoveryProof
 	RecoveryAt *time.Time
+}
+
+// Inventory is what an administrator approved, and what later heartbeats
+// are held to (see fleet.Drift): the GPUs by UUID with their memory, and
+// the host's memory. The tags are its stored form.
+type Inventory struct {
+	GPUs      []InventoryGPU `json:"gpus"`
+	MemoryMiB int64          `json:"memory_mib"`
+}
+
+// InventoryGPU is one approved GPU.
+type InventoryGPU struct {
+	UUID           string `json:"uuid"`
+	MemoryTotalMiB int64  `json:"memory_total_mib"`
 }
 
 // RunnerFilter narrows a runner listing.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -18,10 +17,9 @@ type callerKey struct{}
 
 // caller is the authenticated runner and the certificate it presented.
 type caller struct {
-	runner    store.Runner
-	inventory *fleet.Inventory
-	serial    string
-	expiry    time.Time
+	runner store.Runner
+	serial string
+	expiry time.Time
 }
 
 // authenticated admits requests carrying a client certificate of an
@@ -63,7 +61,7 @@ func (s *Server) authenticated(next http.HandlerFunc) http.Handler {
 			deny("certificate revoked, or its runner is not approved")
 			return
 		}
-		ctx := context.WithValue(r.Context(), callerKey{}, caller{runner: who.runner, inventory: who.inventory, serial: serial, expiry: leaf.NotAfter})
+		ctx := context.WithValue(r.Context(), callerKey{}, caller{runner: who.runner, serial: serial, expiry: leaf.NotAfter})
 		next(w, r.WithContext(ctx))
 	})
 }

@@ -67,7 +67,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.internal(w, r, "heartbeat", err)
 		return
 	}
-	drift := fleet.Drift(c.inventory, req.Capacity)
+	drift := fleet.Drift(c.runner.Inventory, req.Capacity)
 	out, err := s.o.Heartbeats.Submit(r.Context(), store.Heartbeat{
 		RunnerID: c.runner.ID, AgentVersion: req.AgentVersion, Health: healthJSON, Drift: drift, ReportedCapacity: rep,
 	})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 )
 
@@ -34,10 +33,9 @@ type identities struct {
 }
 
 type identity struct {
-	standing  store.CertificateStanding
-	runner    store.Runner
-	inventory *fleet.Inventory
-	at        time.Time
+	standing store.CertificateStanding
+	runner   store.Runner // with its inventory
+	at       time.Time
 }
 
 func newIdentities(s *store.Store) *identities {
@@ -64,11 +62,7 @@ func (c *identities) lookup(ctx context.Context, serial string, runnerID uuid.UU
 		if err != nil {
 			return identity{}, err
 		}
-		inv, err := fleet.ParseInventory(r.Inventory)
-		if err != nil {
-			return identity{}, err
-		}
-		e.runner, e.inventory = r, inv
+		e.runner = r
 	}
 	c.mu.Lock()
 	if c.gen == gen {

@@ -56,12 +56,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	// Work only after this agent instance proved, in a heartbeat, that no
 	// job from before its start runs unknown to the server. (The proof as
 	// read now, not as the caller's runner row had it.)
-	recovery, _, err := fleet.ParseRecovery(proof)
-	if err != nil {
-		s.internal(w, r, "leases", err)
-		return
-	}
-	if !recovery.Proves(req.AgentInstance) {
+	if proof == nil || !proof.Proves(req.AgentInstance) {
 		writeError(w, http.StatusConflict, runnerapi.CodeRecoveryRequired,
 			"no work before this agent's survivor check: send its recovery proof (survivors checked, runner isolated) in a heartbeat first")
 		return

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,8 +38,12 @@ func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c Report
 // SetInventory stores what later heartbeats are held to. Like the other
 // writes of a runner's standing below, it tells every replica that the
 // runner changed once committed.
-func (s *Store) SetInventory(ctx context.Context, id uuid.UUID, inventory []byte) error {
-	if err := s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: inventory}); err != nil {
+func (s *Store) SetInventory(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+	doc, err := json.Marshal(inventory)
+	if err != nil {
+		return fmt.Errorf("set inventory: %w", err)
+	}
+	if err := s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: doc}); err != nil {
 		return mapErr(err)
 	}
 	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
@@ -99,8 +104,12 @@ func (s *Store) Retire(ctx context.Context, id uuid.UUID) error {
 }
 
 // ClearQuarantine lifts a quarantine, taking inventory as the new baseline.
-func (s *Store) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory []byte) error {
-	if err := s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: inventory}); err != nil {
+func (s *Store) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+	doc, err := json.Marshal(inventory)
+	if err != nil {
+		return fmt.Errorf("clear quarantine: %w", err)
+	}
+	if err := s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: doc}); err != nil {
 		return mapErr(err)
 	}
 	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())

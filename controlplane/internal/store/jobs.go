@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 func jobFromRow(r dbsqlc.Job) Job {
@@ -335,11 +336,18 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 }
 
 // TouchWorkRequest records that the runner asked for work and returns its
-// latest recovery proof (JSON; nil before its agent sent one). One
-// statement, which writes at most every 30 seconds a runner (see the query).
-func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) ([]byte, error) {
-	proof, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
-	return proof, mapErr(err)
+// latest recovery proof (nil before its agent sent one). One statement,
+// which writes at most every 30 seconds a runner (see the query).
+func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) (*runnerapi.RecoveryProof, error) {
+	doc, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	proof, err := decodeOptional[runnerapi.RecoveryProof](doc)
+	if err != nil {
+		return nil, fmt.Errorf("read runner %s: stored recovery proof: %w", runnerID, err)
+	}
+	return proof, nil
 }
 
 // RecordRecovery stores the recovery proof (JSON) a runner's agent sent

@@ -11,30 +11,27 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
 )
 
-func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) Runner {
+func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) (Runner, error) {
+	reports, err := runnerReports(r)
+	if err != nil {
+		return Runner{}, err
+	}
 	return Runner{
 		PoolLeaseSeconds: intPtr(leaseSeconds),
-		RunnerCapacity: RunnerCapacity{
-			AgentVersion: r.AgentVersion, LastHeartbeatAt: r.LastHeartbeatAt, LastWorkRequestAt: r.LastWorkRequestAt,
-			Capacity: r.Capacity, GPUs: r.Gpus, Health: r.Health, Cores: r.Cores, MemoryMiB: r.MemoryMib,
-			GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy), Inventory: r.Inventory,
-			QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
-			FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits,
-			Recovery: r.Recovery, RecoveryAt: r.RecoveryAt,
-		},
-		ID:             r.ID,
-		PoolID:         r.PoolID,
-		OrganisationID: uuidPtr(org),
-		Name:           r.Name,
-		Status:         RunnerStatus(r.Status),
-		StatusReason:   r.StatusReason,
-		PublicKey:      r.PublicKey,
-		Fingerprint:    r.Fingerprint,
-		CSR:            r.Csr,
-		EnrolledAt:     r.EnrolledAt,
-		DecidedAt:      r.DecidedAt,
-		DecidedBy:      uuidPtr(r.DecidedBy),
-	}
+		RunnerCapacity:   reports,
+		ID:               r.ID,
+		PoolID:           r.PoolID,
+		OrganisationID:   uuidPtr(org),
+		Name:             r.Name,
+		Status:           RunnerStatus(r.Status),
+		StatusReason:     r.StatusReason,
+		PublicKey:        r.PublicKey,
+		Fingerprint:      r.Fingerprint,
+		CSR:              r.Csr,
+		EnrolledAt:       r.EnrolledAt,
+		DecidedAt:        r.DecidedAt,
+		DecidedBy:        uuidPtr(r.DecidedBy),
+	}, nil
 }
 
 // CreateEnrolmentToken records a token for a pool inside scope (another
@@ -103,7 +100,7 @@ func (s *Store) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, 
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
-	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds), nil
+	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
 }
 
 // Runners lists the runners inside scope that match f, oldest first.
@@ -121,7 +118,9 @@ func (s *Store) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Run
 	}
 	out := make([]Runner, len(rows))
 	for i, r := range rows {
-		out[i] = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
+		if out[i], err = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
@@ -143,7 +142,7 @@ func (s *Store) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runn
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
-	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds), nil
+	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)
 }
 
 // SetRunnerStatus applies a decision on the status of a runner that

@@ -33,6 +33,7 @@ type (
 	RunnerStatus   = record.RunnerStatus
 	Runner         = record.Runner
 	RunnerCapacity = record.RunnerCapacity
+	Inventory      = record.Inventory
 	RunnerFilter   = record.RunnerFilter
 	Booking        = record.Booking
 	Certificate    = record.Certificate
