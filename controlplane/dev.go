@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
@@ -34,50 +36,23 @@ type DevOptions struct {
 // directory (kept between runs), the schema migrated, a platform admin with a
 // token on first run, and the server on loopback, until ctx ends.
 func RunDev(ctx context.Context, o DevOptions) error {
-	if err := checkLoopback(o.AdminAddr); err != nil {
-		return fmt.Errorf("--admin-addr: %w", err)
-	}
-	runnerHost, _, err := net.SplitHostPort(o.RunnerAddr)
+	runnerHost, err := prepareDev(o)
 	if err != nil {
-		return fmt.Errorf("--runner-addr: %w", err)
+		return err
 	}
-	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-	// PostgreSQL may run as another user (we may be root): it must be able
-	// to pass through, but not to list, the state directory.
-	if err := os.Chmod(o.StateDir, 0o711); err != nil {
-		return fmt.Errorf("state directory: %w", err)
-	}
-
 	keys, _, err := ca.Init(filepath.Join(o.StateDir, "ca"), "runmesh dev")
 	if err != nil {
 		return err
 	}
-	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
-		DataDir: filepath.Join(o.StateDir, "postgres"),
-		LogFile: filepath.Join(o.StateDir, "postgres.log"),
-		Durable: true,
-		Log:     o.Log.With("component", "postgres"),
-	})
-	if err != nil {
-		return fmt.Errorf("private postgres: %w", err)
+	cluster, pool, err := startDevDatabase(ctx, o)
+	if cluster != nil {
+		defer cluster.Stop()
 	}
-	defer cluster.Stop()
-	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
-		return err
+	if pool != nil {
+		defer pool.Close()
 	}
-	pool, err := store.Connect(ctx, cluster.URL("runmesh"))
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer pool.Close()
-	applied, err := store.Migrate(ctx, pool)
 	if err != nil {
 		return err
-	}
-	if len(applied) > 0 {
-		o.Log.Info("applied migrations", "versions", applied)
 	}
 	st := store.New(pool)
 
@@ -124,6 +99,57 @@ func RunDev(ctx context.Context, o DevOptions) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return srv.Stop(stopCtx)
+}
+
+// prepareDev checks the addresses asked for and makes the state directory.
+// It returns the runner listener's host.
+func prepareDev(o DevOptions) (string, error) {
+	if err := checkLoopback(o.AdminAddr); err != nil {
+		return "", fmt.Errorf("--admin-addr: %w", err)
+	}
+	runnerHost, _, err := net.SplitHostPort(o.RunnerAddr)
+	if err != nil {
+		return "", fmt.Errorf("--runner-addr: %w", err)
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	// PostgreSQL may run as another user (we may be root): it must be able
+	// to pass through, but not to list, the state directory.
+	if err := os.Chmod(o.StateDir, 0o711); err != nil {
+		return "", fmt.Errorf("state directory: %w", err)
+	}
+	return runnerHost, nil
+}
+
+// startDevDatabase starts the private PostgreSQL in the state directory
+// and migrates its database. The caller stops what it returns, also with
+// an error.
+func startDevDatabase(ctx context.Context, o DevOptions) (*pgcluster.Cluster, *pgxpool.Pool, error) {
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{
+		DataDir: filepath.Join(o.StateDir, "postgres"),
+		LogFile: filepath.Join(o.StateDir, "postgres.log"),
+		Durable: true,
+		Log:     o.Log.With("component", "postgres"),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("private postgres: %w", err)
+	}
+	if err := cluster.CreateDatabase(ctx, "runmesh"); err != nil {
+		return cluster, nil, err
+	}
+	pool, err := store.Connect(ctx, cluster.URL("runmesh"))
+	if err != nil {
+		return cluster, nil, fmt.Errorf("connect: %w", err)
+	}
+	applied, err := store.Migrate(ctx, pool)
+	if err != nil {
+		return cluster, pool, err
+	}
+	if len(applied) > 0 {
+		o.Log.Info("applied migrations", "versions", applied)
+	}
+	return cluster, pool, nil
 }
 
 // devAdminToken creates the platform admin on first run. Later runs read

@@ -25,32 +25,12 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if !decodeWithin(w, r, &req, runnerapi.MaxHeartbeatBodyBytes) {
 		return
 	}
-	if req.RunnerID != "" && req.RunnerID != c.runner.ID.String() {
-		writeError(w, http.StatusForbidden, runnerapi.CodeForbidden, "the heartbeat names another runner than the certificate")
-		return
-	}
-	if err := runnerapi.CheckCapacity(req.Capacity); err != nil {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
-		return
-	}
-	if len(req.Leases) > runnerapi.MaxHeldLeases {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("leases: at most %d", runnerapi.MaxHeldLeases))
-		return
-	}
-	if err := checkConditions(req.Health); err != nil {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "health: "+err.Error())
-		return
-	}
-	if err := runnerapi.CheckText("agent_version", req.AgentVersion, 64); err != nil {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
+	if status, code, msg := checkHeartbeat(req, c.runner.ID.String()); status != 0 {
+		writeError(w, status, code, msg)
 		return
 	}
 	var proof []byte
 	if req.Recovery != nil {
-		if err := runnerapi.CheckRecovery(*req.Recovery); err != nil {
-			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "recovery: "+err.Error())
-			return
-		}
 		proof, _ = json.Marshal(req.Recovery) // a struct of strings, ints and bools
 	}
 	rep, err := fleet.Report(req.Capacity)
@@ -108,6 +88,34 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
 		RecoveryRecorded: proof != nil,
 	})
+}
+
+// checkHeartbeat refuses a heartbeat that is not the certificate's
+// runner's, or that reports what no agent could: the status, code and
+// message of the answer, or a zero status.
+func checkHeartbeat(req runnerapi.HeartbeatRequest, runnerID string) (int, string, string) {
+	bad := func(msg string) (int, string, string) { return http.StatusBadRequest, runnerapi.CodeBadRequest, msg }
+	if req.RunnerID != "" && req.RunnerID != runnerID {
+		return http.StatusForbidden, runnerapi.CodeForbidden, "the heartbeat names another runner than the certificate"
+	}
+	if err := runnerapi.CheckCapacity(req.Capacity); err != nil {
+		return bad("capacity: " + err.Error())
+	}
+	if len(req.Leases) > runnerapi.MaxHeldLeases {
+		return bad(fmt.Sprintf("leases: at most %d", runnerapi.MaxHeldLeases))
+	}
+	if err := checkConditions(req.Health); err != nil {
+		return bad("health: " + err.Error())
+	}
+	if err := runnerapi.CheckText("agent_version", req.AgentVersion, 64); err != nil {
+		return bad(err.Error())
+	}
+	if req.Recovery != nil {
+		if err := runnerapi.CheckRecovery(*req.Recovery); err != nil {
+			return bad("recovery: " + err.Error())
+		}
+	}
+	return 0, "", ""
 }
 
 func checkConditions(cs []runnerapi.Condition) error {

@@ -66,57 +66,9 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
 	}
 	poolID := ns[0].PoolID
-	p := dbsqlc.InsertJobsParams{PoolID: poolID}
-	for _, n := range ns {
-		if n.PoolID != poolID {
-			return nil, nil, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
-		}
-		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
-			return nil, nil, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
-		}
-		// Checked here, not by the table: they travel as int32, and the
-		// nil UUID stands for no submitter.
-		for _, v := range []int{n.Claim.GPUs, n.Claim.WallClockSeconds, n.Priority, n.MaxAttempts} {
-			if v < math.MinInt32 || v > math.MaxInt32 {
-				return nil, nil, fmt.Errorf("%w: %d is out of range", ErrInvalid, v)
-			}
-		}
-		if n.SubmittedBy != nil && *n.SubmittedBy == uuid.Nil {
-			return nil, nil, fmt.Errorf("%w: no submitter has the nil UUID", ErrInvalid)
-		}
-		// Jobs of one batch share submitted_at; time-ordered ids keep the
-		// lease order the order given.
-		id, err := uuid.NewV7()
-		if err != nil {
-			return nil, nil, err
-		}
-		env := []byte("{}")
-		if n.Env != nil {
-			if env, err = json.Marshal(n.Env); err != nil {
-				return nil, nil, err
-			}
-		}
-		var submittedBy uuid.UUID // the nil UUID: none
-		if n.SubmittedBy != nil {
-			submittedBy = *n.SubmittedBy
-		}
-		key := "" // none
-		if n.IdempotencyKey != nil {
-			key = *n.IdempotencyKey
-		}
-		p.Ids = append(p.Ids, id)
-		p.SubmittedBy = append(p.SubmittedBy, submittedBy)
-		p.Images = append(p.Images, n.Image)
-		p.Commands = append(p.Commands, textArray(n.Command))
-		p.Envs = append(p.Envs, string(env))
-		p.Cores = append(p.Cores, n.Claim.Cores)
-		p.MemoryMib = append(p.MemoryMib, n.Claim.MemoryMiB)
-		p.Gpus = append(p.Gpus, int32(n.Claim.GPUs))
-		p.WallClockSeconds = append(p.WallClockSeconds, int32(n.Claim.WallClockSeconds))
-		p.Priorities = append(p.Priorities, int32(n.Priority))
-		p.MaxAttempts = append(p.MaxAttempts, int32(n.MaxAttempts))
-		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
-		p.Kinds = append(p.Kinds, n.Kind)
+	p, err := insertParams(ns)
+	if err != nil {
+		return nil, nil, err
 	}
 	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
 	err = s.WithTx(ctx, func(ctx context.Context) error {
@@ -158,6 +110,65 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 
 // newJob is the job n became: what the database decided of it (r), and
 // the rest as given, stored as jobFromRow reads it back.
+// insertParams checks a batch (one pool, values that travel as int32) and
+// lays it out as InsertJobs takes it: an array a field.
+func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
+	poolID := ns[0].PoolID
+	p := dbsqlc.InsertJobsParams{PoolID: poolID}
+	for _, n := range ns {
+		if n.PoolID != poolID {
+			return p, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
+		}
+		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
+			return p, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
+		}
+		// Checked here, not by the table: they travel as int32, and the
+		// nil UUID stands for no submitter.
+		for _, v := range []int{n.Claim.GPUs, n.Claim.WallClockSeconds, n.Priority, n.MaxAttempts} {
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return p, fmt.Errorf("%w: %d is out of range", ErrInvalid, v)
+			}
+		}
+		if n.SubmittedBy != nil && *n.SubmittedBy == uuid.Nil {
+			return p, fmt.Errorf("%w: no submitter has the nil UUID", ErrInvalid)
+		}
+		// Jobs of one batch share submitted_at; time-ordered ids keep the
+		// lease order the order given.
+		id, err := uuid.NewV7()
+		if err != nil {
+			return p, err
+		}
+		env := []byte("{}")
+		if n.Env != nil {
+			if env, err = json.Marshal(n.Env); err != nil {
+				return p, err
+			}
+		}
+		var submittedBy uuid.UUID // the nil UUID: none
+		if n.SubmittedBy != nil {
+			submittedBy = *n.SubmittedBy
+		}
+		key := "" // none
+		if n.IdempotencyKey != nil {
+			key = *n.IdempotencyKey
+		}
+		p.Ids = append(p.Ids, id)
+		p.SubmittedBy = append(p.SubmittedBy, submittedBy)
+		p.Images = append(p.Images, n.Image)
+		p.Commands = append(p.Commands, textArray(n.Command))
+		p.Envs = append(p.Envs, string(env))
+		p.Cores = append(p.Cores, n.Claim.Cores)
+		p.MemoryMib = append(p.MemoryMib, n.Claim.MemoryMiB)
+		p.Gpus = append(p.Gpus, int32(n.Claim.GPUs))
+		p.WallClockSeconds = append(p.WallClockSeconds, int32(n.Claim.WallClockSeconds))
+		p.Priorities = append(p.Priorities, int32(n.Priority))
+		p.MaxAttempts = append(p.MaxAttempts, int32(n.MaxAttempts))
+		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
+		p.Kinds = append(p.Kinds, n.Kind)
+	}
+	return p, nil
+}
+
 func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
 	// Copies: the job is not to share the caller's slice and map.
 	command, env := slices.Clone(n.Command), maps.Clone(n.Env)
