@@ -6,9 +6,16 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
+	"net/http"
 	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,3 +164,185 @@ type reporter interface{ add(time.Duration, error) }
 type reporterFunc func(time.Duration, error)
 
 func (f reporterFunc) add(d time.Duration, err error) { f(d, err) }
+
+// workerProc is a heartbeat worker process.
+type workerProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	grown chan int
+}
+
+func startWorker(ctx context.Context, base string, runners []*simRunner, rootFile, requestFile string, addrs []string, interval time.Duration, stats *beatStats) (*workerProc, error) {
+	file := base + ".runners"
+	if err := writeWorkerFile(file, runners); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "heartbeat-worker", "-file", file, "-root", rootFile, "-request", requestFile,
+		"-addrs", strings.Join(addrs, ","), "-interval", interval.String())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	w := &workerProc{cmd: cmd, in: in, grown: make(chan int, 1)}
+	go func() {
+		sc := bufio.NewScanner(outPipe)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "err":
+				stats.add(0, errors.New("heartbeat failed"))
+			case strings.HasPrefix(line, "ok "):
+				n, _ := strconv.ParseInt(line[3:], 10, 64)
+				stats.add(time.Duration(n), nil)
+			case strings.HasPrefix(line, "grown "):
+				n, _ := strconv.Atoi(line[6:])
+				w.grown <- n
+			}
+		}
+		close(w.grown)
+	}()
+	return w, nil
+}
+
+// grow asks the worker to run its first n runners and waits until they
+// are connected.
+func (w *workerProc) grow(n int) error {
+	if _, err := fmt.Fprintf(w.in, "grow %d\n", n); err != nil {
+		return err
+	}
+	if _, ok := <-w.grown; !ok {
+		return errors.New("a heartbeat worker exited")
+	}
+	return nil
+}
+
+func (w *workerProc) stop() {
+	w.in.Close()
+	_ = w.cmd.Process.Kill()
+	_ = w.cmd.Wait()
+}
+
+func fileLimit() uint64 {
+	b, _ := os.ReadFile("/proc/self/limits")
+	m := regexp.MustCompile(`Max open files\s+(\d+)`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return n
+}
+
+// startServer runs runmesh-server serve and returns it with its runner
+// listener's address, once it serves.
+
+// simRunner is one simulated runner: a certificate and a connection.
+type simRunner struct {
+	cert    tls.Certificate
+	request []byte
+	addr    string
+	roots   *x509.CertPool
+	conn    *tls.Conn
+	br      *bufio.Reader
+}
+
+func (r *simRunner) connect() error {
+	conn, err := tls.Dial("tcp", r.addr, &tls.Config{
+		RootCAs: r.roots, ServerName: "127.0.0.1",
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &r.cert, nil },
+	})
+	if err != nil {
+		return err
+	}
+	r.conn, r.br = conn, bufio.NewReaderSize(conn, 1024)
+	return nil
+}
+
+// beat sends one heartbeat on the kept-alive connection.
+func (r *simRunner) beat() (time.Duration, error) {
+	if r.conn == nil {
+		if err := r.connect(); err != nil {
+			return 0, err
+		}
+	}
+	start := time.Now()
+	if _, err := r.conn.Write(r.request); err != nil {
+		r.conn.Close()
+		r.conn = nil
+		return 0, err
+	}
+	resp, err := http.ReadResponse(r.br, nil)
+	if err != nil {
+		r.conn.Close()
+		r.conn = nil
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK {
+		return took, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return took, nil
+}
+
+func (r *simRunner) run(ctx context.Context, interval time.Duration, stats reporter) {
+	defer func() {
+		if r.conn != nil {
+			r.conn.Close()
+		}
+	}()
+	// Start at a random point of the interval, as a fleet does.
+	next := time.Duration(mrand.Int64N(int64(interval)))
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+		took, err := r.beat()
+		stats.add(took, err)
+		next = time.Duration(float64(interval) * (0.9 + 0.2*mrand.Float64()))
+	}
+}
+
+type beatStats struct {
+	mu   sync.Mutex // guards lat and errs
+	lat  []time.Duration
+	errs int
+}
+
+func (s *beatStats) add(d time.Duration, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.errs++
+		return
+	}
+	s.lat = append(s.lat, d)
+}
+
+func (s *beatStats) reset() {
+	s.mu.Lock()
+	s.lat, s.errs = s.lat[:0], 0
+	s.mu.Unlock()
+}
+
+func (s *beatStats) take() ([]time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Clone(s.lat)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, s.errs
+}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -10,17 +9,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	mrand "math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/runmesh/runmesh/internal/pgcluster"
@@ -259,87 +255,6 @@ func measureLevel(ctx context.Context, o heartbeatOptions, n int, workers []*wor
 	return p99, p99 < o.goal && errs <= len(lat)/1000, nil
 }
 
-// workerProc is a heartbeat worker process.
-type workerProc struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	grown chan int
-}
-
-func startWorker(ctx context.Context, base string, runners []*simRunner, rootFile, requestFile string, addrs []string, interval time.Duration, stats *beatStats) (*workerProc, error) {
-	file := base + ".runners"
-	if err := writeWorkerFile(file, runners); err != nil {
-		return nil, err
-	}
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.CommandContext(ctx, self, "heartbeat-worker", "-file", file, "-root", rootFile, "-request", requestFile,
-		"-addrs", strings.Join(addrs, ","), "-interval", interval.String())
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	w := &workerProc{cmd: cmd, in: in, grown: make(chan int, 1)}
-	go func() {
-		sc := bufio.NewScanner(outPipe)
-		for sc.Scan() {
-			line := sc.Text()
-			switch {
-			case line == "err":
-				stats.add(0, errors.New("heartbeat failed"))
-			case strings.HasPrefix(line, "ok "):
-				n, _ := strconv.ParseInt(line[3:], 10, 64)
-				stats.add(time.Duration(n), nil)
-			case strings.HasPrefix(line, "grown "):
-				n, _ := strconv.Atoi(line[6:])
-				w.grown <- n
-			}
-		}
-		close(w.grown)
-	}()
-	return w, nil
-}
-
-// grow asks the worker to run its first n runners and waits until they
-// are connected.
-func (w *workerProc) grow(n int) error {
-	if _, err := fmt.Fprintf(w.in, "grow %d\n", n); err != nil {
-		return err
-	}
-	if _, ok := <-w.grown; !ok {
-		return errors.New("a heartbeat worker exited")
-	}
-	return nil
-}
-
-func (w *workerProc) stop() {
-	w.in.Close()
-	_ = w.cmd.Process.Kill()
-	_ = w.cmd.Wait()
-}
-
-func fileLimit() uint64 {
-	b, _ := os.ReadFile("/proc/self/limits")
-	m := regexp.MustCompile(`Max open files\s+(\d+)`).FindSubmatch(b)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
-	return n
-}
-
-// startServer runs runmesh-server serve and returns it with its runner
-// listener's address, once it serves.
 // writeServerConfig writes a server config for dir: loopback listeners on
 // any free port, the shared state directory, the database URL in a file
 // of its own (as a secret is given).
@@ -444,187 +359,4 @@ func benchGPUs(n int) []runnerapi.GPU {
 			MemoryTotalMiB: 143771, MemoryUsedMiB: 70000, MemoryFreeMiB: 73771, Utilisation: 87, TemperatureC: 61, PowerWatts: 512.5, Healthy: true}
 	}
 	return gpus
-}
-
-// simRunner is one simulated runner: a certificate and a connection.
-type simRunner struct {
-	cert    tls.Certificate
-	request []byte
-	addr    string
-	roots   *x509.CertPool
-	conn    *tls.Conn
-	br      *bufio.Reader
-}
-
-func (r *simRunner) connect() error {
-	conn, err := tls.Dial("tcp", r.addr, &tls.Config{
-		RootCAs: r.roots, ServerName: "127.0.0.1",
-		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &r.cert, nil },
-	})
-	if err != nil {
-		return err
-	}
-	r.conn, r.br = conn, bufio.NewReaderSize(conn, 1024)
-	return nil
-}
-
-// beat sends one heartbeat on the kept-alive connection.
-func (r *simRunner) beat() (time.Duration, error) {
-	if r.conn == nil {
-		if err := r.connect(); err != nil {
-			return 0, err
-		}
-	}
-	start := time.Now()
-	if _, err := r.conn.Write(r.request); err != nil {
-		r.conn.Close()
-		r.conn = nil
-		return 0, err
-	}
-	resp, err := http.ReadResponse(r.br, nil)
-	if err != nil {
-		r.conn.Close()
-		r.conn = nil
-		return 0, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	took := time.Since(start)
-	if resp.StatusCode != http.StatusOK {
-		return took, fmt.Errorf("HTTP %d", resp.StatusCode)
-	}
-	return took, nil
-}
-
-func (r *simRunner) run(ctx context.Context, interval time.Duration, stats reporter) {
-	defer func() {
-		if r.conn != nil {
-			r.conn.Close()
-		}
-	}()
-	// Start at a random point of the interval, as a fleet does.
-	next := time.Duration(mrand.Int64N(int64(interval)))
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(next):
-		}
-		took, err := r.beat()
-		stats.add(took, err)
-		next = time.Duration(float64(interval) * (0.9 + 0.2*mrand.Float64()))
-	}
-}
-
-type beatStats struct {
-	mu   sync.Mutex // guards lat and errs
-	lat  []time.Duration
-	errs int
-}
-
-func (s *beatStats) add(d time.Duration, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		s.errs++
-		return
-	}
-	s.lat = append(s.lat, d)
-}
-
-func (s *beatStats) reset() {
-	s.mu.Lock()
-	s.lat, s.errs = s.lat[:0], 0
-	s.mu.Unlock()
-}
-
-func (s *beatStats) take() ([]time.Duration, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := slices.Clone(s.lat)
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out, s.errs
-}
-
-type cpuUse struct{ server, postgres, self time.Duration }
-
-// cpuPIDs are the processes a CPU sample reads.
-type cpuPIDs struct {
-	servers, clients []int
-	postmaster       int
-}
-
-func (a cpuUse) sub(b cpuUse) cpuUse {
-	return cpuUse{a.server - b.server, a.postgres - b.postgres, a.self - b.self}
-}
-
-// cpuSample reads CPU time so far of the server processes, of the
-// postmaster and its children (backends, writers; each in a session of its
-// own, so they are found by parent), and of this process and the workers.
-func cpuSample(p cpuPIDs) cpuUse {
-	var u cpuUse
-	for _, pid := range p.servers {
-		u.server += procCPU(pid)
-	}
-	postmasterPID := p.postmaster
-	// Backends that ended (River and pgxpool close connections) count
-	// through the postmaster, which reaped them.
-	u.postgres = procCPU(postmasterPID) + procReapedCPU(postmasterPID)
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := procParent(pid); ok && ppid == postmasterPID {
-			u.postgres += procCPU(pid)
-		}
-	}
-	u.self = cpuTime()
-	for _, pid := range p.clients {
-		u.self += procCPU(pid)
-	}
-	return u
-}
-
-// procStat returns the fields of /proc/pid/stat after the command name.
-func procStat(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(s[i+1:])
-}
-
-func procParent(pid int) (int, bool) {
-	f := procStat(pid)
-	if len(f) < 2 {
-		return 0, false
-	}
-	p, err := strconv.Atoi(f[1])
-	return p, err == nil
-}
-
-// procReapedCPU is the CPU time of pid's children that have ended and
-// been waited for (cutime+cstime).
-func procReapedCPU(pid int) time.Duration { return procTicks(pid, 13) }
-
-// procCPU is utime+stime.
-func procCPU(pid int) time.Duration { return procTicks(pid, 11) }
-
-// procTicks sums two adjacent /proc/pid/stat fields of clock ticks (1/100 s),
-// the first at index i after the command name.
-func procTicks(pid, i int) time.Duration {
-	f := procStat(pid)
-	if len(f) < i+2 {
-		return 0
-	}
-	a, _ := strconv.ParseInt(f[i], 10, 64)
-	b, _ := strconv.ParseInt(f[i+1], 10, 64)
-	return time.Duration(a+b) * 10 * time.Millisecond
 }
