@@ -26,9 +26,9 @@ generate: ## regenerate the sqlc store code and the gqlgen API code
 
 verify: ## fail if the generated code differs from what the sources generate
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
-		for d in $(GENERATED) graph/schema.resolvers.go; do mkdir -p "$$snap/$$(dirname $$d)"; cp -r "$$d" "$$snap/$$d"; done; \
+		for d in $(GENERATED) $(wildcard graph/*.resolvers.go); do mkdir -p "$$snap/$$(dirname $$d)"; cp -r "$$d" "$$snap/$$d"; done; \
 		$(MAKE) --no-print-directory generate >/dev/null; \
-		stale=0; for d in $(GENERATED) graph/schema.resolvers.go; do diff -r "$$snap/$$d" "$$d" >/dev/null || { echo "stale: $$d"; stale=1; }; done; \
+		stale=0; for d in $(GENERATED) $(wildcard graph/*.resolvers.go); do diff -r "$$snap/$$d" "$$d" >/dev/null || { echo "stale: $$d"; stale=1; }; done; \
 		test $$stale = 0 || { echo "generated code was stale: 'make generate' has now regenerated it; review and commit"; exit 1; }
 
 lint: ## gofmt, go vet, and no build outputs in the tree

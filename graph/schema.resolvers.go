@@ -8,20 +8,14 @@ package graph
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
-	"github.com/runmesh/runmesh/pki"
 	"github.com/vikstrous/dataloadgen"
 )
 
@@ -33,81 +27,6 @@ func (r *adminResolver) Organisation(ctx context.Context, obj *record.Admin) (*r
 // Detail is the resolver for the detail field.
 func (r *auditEntryResolver) Detail(ctx context.Context, obj *record.AuditEntry) (string, error) {
 	return string(obj.Detail), nil
-}
-
-// Runner is the resolver for the runner field.
-func (r *holdResolver) Runner(ctx context.Context, obj *record.Hold) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	runner, err := r.Fleet.Runner(ctx, me.Scope(), obj.RunnerID)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// Pool is the resolver for the pool field.
-func (r *jobResolver) Pool(ctx context.Context, obj *record.Job) (*record.Pool, error) {
-	return loadPool(ctx, obj.PoolID)
-}
-
-// EnvNames is the resolver for the envNames field.
-func (r *jobResolver) EnvNames(ctx context.Context, obj *record.Job) ([]string, error) {
-	names := make([]string, 0, len(obj.Env))
-	for k := range obj.Env {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names, nil
-}
-
-// Claim is the resolver for the claim field.
-func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error) {
-	c := obj.Claim
-	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds}, nil
-}
-
-// Events is the resolver for the events field.
-func (r *jobResolver) Events(ctx context.Context, obj *record.Job) ([]record.JobEvent, error) {
-	return loadersFor(ctx).jobEvents.Load(ctx, obj.ID)
-}
-
-// Runs is the resolver for the runs field.
-func (r *jobResolver) Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error) {
-	return loadersFor(ctx).jobRuns.Load(ctx, obj.ID)
-}
-
-// Logs is the resolver for the logs field.
-func (r *jobResolver) Logs(ctx context.Context, obj *record.Job) (string, error) {
-	out, err := loadersFor(ctx).jobLogs.Load(ctx, obj.ID)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	shown := int64(0)
-	for _, c := range out.Chunks {
-		shown += int64(len(c.Data))
-	}
-	if out.Bytes > shown {
-		fmt.Fprintf(&b, LogsCutNote, out.Bytes-shown)
-	}
-	for _, c := range out.Chunks {
-		b.Write(c.Data)
-	}
-	return strings.ToValidUTF8(b.String(), "\uFFFD"), nil
-}
-
-// RunnerName is the resolver for the runnerName field.
-func (r *jobRunResolver) RunnerName(ctx context.Context, obj *record.JobRun) (*string, error) {
-	// Members see that a job ran, not on which machine.
-	if me, _ := principal(ctx); me.Role.Rank() < record.RoleOrgAdmin.Rank() {
-		return nil, nil
-	}
-	return &obj.RunnerName, nil
-}
-
-// Data is the resolver for the data field.
-func (r *logChunkResolver) Data(ctx context.Context, obj *record.LogChunk) (string, error) {
-	return strings.ToValidUTF8(string(obj.Data), "\uFFFD"), nil
 }
 
 // CreateOrganisation is the resolver for the createOrganisation field.
@@ -219,173 +138,6 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 		return nil, err
 	}
 	return &model.CreatedAdminToken{Token: token, Admin: &a, ExpiresAt: expires}, nil
-}
-
-// CreateEnrolmentToken is the resolver for the createEnrolmentToken field.
-func (r *mutationResolver) CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error) {
-	me, _ := principal(ctx)
-	if ttlSeconds < 60 || ttlSeconds > 7*24*3600 {
-		return nil, badInputf("ttlSeconds: between 60 and 604800")
-	}
-	creator := me.ID
-	token, t, err := r.Enrolment.CreateToken(ctx, me.Scope(), poolID, time.Duration(ttlSeconds)*time.Second, &creator)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := r.Tenancy.Pool(ctx, me.Scope(), t.PoolID)
-	if err != nil {
-		return nil, err
-	}
-	return &model.CreatedEnrolmentToken{Token: token, ExpiresAt: t.ExpiresAt, Pool: &pool}, nil
-}
-
-// ApproveRunner is the resolver for the approveRunner field.
-func (r *mutationResolver) ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	by := me.ID
-	runner, err := r.Enrolment.Approve(ctx, me.Scope(), id, fingerprint, &by)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// RejectRunner is the resolver for the rejectRunner field.
-func (r *mutationResolver) RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	if err := checkReason(reason); err != nil {
-		return nil, err
-	}
-	by := me.ID
-	runner, err := r.Enrolment.Reject(ctx, me.Scope(), id, reason, &by)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// RevokeRunner is the resolver for the revokeRunner field.
-func (r *mutationResolver) RevokeRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	if err := checkReason(reason); err != nil {
-		return nil, err
-	}
-	by := me.ID
-	runner, err := r.Enrolment.Revoke(ctx, me.Scope(), id, reason, &by)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// DrainRunner is the resolver for the drainRunner field.
-func (r *mutationResolver) DrainRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	runner, err := r.Fleet.Drain(ctx, me.Scope(), id)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// ResumeRunner is the resolver for the resumeRunner field.
-func (r *mutationResolver) ResumeRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	runner, err := r.Fleet.Resume(ctx, me.Scope(), id)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// RetireRunner is the resolver for the retireRunner field.
-func (r *mutationResolver) RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	if err := checkReason(reason); err != nil {
-		return nil, err
-	}
-	by := me.ID
-	runner, err := r.Enrolment.Retire(ctx, me.Scope(), id, reason, &by)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// ClearQuarantine is the resolver for the clearQuarantine field.
-func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*record.Runner, error) {
-	me, _ := principal(ctx)
-	runner, err := r.Fleet.ClearQuarantine(ctx, me.Scope(), id)
-	if err != nil {
-		return nil, err
-	}
-	return &runner, nil
-}
-
-// SubmitJob is the resolver for the submitJob field.
-func (r *mutationResolver) SubmitJob(ctx context.Context, input model.SubmitJobInput) (*record.Job, error) {
-	me, _ := principal(ctx)
-	j, _, err := r.Queue.Submit(ctx, me.Scope(), submission(input, me.ID))
-	if err != nil {
-		return nil, err
-	}
-	return &j, nil
-}
-
-// SubmitJobs is the resolver for the submitJobs field.
-func (r *mutationResolver) SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]record.Job, error) {
-	me, _ := principal(ctx)
-	subs := make([]queue.Submission, len(inputs))
-	for i, in := range inputs {
-		subs[i] = submission(in, me.ID)
-	}
-	jobs, _, err := r.Queue.SubmitAll(ctx, me.Scope(), subs)
-	// A refused job is named by its place among the inputs.
-	var ie *queue.InputError
-	if errors.As(err, &ie) && ie.Job >= 0 {
-		return nil, badInputf("inputs[%d]: %s", ie.Job, ie.Msg)
-	}
-	return jobs, err
-}
-
-// CancelJob is the resolver for the cancelJob field.
-func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error) {
-	me, _ := principal(ctx)
-	j, err := r.Queue.Cancel(ctx, me.Scope(), id)
-	if err != nil {
-		return nil, err
-	}
-	return &j, nil
-}
-
-// CreateHold is the resolver for the createHold field.
-func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error) {
-	me, _ := principal(ctx)
-	switch {
-	case gpus < 1 || gpus > 64:
-		return nil, badInputf("gpus: 1 to 64")
-	case durationSeconds < 60 || durationSeconds > 90*24*3600:
-		return nil, badInputf("durationSeconds: between 60 and 7776000")
-	}
-	if err := checkReason(reason); err != nil {
-		return nil, err
-	}
-	by := me.ID
-	h, err := r.Queue.Hold(ctx, me.Scope(), runnerID, gpus, reason, time.Now().Add(time.Duration(durationSeconds)*time.Second), &by)
-	if err != nil {
-		return nil, err
-	}
-	return &h, nil
-}
-
-// ReleaseHold is the resolver for the releaseHold field.
-func (r *mutationResolver) ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error) {
-	me, _ := principal(ctx)
-	h, err := r.Queue.Release(ctx, me.Scope(), id)
-	if err != nil {
-		return nil, err
-	}
-	return &h, nil
 }
 
 // Pools is the resolver for the pools field.
@@ -537,99 +289,6 @@ func (r *queryResolver) Health(ctx context.Context) ([]model.HealthCondition, er
 	return serverHealth(r.Resolver.Health.Conditions(), me.Role == record.RolePlatformAdmin), nil
 }
 
-// Pool is the resolver for the pool field.
-func (r *runnerResolver) Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error) {
-	return loadPool(ctx, obj.PoolID)
-}
-
-// Organisation is the resolver for the organisation field.
-func (r *runnerResolver) Organisation(ctx context.Context, obj *record.Runner) (*record.Organisation, error) {
-	return loadOrganisation(ctx, obj.OrganisationID)
-}
-
-// FingerprintHint is the resolver for the fingerprintHint field.
-func (r *runnerResolver) FingerprintHint(ctx context.Context, obj *record.Runner) (string, error) {
-	return pki.FingerprintHint(obj.Fingerprint), nil
-}
-
-// Certificate is the resolver for the certificate field.
-func (r *runnerResolver) Certificate(ctx context.Context, obj *record.Runner) (*record.Certificate, error) {
-	c, err := loadersFor(ctx).certificate.Load(ctx, obj.ID)
-	if errors.Is(err, dataloadgen.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &c, nil
-}
-
-// Online is the resolver for the online field.
-func (r *runnerResolver) Online(ctx context.Context, obj *record.Runner) (bool, error) {
-	return fleet.Online(*obj, r.Defaults.LeaseSeconds, time.Now()), nil
-}
-
-// TakingWork is the resolver for the takingWork field.
-func (r *runnerResolver) TakingWork(ctx context.Context, obj *record.Runner) (bool, error) {
-	return fleet.TakingWork(*obj, time.Now()), nil
-}
-
-// Capacity is the resolver for the capacity field.
-func (r *runnerResolver) Capacity(ctx context.Context, obj *record.Runner) (*model.RunnerCapacity, error) {
-	return runnerCapacity(obj.Capacity), nil
-}
-
-// Gpus is the resolver for the gpus field.
-func (r *runnerResolver) Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error) {
-	return gpus(obj.Capacity.GPUs), nil
-}
-
-// Labels is the resolver for the labels field.
-func (r *runnerResolver) Labels(ctx context.Context, obj *record.Runner) ([]model.Label, error) {
-	return labels(obj.Capacity.Labels), nil
-}
-
-// Health is the resolver for the health field.
-func (r *runnerResolver) Health(ctx context.Context, obj *record.Runner) ([]model.HealthCondition, error) {
-	return runnerHealth(obj.Health), nil
-}
-
-// Quarantined is the resolver for the quarantined field.
-func (r *runnerResolver) Quarantined(ctx context.Context, obj *record.Runner) (bool, error) {
-	return obj.QuarantinedAt != nil, nil
-}
-
-// Retired is the resolver for the retired field.
-func (r *runnerResolver) Retired(ctx context.Context, obj *record.Runner) (bool, error) {
-	return obj.RetiredAt != nil, nil
-}
-
-// Booked is the resolver for the booked field.
-func (r *runnerResolver) Booked(ctx context.Context, obj *record.Runner) (*record.Booking, error) {
-	b, err := loadersFor(ctx).booking.Load(ctx, obj.ID)
-	if err != nil {
-		return nil, err
-	}
-	return &b, nil
-}
-
-// FailuresInARow is the resolver for the failuresInARow field.
-func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *record.Runner) (int, error) {
-	return obj.FailuresInARow, nil
-}
-
-// Recovery is the resolver for the recovery field.
-func (r *runnerResolver) Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error) {
-	p := obj.Recovery
-	if p == nil || obj.RecoveryAt == nil {
-		return nil, nil
-	}
-	return &model.RecoveryProof{
-		AgentInstance: p.AgentInstance, BootID: p.BootID, SurvivorsChecked: p.SurvivorsChecked,
-		SurvivorsFound: p.SurvivorsFound, Adopted: p.Adopted, Isolated: p.Isolated, At: *obj.RecoveryAt,
-	}, nil
-}
-
 // JobEvents is the resolver for the jobEvents field.
 func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *record.JobEvent, error) {
 	me, _ := principal(ctx)
@@ -698,18 +357,6 @@ func (r *Resolver) Admin() generated.AdminResolver { return &adminResolver{r} }
 // AuditEntry returns generated.AuditEntryResolver implementation.
 func (r *Resolver) AuditEntry() generated.AuditEntryResolver { return &auditEntryResolver{r} }
 
-// Hold returns generated.HoldResolver implementation.
-func (r *Resolver) Hold() generated.HoldResolver { return &holdResolver{r} }
-
-// Job returns generated.JobResolver implementation.
-func (r *Resolver) Job() generated.JobResolver { return &jobResolver{r} }
-
-// JobRun returns generated.JobRunResolver implementation.
-func (r *Resolver) JobRun() generated.JobRunResolver { return &jobRunResolver{r} }
-
-// LogChunk returns generated.LogChunkResolver implementation.
-func (r *Resolver) LogChunk() generated.LogChunkResolver { return &logChunkResolver{r} }
-
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
@@ -722,23 +369,15 @@ func (r *Resolver) Pool() generated.PoolResolver { return &poolResolver{r} }
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
-// Runner returns generated.RunnerResolver implementation.
-func (r *Resolver) Runner() generated.RunnerResolver { return &runnerResolver{r} }
-
 // Subscription returns generated.SubscriptionResolver implementation.
 func (r *Resolver) Subscription() generated.SubscriptionResolver { return &subscriptionResolver{r} }
 
 type (
 	adminResolver        struct{ *Resolver }
 	auditEntryResolver   struct{ *Resolver }
-	holdResolver         struct{ *Resolver }
-	jobResolver          struct{ *Resolver }
-	jobRunResolver       struct{ *Resolver }
-	logChunkResolver     struct{ *Resolver }
 	mutationResolver     struct{ *Resolver }
 	organisationResolver struct{ *Resolver }
 	poolResolver         struct{ *Resolver }
 	queryResolver        struct{ *Resolver }
-	runnerResolver       struct{ *Resolver }
 	subscriptionResolver struct{ *Resolver }
 )

@@ -355,6 +355,11 @@ type MutationResolver interface {
 	CreatePool(ctx context.Context, input model.CreatePoolInput) (*record.Pool, error)
 	UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*record.Pool, error)
 	CreateAdminToken(ctx context.Context, input model.CreateAdminTokenInput) (*model.CreatedAdminToken, error)
+	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*record.Job, error)
+	SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]record.Job, error)
+	CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error)
+	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error)
+	ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error)
 	CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error)
 	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*record.Runner, error)
 	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
@@ -363,11 +368,6 @@ type MutationResolver interface {
 	ResumeRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
 	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
 	ClearQuarantine(ctx context.Context, id uuid.UUID) (*record.Runner, error)
-	SubmitJob(ctx context.Context, input model.SubmitJobInput) (*record.Job, error)
-	SubmitJobs(ctx context.Context, inputs []model.SubmitJobInput) ([]record.Job, error)
-	CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error)
-	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error)
-	ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error)
 }
 type OrganisationResolver interface {
 	Pools(ctx context.Context, obj *record.Organisation) ([]record.Pool, error)
@@ -1934,35 +1934,131 @@ type Mutation {
   of their own organisation.
   """
   createAdminToken(input: CreateAdminTokenInput!): CreatedAdminToken! @hasRole(role: ORG_ADMIN)
+}
+
+type Subscription {
+  "A job's events: those so far, then each as it happens, until the job has finished."
+  jobEvents(jobId: ID!): JobEvent! @hasRole(role: ORG_MEMBER)
+  "A job's output: what is stored so far, then each chunk as it arrives, until the job has finished."
+  jobLogs(jobId: ID!): LogChunk! @hasRole(role: ORG_MEMBER)
   """
-  Creates a single-use token with which one runner enrols into the pool. The token
-  is in the answer and nowhere else.
+  The pool's runners: each as it is now, then a runner again whenever it changes:
+  it enrols; an administrator approves, rejects, revokes, drains, resumes, retires
+  or clears it; drift or host faults quarantine it. Heartbeats alone do not send
+  one (online is a matter of time; poll runners for it).
   """
-  createEnrolmentToken(poolId: ID!, ttlSeconds: Int! = 3600): CreatedEnrolmentToken! @hasRole(role: ORG_ADMIN)
+  runnerEvents(poolId: ID!): Runner! @hasRole(role: ORG_MEMBER)
+}
+
+type Admin {
+  id: ID!
+  name: String!
+  role: Role!
+  "Null for platform admins."
+  organisation: Organisation
+  createdAt: Time!
+}
+
+type Organisation {
+  id: ID!
+  "A short handle: lower-case letters, digits and dashes."
+  name: String!
+  createdAt: Time!
+  pools: [Pool!]!
+}
+
+type Pool {
+  id: ID!
+  name: String!
+  "Null for a platform pool."
+  organisation: Organisation
+  "How long a lease lives without a heartbeat."
+  leaseSeconds: IntSetting!
+  "How long a job may wait in the queue before it expires."
+  queueTimeoutHours: IntSetting!
   """
-  Approves a pending runner. ` + "`" + `fingerprint` + "`" + ` must be exactly the key fingerprint the
-  runner's host shows (` + "`" + `runmesh-agent fingerprint` + "`" + `); anything else is refused and
-  changes nothing. The runner then receives its client certificate.
+  Whether jobs that claim memory may run on runners that do not enforce memory
+  limits (runner.enforcesLimits false). Off by default: such a job could take
+  more than it claimed from the jobs beside it.
   """
-  approveRunner(id: ID!, fingerprint: String!): Runner! @hasRole(role: ORG_ADMIN)
-  "Turns a pending runner away for good."
-  rejectRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
-  """
-  Revokes a runner: every certificate it holds stops working at its next
-  handshake or request, and it cannot renew.
-  """
-  revokeRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
-  "Stops a runner taking new work; what it runs carries on. It stays online while it heartbeats."
-  drainRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
-  "Lets a drained runner take work again."
-  resumeRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
-  "Takes a runner out of the fleet for good: it is revoked and marked retired."
-  retireRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
-  """
-  Lifts a quarantine, and accepts what the runner reports now as its inventory, so
-  the difference that quarantined it does not do so again.
-  """
-  clearQuarantine(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  allowUnenforcedMemory: Boolean!
+  createdAt: Time!
+  "The newest heartbeat of any of the pool's runners."
+  runnerSeen: Time
+  "Jobs waiting in the queue."
+  queued: Int!
+  "GPUs of the pool's runners under holds."
+  heldGpus: Int!
+}
+
+"A setting with a server-wide default that a pool may override."
+type IntSetting {
+  "The value in force: the pool's own, or the default."
+  inForce: Int!
+  "The pool's own value; null when it uses the default."
+  own: Int
+  "The server-wide default."
+  default: Int!
+  "Whether the value in force is the default."
+  isDefault: Boolean!
+}
+
+type AuditEntry {
+  id: ID!
+  at: Time!
+  actorId: ID
+  actorName: String!
+  actorRole: Role!
+  "The organisation the actor belonged to; null for platform admins."
+  organisationId: ID
+  "The mutation, e.g. createPool."
+  action: String!
+  "OK, or the error code the caller got."
+  outcome: String!
+  "The mutation's arguments, as JSON."
+  detail: String!
+}
+
+type CreatedAdminToken {
+  "The bearer token. Shown once: store it now."
+  token: String!
+  admin: Admin!
+  expiresAt: Time
+}
+
+input CreateOrganisationInput {
+  name: String!
+}
+
+input CreatePoolInput {
+  organisationId: ID
+  name: String!
+  leaseSeconds: Int
+  queueTimeoutHours: Int
+  "Off unless set: see Pool.allowUnenforcedMemory."
+  allowUnenforcedMemory: Boolean
+}
+
+input UpdatePoolInput {
+  id: ID!
+  name: String
+  leaseSeconds: Int @goField(omittable: true)
+  queueTimeoutHours: Int @goField(omittable: true)
+  allowUnenforcedMemory: Boolean
+}
+
+input CreateAdminTokenInput {
+  name: String!
+  role: Role!
+  "Required for organisation roles; an organisation admin may leave it out for its own."
+  organisationId: ID
+  "Lifetime of the token; no expiry when left out."
+  ttlSeconds: Int
+}
+`, BuiltIn: false},
+	{Name: "../schema/jobs.graphqls", Input: `# Jobs, their runs, events and output, and holds on GPUs.
+
+extend type Mutation {
   """
   Queues a job in a pool. The same idempotencyKey in the same pool returns the job
   it made the first time.
@@ -2096,6 +2192,46 @@ input SubmitJobInput {
   maxAttempts: Int! = 3
   idempotencyKey: String
   kind: String! = "default"
+}
+
+type LogChunk {
+  attempt: Int!
+  seq: Int!
+  data: String!
+}
+`, BuiltIn: false},
+	{Name: "../schema/runners.graphqls", Input: `# Runners: enrolment, approval, their capacity and health, and the CA they pin.
+
+extend type Mutation {
+  """
+  Creates a single-use token with which one runner enrols into the pool. The token
+  is in the answer and nowhere else.
+  """
+  createEnrolmentToken(poolId: ID!, ttlSeconds: Int! = 3600): CreatedEnrolmentToken! @hasRole(role: ORG_ADMIN)
+  """
+  Approves a pending runner. ` + "`" + `fingerprint` + "`" + ` must be exactly the key fingerprint the
+  runner's host shows (` + "`" + `runmesh-agent fingerprint` + "`" + `); anything else is refused and
+  changes nothing. The runner then receives its client certificate.
+  """
+  approveRunner(id: ID!, fingerprint: String!): Runner! @hasRole(role: ORG_ADMIN)
+  "Turns a pending runner away for good."
+  rejectRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Revokes a runner: every certificate it holds stops working at its next
+  handshake or request, and it cannot renew.
+  """
+  revokeRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  "Stops a runner taking new work; what it runs carries on. It stays online while it heartbeats."
+  drainRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  "Lets a drained runner take work again."
+  resumeRunner(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  "Takes a runner out of the fleet for good: it is revoked and marked retired."
+  retireRunner(id: ID!, reason: String!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Lifts a quarantine, and accepts what the runner reports now as its inventory, so
+  the difference that quarantined it does not do so again.
+  """
+  clearQuarantine(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
 }
 
 enum RunnerStatus {
@@ -2268,132 +2404,6 @@ type CreatedEnrolmentToken {
   token: String!
   expiresAt: Time!
   pool: Pool!
-}
-
-type Subscription {
-  "A job's events: those so far, then each as it happens, until the job has finished."
-  jobEvents(jobId: ID!): JobEvent! @hasRole(role: ORG_MEMBER)
-  "A job's output: what is stored so far, then each chunk as it arrives, until the job has finished."
-  jobLogs(jobId: ID!): LogChunk! @hasRole(role: ORG_MEMBER)
-  """
-  The pool's runners: each as it is now, then a runner again whenever it changes:
-  it enrols; an administrator approves, rejects, revokes, drains, resumes, retires
-  or clears it; drift or host faults quarantine it. Heartbeats alone do not send
-  one (online is a matter of time; poll runners for it).
-  """
-  runnerEvents(poolId: ID!): Runner! @hasRole(role: ORG_MEMBER)
-}
-
-type LogChunk {
-  attempt: Int!
-  seq: Int!
-  data: String!
-}
-
-type Admin {
-  id: ID!
-  name: String!
-  role: Role!
-  "Null for platform admins."
-  organisation: Organisation
-  createdAt: Time!
-}
-
-type Organisation {
-  id: ID!
-  "A short handle: lower-case letters, digits and dashes."
-  name: String!
-  createdAt: Time!
-  pools: [Pool!]!
-}
-
-type Pool {
-  id: ID!
-  name: String!
-  "Null for a platform pool."
-  organisation: Organisation
-  "How long a lease lives without a heartbeat."
-  leaseSeconds: IntSetting!
-  "How long a job may wait in the queue before it expires."
-  queueTimeoutHours: IntSetting!
-  """
-  Whether jobs that claim memory may run on runners that do not enforce memory
-  limits (runner.enforcesLimits false). Off by default: such a job could take
-  more than it claimed from the jobs beside it.
-  """
-  allowUnenforcedMemory: Boolean!
-  createdAt: Time!
-  "The newest heartbeat of any of the pool's runners."
-  runnerSeen: Time
-  "Jobs waiting in the queue."
-  queued: Int!
-  "GPUs of the pool's runners under holds."
-  heldGpus: Int!
-}
-
-"A setting with a server-wide default that a pool may override."
-type IntSetting {
-  "The value in force: the pool's own, or the default."
-  inForce: Int!
-  "The pool's own value; null when it uses the default."
-  own: Int
-  "The server-wide default."
-  default: Int!
-  "Whether the value in force is the default."
-  isDefault: Boolean!
-}
-
-type AuditEntry {
-  id: ID!
-  at: Time!
-  actorId: ID
-  actorName: String!
-  actorRole: Role!
-  "The organisation the actor belonged to; null for platform admins."
-  organisationId: ID
-  "The mutation, e.g. createPool."
-  action: String!
-  "OK, or the error code the caller got."
-  outcome: String!
-  "The mutation's arguments, as JSON."
-  detail: String!
-}
-
-type CreatedAdminToken {
-  "The bearer token. Shown once: store it now."
-  token: String!
-  admin: Admin!
-  expiresAt: Time
-}
-
-input CreateOrganisationInput {
-  name: String!
-}
-
-input CreatePoolInput {
-  organisationId: ID
-  name: String!
-  leaseSeconds: Int
-  queueTimeoutHours: Int
-  "Off unless set: see Pool.allowUnenforcedMemory."
-  allowUnenforcedMemory: Boolean
-}
-
-input UpdatePoolInput {
-  id: ID!
-  name: String
-  leaseSeconds: Int @goField(omittable: true)
-  queueTimeoutHours: Int @goField(omittable: true)
-  allowUnenforcedMemory: Boolean
-}
-
-input CreateAdminTokenInput {
-  name: String!
-  role: Role!
-  "Required for organisation roles; an organisation admin may leave it out for its own."
-  organisationId: ID
-  "Lifetime of the token; no expiry when left out."
-  ttlSeconds: Int
 }
 `, BuiltIn: false},
 }
@@ -6264,6 +6274,316 @@ func (ec *executionContext) fieldContext_Mutation_createAdminToken(ctx context.C
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_submitJob(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SubmitJob(ctx, fc.Args["input"].(model.SubmitJobInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *record.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_submitJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_submitJobs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().SubmitJobs(ctx, fc.Args["inputs"].([]model.SubmitJobInput))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal []record.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal []record.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_submitJobs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_cancelJob(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CancelJob(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *record.Job
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.Job
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_cancelJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createHold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateHold(ctx, fc.Args["runnerId"].(uuid.UUID), fc.Args["gpus"].(int), fc.Args["reason"].(string), fc.Args["durationSeconds"].(int))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *record.Hold
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.Hold
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_releaseHold(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReleaseHold(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *record.Hold
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.Hold
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_releaseHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createEnrolmentToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6754,316 +7074,6 @@ func (ec *executionContext) fieldContext_Mutation_clearQuarantine(ctx context.Co
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_clearQuarantine_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
-		ec.Error(ctx, err)
-		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_submitJob(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SubmitJob(ctx, fc.Args["input"].(model.SubmitJobInput))
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
-				if err != nil {
-					var zeroVal *record.Job
-					return zeroVal, err
-				}
-				if ec.Directives.HasRole == nil {
-					var zeroVal *record.Job
-					return zeroVal, errors.New("directive hasRole is not implemented")
-				}
-				return ec.Directives.HasRole(ctx, nil, directive0, role)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Mutation_submitJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Mutation",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Job(ctx, field)
-		},
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = ec.Recover(ctx, r)
-			ec.Error(ctx, err)
-		}
-	}()
-	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_submitJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
-		ec.Error(ctx, err)
-		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_submitJobs(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().SubmitJobs(ctx, fc.Args["inputs"].([]model.SubmitJobInput))
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
-				if err != nil {
-					var zeroVal []record.Job
-					return zeroVal, err
-				}
-				if ec.Directives.HasRole == nil {
-					var zeroVal []record.Job
-					return zeroVal, errors.New("directive hasRole is not implemented")
-				}
-				return ec.Directives.HasRole(ctx, nil, directive0, role)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Mutation_submitJobs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Mutation",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Job(ctx, field)
-		},
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = ec.Recover(ctx, r)
-			ec.Error(ctx, err)
-		}
-	}()
-	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_submitJobs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
-		ec.Error(ctx, err)
-		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_cancelJob(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().CancelJob(ctx, fc.Args["id"].(uuid.UUID))
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
-				if err != nil {
-					var zeroVal *record.Job
-					return zeroVal, err
-				}
-				if ec.Directives.HasRole == nil {
-					var zeroVal *record.Job
-					return zeroVal, errors.New("directive hasRole is not implemented")
-				}
-				return ec.Directives.HasRole(ctx, nil, directive0, role)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Mutation_cancelJob(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Mutation",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Job(ctx, field)
-		},
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = ec.Recover(ctx, r)
-			ec.Error(ctx, err)
-		}
-	}()
-	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_cancelJob_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
-		ec.Error(ctx, err)
-		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Mutation_createHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_createHold(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().CreateHold(ctx, fc.Args["runnerId"].(uuid.UUID), fc.Args["gpus"].(int), fc.Args["reason"].(string), fc.Args["durationSeconds"].(int))
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
-				if err != nil {
-					var zeroVal *record.Hold
-					return zeroVal, err
-				}
-				if ec.Directives.HasRole == nil {
-					var zeroVal *record.Hold
-					return zeroVal, errors.New("directive hasRole is not implemented")
-				}
-				return ec.Directives.HasRole(ctx, nil, directive0, role)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
-			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Mutation_createHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Mutation",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Hold(ctx, field)
-		},
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = ec.Recover(ctx, r)
-			ec.Error(ctx, err)
-		}
-	}()
-	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_createHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
-		ec.Error(ctx, err)
-		return fc, err
-	}
-	return fc, nil
-}
-
-func (ec *executionContext) _Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
-	return graphql.ResolveField(
-		ctx,
-		ec.OperationContext,
-		field,
-		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.fieldContext_Mutation_releaseHold(ctx, field)
-		},
-		func(ctx context.Context) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Mutation().ReleaseHold(ctx, fc.Args["id"].(uuid.UUID))
-		},
-		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
-			directive0 := next
-
-			directive1 := func(ctx context.Context) (any, error) {
-				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
-				if err != nil {
-					var zeroVal *record.Hold
-					return zeroVal, err
-				}
-				if ec.Directives.HasRole == nil {
-					var zeroVal *record.Hold
-					return zeroVal, errors.New("directive hasRole is not implemented")
-				}
-				return ec.Directives.HasRole(ctx, nil, directive0, role)
-			}
-
-			next = directive1
-			return next
-		},
-		func(ctx context.Context, selections ast.SelectionSet, v *record.Hold) graphql.Marshaler {
-			return ec.marshalNHold2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, selections, v)
-		},
-		true,
-		true,
-	)
-}
-func (ec *executionContext) fieldContext_Mutation_releaseHold(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	fc = &graphql.FieldContext{
-		Object:     "Mutation",
-		Field:      field,
-		IsMethod:   true,
-		IsResolver: true,
-		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Hold(ctx, field)
-		},
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = ec.Recover(ctx, r)
-			ec.Error(ctx, err)
-		}
-	}()
-	ctx = graphql.WithFieldContext(ctx, fc)
-	if fc.Args, err = ec.field_Mutation_releaseHold_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -11897,6 +11907,41 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "submitJob":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_submitJob(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "submitJobs":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_submitJobs(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "cancelJob":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_cancelJob(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createHold":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createHold(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "releaseHold":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_releaseHold(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createEnrolmentToken":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createEnrolmentToken(ctx, field)
@@ -11949,41 +11994,6 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "clearQuarantine":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_clearQuarantine(ctx, field)
-			})
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "submitJob":
-			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_submitJob(ctx, field)
-			})
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "submitJobs":
-			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_submitJobs(ctx, field)
-			})
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "cancelJob":
-			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_cancelJob(ctx, field)
-			})
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "createHold":
-			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_createHold(ctx, field)
-			})
-			if out.Values[i] == graphql.Null {
-				out.Invalids++
-			}
-		case "releaseHold":
-			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
-				return ec._Mutation_releaseHold(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
