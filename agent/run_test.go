@@ -23,10 +23,9 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/agent/internal/capacity/nvmltest"
 	"github.com/runmesh/runmesh/agent/internal/identity"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -187,35 +186,6 @@ func (n *notifications) status() (line string, ready bool) {
 	return line, ready
 }
 
-// gpusWithEvents is go-nvml's DGX A100 mock, with the metrics it leaves
-// unset filled in, whose health events come from the channel it returns.
-func gpusWithEvents() (*dgxa100.Server, chan<- nvml.EventData) {
-	s := dgxa100.New()
-	events := make(chan nvml.EventData, 4)
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				select {
-				case ev := <-events:
-					return ev, nvml.SUCCESS
-				case <-time.After(10 * time.Millisecond):
-					return nvml.EventData{}, nvml.ERROR_TIMEOUT
-				}
-			},
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-		}, nvml.SUCCESS
-	}
-	for _, d := range s.Devices {
-		dev := d.(*dgxa100.Device)
-		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
-		dev.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 40, nvml.SUCCESS }
-		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 90000, nvml.SUCCESS }
-		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
-		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
-	}
-	return s, events
-}
-
 // The agent's conditions follow what happens to it, and both its
 // heartbeats and its STATUS= line say so: without a job runtime it says
 // why and asks for no work; while heartbeats fail, and once a GPU reports
@@ -225,7 +195,7 @@ func TestTheAgentsHealthFollowsEvents(t *testing.T) {
 	dir, serve := enrolled(t)
 	cp := &fakeControlPlane{}
 	serve(cp)
-	lib, xid := gpusWithEvents()
+	lib, xid := nvmltest.XIDServer()
 	cfg := DefaultConfig(dir)
 	cfg.Metrics.Listen, cfg.NVML, cfg.Log = "off", lib, slog.New(slog.DiscardHandler)
 	cfg.Podman = filepath.Join(t.TempDir(), "podman") // none there

@@ -71,10 +71,8 @@ func (s *Server) Healthy(ctx context.Context) error {
 // restart cures neither, and restarting every replica while its database is
 // away would only add to an outage. Those belong in health and STATUS=.
 func (s *Server) Alive(context.Context) error {
-	for _, c := range s.health.reg.Conditions() {
-		if c.Name == "listeners" && !c.OK {
-			return fmt.Errorf("listeners: %s", c.Text)
-		}
+	if st := s.health.listeners.Status(); !st.OK {
+		return fmt.Errorf("listeners: %s", st.Text)
 	}
 	return nil
 }

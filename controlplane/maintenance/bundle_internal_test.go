@@ -2,7 +2,6 @@ package maintenance
 
 import (
 	"context"
-	"crypto/sha256"
 	"log/slog"
 	"sync"
 	"testing"
@@ -55,19 +54,7 @@ func (b testBundle) counted(typ string) int {
 // runner adds an approved runner of the pool with cores, memory and GPUs.
 func (b testBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) uuid.UUID {
 	t.Helper()
-	ctx := context.Background()
-	name := "r-" + uuid.NewString()[:8]
-	tokenHash := sha256.Sum256([]byte(name))
-	_, err := b.store.CreateEnrolmentToken(ctx, store.AllOrganisations(), b.pool.ID, tokenHash[:], nil, time.Now().Add(time.Hour))
-	require.NoError(t, err)
-	key := sha256.Sum256([]byte("key" + name))
-	r, err := b.store.Enrol(ctx, store.NewRunner{
-		TokenDigest: tokenHash[:], Name: name, PublicKey: key[:], Fingerprint: "SHA256:x", CSR: []byte{0},
-		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: cores, MemoryMiB: memMiB, GPUCount: gpus, GPUsHealthy: gpus},
-	})
-	require.NoError(t, err)
-	storetest.Approve(t, b.store, r.ID)
-	return r.ID
+	return storetest.ApprovedRunner(t, b.store, b.pool.ID, cores, memMiB, gpus)
 }
 
 func (b testBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {

@@ -54,7 +54,7 @@ func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (store.JobState,
 func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
 	err := f.Store.WithTxRetry(ctx, func(ctx context.Context) error {
-		b := &batch{runnerID: runnerID, outcomes: outcomes, out: out, now: f.now()}
+		b := &batch{runnerID: runnerID, outcomes: outcomes, out: out, now: f.now(), transitions: make([]*store.Transition, len(outcomes))}
 		clear(out) // a retried transaction starts over
 		ids := make([]uuid.UUID, len(outcomes))
 		all := make([]int, len(outcomes))
@@ -71,32 +71,13 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 			f.afterRead(ctx)
 		}
 		changed, err := b.decideAndApply(ctx, f.Store, all, read)
-		if err != nil || len(changed) == 0 {
-			if err != nil {
-				return err
-			}
-			return f.Store.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
-		}
-		// Those whose job changed between the read and the update (a
-		// cancel, an expiry) are decided again on rows nobody can change
-		// meanwhile.
-		slices.Sort(changed)
-		ids = ids[:0]
-		for _, i := range changed {
-			ids = append(ids, outcomes[i].JobID)
-		}
-		if err := f.Store.LockJobs(ctx, ids); err != nil {
-			return err
-		}
-		if read, err = f.Store.ReadHeldJobs(ctx, ids); err != nil {
-			return err
-		}
-		again, err := b.decideAndApply(ctx, f.Store, changed, read)
 		if err != nil {
 			return err
 		}
-		if len(again) > 0 {
-			return fmt.Errorf("finish attempts: %d locked jobs not updated", len(again))
+		if len(changed) > 0 {
+			if err := f.decideLocked(ctx, b, changed); err != nil {
+				return err
+			}
 		}
 		return f.Store.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
 	})
@@ -104,6 +85,32 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 		return nil, fmt.Errorf("finish attempts: %w", err)
 	}
 	return out, nil
+}
+
+// decideLocked decides again, on rows nobody can change meanwhile, the
+// outcomes at changed: those whose job changed between the read and the
+// update (a cancel, an expiry).
+func (f *Finisher) decideLocked(ctx context.Context, b *batch, changed []int) error {
+	slices.Sort(changed)
+	ids := make([]uuid.UUID, len(changed))
+	for k, i := range changed {
+		ids[k] = b.outcomes[i].JobID
+	}
+	if err := f.Store.LockJobs(ctx, ids); err != nil {
+		return err
+	}
+	read, err := f.Store.ReadHeldJobs(ctx, ids)
+	if err != nil {
+		return err
+	}
+	again, err := b.decideAndApply(ctx, f.Store, changed, read)
+	if err != nil {
+		return err
+	}
+	if len(again) > 0 {
+		return fmt.Errorf("%d locked jobs not updated", len(again))
+	}
+	return nil
 }
 
 func (f *Finisher) now() time.Time {
@@ -133,9 +140,6 @@ type batch struct {
 // has the store apply the decisions. It returns those whose job was held
 // as read but changed before the update.
 func (b *batch) decideAndApply(ctx context.Context, st *store.Store, idx []int, read []store.HeldJob) ([]int, error) {
-	if b.transitions == nil {
-		b.transitions = make([]*store.Transition, len(b.outcomes))
-	}
 	endings, decided := b.decide(idx, read)
 	if len(endings) == 0 {
 		return nil, nil

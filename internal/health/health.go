@@ -104,6 +104,13 @@ func (r *Registry) Register(name, title string, sev Severity) *Condition {
 // Name is the condition's name.
 func (c *Condition) Name() string { return c.name }
 
+// Status is the condition as it stands now.
+func (c *Condition) Status() Status {
+	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return c.r.conds[c.i]
+}
+
 // SetHealthy marks the condition healthy; text may say what was found.
 func (c *Condition) SetHealthy(text string) { c.Set(true, text) }
 

@@ -12,11 +12,10 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/agent/internal/capacity"
+	"github.com/runmesh/runmesh/agent/internal/capacity/nvmltest"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -64,35 +63,6 @@ func (c *controlPlane) carried(t *testing.T, name string) runnerapi.Condition {
 	return runnerapi.Condition{}
 }
 
-// xidServer is go-nvml's DGX A100 mock, with the metrics it leaves unset
-// filled in, whose health events come from the channel it returns.
-func xidServer() (*dgxa100.Server, chan<- nvml.EventData) {
-	s := dgxa100.New()
-	events := make(chan nvml.EventData, 4)
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				select {
-				case ev := <-events:
-					return ev, nvml.SUCCESS
-				case <-time.After(10 * time.Millisecond):
-					return nvml.EventData{}, nvml.ERROR_TIMEOUT
-				}
-			},
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-		}, nvml.SUCCESS
-	}
-	for _, d := range s.Devices {
-		dev := d.(*dgxa100.Device)
-		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{}, nvml.SUCCESS }
-		dev.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 40, nvml.SUCCESS }
-		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 90000, nvml.SUCCESS }
-		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
-		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
-	}
-	return s, events
-}
-
 // The conditions follow what the loop sees: the control plane refusing a
 // beat, a GPU's XID event. Every beat carries the registry's conditions,
 // those the loop does not set among them, in a form the control plane
@@ -104,7 +74,7 @@ func TestBeatsCarryTheConditionsAndTheyFollowEvents(t *testing.T) {
 	defer srv.Close()
 	client, err := runnerclient.Anonymous(srv.URL, srv.Certificate())
 	require.NoError(t, err)
-	lib, xid := xidServer()
+	lib, xid := nvmltest.XIDServer()
 	gpus := capacity.NewGPUs(lib)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -145,14 +145,6 @@ func (s *Store) CountFailures(ctx context.Context, runnerID uuid.UUID, faults []
 	return nil
 }
 
-// WithTxRetry is WithTx, run again (up to three times in all) when
-// PostgreSQL picks the transaction to break a deadlock: for transactions
-// that take several rows' locks in an order the plan decides (a batch of
-// results racing a heartbeat of the same runner).
-func (s *Store) WithTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
-	return s.withTxRetry(ctx, fn)
-}
-
 // finishParams is a batch of decided outcomes as FinishAttempts takes
 // them: an array a field. Where Go has nil, the statement takes a stand-in
 // that no real value can be (see FinishAttempts in queries/jobs.sql).

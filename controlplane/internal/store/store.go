@@ -263,12 +263,12 @@ func (s *Store) WithTx(ctx context.Context, fn func(ctx context.Context) error) 
 	return nil
 }
 
-// withTxRetry is WithTx, run again (up to three times in all) when
+// WithTxRetry is WithTx, run again (up to three times in all) when
 // PostgreSQL picks the transaction to break a deadlock. For transactions
 // that take several rows' locks in an order the plan decides (a batch of
 // results racing a heartbeat of the same runner). Inside an outer
 // transaction there is nothing to retry: the outer one is lost too.
-func (s *Store) withTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
+func (s *Store) WithTxRetry(ctx context.Context, fn func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := s.WithTx(ctx, fn)
 		if nested := liveTx(ctx) != nil; nested || attempt == 3 || !errors.Is(err, ErrContended) {
