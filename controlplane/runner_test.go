@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"math/big"
 	"net/http"
 	"net/url"
@@ -59,7 +60,7 @@ func setup(t *testing.T, mods ...func(*controlplane.Options)) *testBundle {
 	b.keys = keys
 	o := controlplane.Options{
 		Pool: b.pool, Store: b.store, AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0",
-		CA: keys, RunnerNames: []string{"127.0.0.1"},
+		CA: keys, RunnerNames: []string{"127.0.0.1"}, Log: slog.New(unauditedFails{t}),
 	}
 	for _, m := range mods {
 		m(&o)
@@ -87,6 +88,21 @@ func setup(t *testing.T, mods ...func(*controlplane.Options)) *testBundle {
 	b.adminB = b.newAdmin(t, store.RoleOrgAdmin, &orgB.ID)
 	return b
 }
+
+// unauditedFails drops every log record, and fails the test on the one
+// that says a mutation succeeded without its audit entry in its own
+// transaction: every change made through the admin API is audited with it.
+type unauditedFails struct{ t *testing.T }
+
+func (h unauditedFails) Enabled(context.Context, slog.Level) bool { return true }
+func (h unauditedFails) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "not audited in its own transaction") {
+		h.t.Errorf("%s", r.Message)
+	}
+	return nil
+}
+func (h unauditedFails) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h unauditedFails) WithGroup(string) slog.Handler      { return h }
 
 func (b *testBundle) newAdmin(t *testing.T, role store.Role, org *uuid.UUID) string {
 	token, digest := tokens.Admin.New()

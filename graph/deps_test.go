@@ -13,6 +13,7 @@ import (
 // checked all the way down.
 var domainPackages = []string{
 	"github.com/runmesh/runmesh/controlplane/record",
+	"github.com/runmesh/runmesh/controlplane/audit",
 	"github.com/runmesh/runmesh/controlplane/tenancy",
 	"github.com/runmesh/runmesh/controlplane/queue",
 	"github.com/runmesh/runmesh/controlplane/fleet",

@@ -51,7 +51,7 @@ func errorCode(err error) string {
 	case errors.Is(err, record.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)), errors.Is(err, fleet.ErrRetired):
 		return CodeConflict
 	case errors.Is(err, record.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi), errors.As(err, new(*model.InputError)),
-		errors.As(err, new(*queue.InputError)):
+		errors.As(err, new(*queue.InputError)), errors.As(err, new(*record.InputError)):
 		return CodeBadInput
 	}
 	// gqlgen's own errors (parsing, validation, arguments) wrap nothing;
@@ -103,12 +103,15 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 			var bi badInput
 			var ie *model.InputError
 			var qe *queue.InputError
+			var re *record.InputError
 			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
 				gqlErr.Message = enrolment.ErrFingerprintMismatch.Error()
 			} else if errors.As(err, &ie) {
 				gqlErr.Message = ie.Msg
 			} else if errors.As(err, &qe) {
 				gqlErr.Message = qe.Msg
+			} else if errors.As(err, &re) {
+				gqlErr.Message = re.Msg
 			} else if errors.As(err, &bi) {
 				gqlErr.Message = bi.msg
 			} else {

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,10 +49,10 @@ func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 	require.NoError(t, err)
 	b.poolB, err = tn.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgB.ID, Name: "pool-b"})
 	require.NoError(t, err)
-	b.platform = newAdmin(t, tn, "root", record.RolePlatformAdmin, nil, nil)
-	b.adminA = newAdmin(t, tn, "alice", record.RoleOrgAdmin, &b.orgA.ID, nil)
-	b.memberA = newAdmin(t, tn, "mallory", record.RoleOrgMember, &b.orgA.ID, nil)
-	b.adminB = newAdmin(t, tn, "bob", record.RoleOrgAdmin, &b.orgB.ID, nil)
+	b.platform = newAdmin(t, tn, "root", record.RolePlatformAdmin, nil)
+	b.adminA = newAdmin(t, tn, "alice", record.RoleOrgAdmin, &b.orgA.ID)
+	b.memberA = newAdmin(t, tn, "mallory", record.RoleOrgMember, &b.orgA.ID)
+	b.adminB = newAdmin(t, tn, "bob", record.RoleOrgAdmin, &b.orgB.ID)
 	o := b.services.GraphOptions()
 	o.Log = testLogger(t)
 	for _, f := range opts {
@@ -63,13 +62,11 @@ func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 	return b
 }
 
-func newAdmin(t *testing.T, s *tenancy.Service, name string, role record.Role, org *uuid.UUID, expires *time.Time) string {
+func newAdmin(t *testing.T, s *tenancy.Service, name string, role record.Role, org *uuid.UUID) string {
 	t.Helper()
-	token, _, err := s.CreateAdmin(context.Background(), tenancy.NewAdmin{
-		Name: name, Role: role, OrganisationID: org, ExpiresAt: expires,
-	})
+	made, err := s.CreateAdmin(context.Background(), tenancy.NewAdmin{Name: name, Role: role, OrganisationID: org})
 	require.NoError(t, err)
-	return token
+	return made.Token
 }
 
 type gqlResponse struct {
@@ -157,7 +154,7 @@ func testLogger(t *testing.T) *slogLogger { return newTestLogger(t) }
 func TestUnauthenticatedRequestsGet401WithNoDetail(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	expired := newAdmin(t, b.services.Tenancy, "old", record.RolePlatformAdmin, nil, ptr(time.Now().Add(-time.Hour)))
+	expired := b.services.ExpiredAdminToken(t, "old")
 	forged, _ := tokens.Admin.New() // well-formed, never stored
 	before := b.counts(t)
 

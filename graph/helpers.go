@@ -3,7 +3,6 @@ package graph
 import (
 	"context"
 	"errors"
-	"regexp"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
@@ -45,13 +44,6 @@ func loadPool(ctx context.Context, id uuid.UUID) (*record.Pool, error) {
 	return &p, nil
 }
 
-func checkReason(reason string) error {
-	if reason == "" || len(reason) > 500 {
-		return badInputf("reason: 1 to 500 characters")
-	}
-	return nil
-}
-
 // nullIfNotFound turns "not found" into a null answer, so that something
 // outside the caller's scope and something that does not exist look alike.
 func nullIfNotFound[T any](v *T, err error) (*T, error) {
@@ -79,39 +71,6 @@ func targetOrganisation(me record.Admin, named *uuid.UUID) (*uuid.UUID, error) {
 		return nil, record.ErrNotFound
 	}
 	return me.OrganisationID, nil
-}
-
-var handle = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-
-func checkHandle(field, v string) error {
-	if !handle.MatchString(v) {
-		return badInputf("%s: 1 to 63 lower-case letters, digits and dashes, not starting with a dash", field)
-	}
-	return nil
-}
-
-// Bounds of the pool settings; the schema's CHECK constraints say the same.
-const (
-	minLeaseSeconds, maxLeaseSeconds           = 5, 3600
-	minQueueTimeoutHours, maxQueueTimeoutHours = 1, 8760
-)
-
-func checkPoolSettings(leaseSeconds, queueTimeoutHours *int) error {
-	if v := leaseSeconds; v != nil && (*v < minLeaseSeconds || *v > maxLeaseSeconds) {
-		return badInputf("leaseSeconds: between %d and %d", minLeaseSeconds, maxLeaseSeconds)
-	}
-	if v := queueTimeoutHours; v != nil && (*v < minQueueTimeoutHours || *v > maxQueueTimeoutHours) {
-		return badInputf("queueTimeoutHours: between %d and %d", minQueueTimeoutHours, maxQueueTimeoutHours)
-	}
-	return nil
-}
-
-// derefOmittable is the value to validate: only a value actually given.
-func derefOmittable(v *int, set bool) *int {
-	if !set {
-		return nil
-	}
-	return v
 }
 
 // settingChange is what an update's input does to a pool setting: left

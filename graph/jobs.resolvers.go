@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/generated"
@@ -134,17 +135,8 @@ func (r *mutationResolver) CancelJob(ctx context.Context, id uuid.UUID) (*record
 // CreateHold is the resolver for the createHold field.
 func (r *mutationResolver) CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error) {
 	me, _ := principal(ctx)
-	switch {
-	case gpus < 1 || gpus > 64:
-		return nil, badInputf("gpus: 1 to 64")
-	case durationSeconds < 60 || durationSeconds > 90*24*3600:
-		return nil, badInputf("durationSeconds: between 60 and 7776000")
-	}
-	if err := checkReason(reason); err != nil {
-		return nil, err
-	}
 	by := me.ID
-	h, err := r.Queue.Hold(ctx, me.Scope(), runnerID, gpus, reason, time.Now().Add(time.Duration(durationSeconds)*time.Second), &by)
+	h, err := r.Queue.Hold(ctx, me.Scope(), runnerID, gpus, reason, time.Duration(durationSeconds)*time.Second, &by)
 	if err != nil {
 		return nil, err
 	}

@@ -2,12 +2,15 @@ package graph_test
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 )
 
 type slogLogger = slog.Logger
 
-// newTestLogger sends log lines to t.Log, so they show with a failure.
+// newTestLogger sends log lines to t.Log, so they show with a failure. A
+// mutation that succeeded without its audit entry in its own transaction
+// fails the test: every domain change goes through audit.Change.
 func newTestLogger(t *testing.T) *slog.Logger {
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
@@ -16,5 +19,8 @@ type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
+	if strings.Contains(string(p), "not audited in its own transaction") {
+		w.t.Errorf("a mutation was audited apart from its change: %s", p)
+	}
 	return len(p), nil
 }

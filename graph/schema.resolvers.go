@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/vikstrous/dataloadgen"
+
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
-	"github.com/vikstrous/dataloadgen"
 )
 
 // Organisation is the resolver for the organisation field.
@@ -31,9 +32,6 @@ func (r *auditEntryResolver) Detail(ctx context.Context, obj *record.AuditEntry)
 
 // CreateOrganisation is the resolver for the createOrganisation field.
 func (r *mutationResolver) CreateOrganisation(ctx context.Context, input model.CreateOrganisationInput) (*record.Organisation, error) {
-	if err := checkHandle("name", input.Name); err != nil {
-		return nil, err
-	}
 	o, err := r.Tenancy.CreateOrganisation(ctx, input.Name)
 	if err != nil {
 		return nil, err
@@ -46,12 +44,6 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 	me, _ := principal(ctx)
 	org, err := targetOrganisation(me, input.OrganisationID)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkHandle("name", input.Name); err != nil {
-		return nil, err
-	}
-	if err := checkPoolSettings(input.LeaseSeconds, input.QueueTimeoutHours); err != nil {
 		return nil, err
 	}
 	p, err := r.Tenancy.CreatePool(ctx, record.NewPool{
@@ -70,16 +62,6 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 // UpdatePool is the resolver for the updatePool field.
 func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoolInput) (*record.Pool, error) {
 	me, _ := principal(ctx)
-	if input.Name != nil {
-		if err := checkHandle("name", *input.Name); err != nil {
-			return nil, err
-		}
-	}
-	lease, leaseSet := input.LeaseSeconds.ValueOK()
-	timeout, timeoutSet := input.QueueTimeoutHours.ValueOK()
-	if err := checkPoolSettings(derefOmittable(lease, leaseSet), derefOmittable(timeout, timeoutSet)); err != nil {
-		return nil, err
-	}
 	p, err := r.Tenancy.UpdatePool(ctx, me.Scope(), input.ID, tenancy.PoolChange{
 		Name:                  input.Name,
 		LeaseSeconds:          settingChange(input.LeaseSeconds),
@@ -95,49 +77,33 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 // CreateAdminToken is the resolver for the createAdminToken field.
 func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.CreateAdminTokenInput) (*model.CreatedAdminToken, error) {
 	me, _ := principal(ctx)
-	if input.Name == "" || len(input.Name) > 200 {
-		return nil, badInputf("name: 1 to 200 characters")
-	}
-	if input.Role.Rank() == 0 {
-		return nil, badInputf("role: unknown")
-	}
 	if input.Role.Rank() > me.Role.Rank() {
 		return nil, errForbidden
 	}
-	var org *uuid.UUID
-	if input.Role == record.RolePlatformAdmin {
-		if input.OrganisationID != nil {
-			return nil, badInputf("organisationId: platform admins belong to no organisation")
-		}
-	} else {
+	org := input.OrganisationID
+	if input.Role != record.RolePlatformAdmin {
 		var err error
 		if org, err = targetOrganisation(me, input.OrganisationID); err != nil {
 			return nil, err
 		}
-		if org == nil {
-			return nil, badInputf("organisationId: required for role %s", input.Role)
-		}
 	}
-	var expires *time.Time
+	var ttl *time.Duration
 	if input.TTLSeconds != nil {
-		if *input.TTLSeconds < 60 || *input.TTLSeconds > 10*365*24*3600 {
-			return nil, badInputf("ttlSeconds: between 60 and 315360000")
-		}
-		t := time.Now().Add(time.Duration(*input.TTLSeconds) * time.Second).UTC().Truncate(time.Microsecond)
-		expires = &t
+		d := time.Duration(*input.TTLSeconds) * time.Second
+		ttl = &d
 	}
 	creator := me.ID
-	token, a, err := r.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{
+	made, err := r.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{
 		Name:           input.Name,
 		Role:           input.Role,
 		OrganisationID: org,
 		CreatedBy:      &creator,
-		ExpiresAt:      expires,
+		TTL:            ttl,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &model.CreatedAdminToken{Token: token, Admin: &a, ExpiresAt: expires}, nil
+	return &model.CreatedAdminToken{Token: made.Token, Admin: &made.Admin, ExpiresAt: made.ExpiresAt}, nil
 }
 
 // Pools is the resolver for the pools field.

@@ -70,12 +70,12 @@ func TestRunnerListRunsAConstantNumberOfStatements(t *testing.T) {
 			SELECT $1, 'runner-' || left(encode(t.token_hash, 'hex'), 16), 'APPROVED', sha256(t.token_hash), 'SHA256:x', '\x00', t.id, $3::jsonb, 8, 8, now()
 			FROM t`, p.ID, runners, gpuJSON)
 		require.NoError(t, err)
-		token, _, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgAdmin, OrganisationID: &org.ID})
+		made, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgAdmin, OrganisationID: &org.ID})
 		require.NoError(t, err)
 
 		b := &testBundle{handler: graph.NewHandler(s.GraphOptions())}
 		counter.n.Store(0)
-		r := b.do(t, token, `{ runners { id name online takingWork pool { name runnerSeen organisation { name } } organisation { name }
+		r := b.do(t, made.Token, `{ runners { id name online takingWork pool { name runnerSeen organisation { name } } organisation { name }
 			certificate { serial } capacity { cores } labels { key } gpus { uuid memoryTotalMiB utilisationPercent healthy } } }`, nil)
 		require.Empty(t, r.Errors, r.Raw)
 		listed := r.Data["runners"].([]any)
@@ -107,12 +107,12 @@ func TestJobListRunsAConstantNumberOfStatements(t *testing.T) {
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, `INSERT INTO job_runs (job_id, attempt, runner_id, runner_name) SELECT id, 1, gen_random_uuid(), 'r' FROM jobs`)
 		require.NoError(t, err)
-		token, _, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgMember, OrganisationID: &org.ID})
+		made, err := s.Tenancy.CreateAdmin(ctx, tenancy.NewAdmin{Name: "a", Role: record.RoleOrgMember, OrganisationID: &org.ID})
 		require.NoError(t, err)
 
 		b := &testBundle{handler: graph.NewHandler(s.GraphOptions())}
 		counter.n.Store(0)
-		r := b.do(t, token, `{ jobs(first: 1000) { id events { type } runs { attempt } logs } }`, nil)
+		r := b.do(t, made.Token, `{ jobs(first: 1000) { id events { type } runs { attempt } logs } }`, nil)
 		require.Empty(t, r.Errors, r.Raw)
 		listed := r.Data["jobs"].([]any)
 		require.Len(t, listed, jobs)

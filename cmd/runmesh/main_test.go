@@ -20,13 +20,13 @@ import (
 func TestCLIAgainstTheRealAPI(t *testing.T) {
 	t.Parallel()
 	s := controlplanetest.NewServices(t, controlplanetest.NewPool(t), nil)
-	token, _, err := s.Tenancy.CreateAdmin(context.Background(), tenancy.NewAdmin{Name: "ops", Role: record.RolePlatformAdmin})
+	made, err := s.Tenancy.CreateAdmin(context.Background(), tenancy.NewAdmin{Name: "ops", Role: record.RolePlatformAdmin})
 	require.NoError(t, err)
 	srv := httptest.NewServer(graph.NewHandler(s.GraphOptions()))
 	t.Cleanup(srv.Close)
 
 	envFile := filepath.Join(t.TempDir(), "dev.env")
-	require.NoError(t, os.WriteFile(envFile, []byte("RUNMESH_ADMIN_URL="+srv.URL+"\nRUNMESH_ADMIN_TOKEN="+token+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(envFile, []byte("RUNMESH_ADMIN_URL="+srv.URL+"\nRUNMESH_ADMIN_TOKEN="+made.Token+"\n"), 0o600))
 	noEnv := func(string) string { return "" }
 	cli := func(args ...string) (string, error) {
 		var out, errOut bytes.Buffer

@@ -25,6 +25,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
+	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/pki/ca"
 )
@@ -131,4 +132,19 @@ func (s *Services) ApprovedRunner(t testing.TB, poolID uuid.UUID, r Runner) uuid
 		}
 	}
 	return enrolled.ID
+}
+
+// ExpiredAdminToken makes a platform admin whose only token ended an hour
+// ago, straight in the database (tenancy gives no token a past end), and
+// returns the token.
+func (s *Services) ExpiredAdminToken(t testing.TB, name string) string {
+	t.Helper()
+	token, digest := tokens.Admin.New()
+	ended := time.Now().Add(-time.Hour)
+	if _, err := s.st.CreateAdminWithToken(context.Background(), store.NewAdmin{
+		Name: name, Role: record.RolePlatformAdmin, TokenHash: digest, ExpiresAt: &ended,
+	}); err != nil {
+		t.Fatalf("expired admin token: %v", err)
+	}
+	return token
 }

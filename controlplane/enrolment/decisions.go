@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
@@ -59,11 +60,11 @@ func retirement(r record.Runner, reason string) (store.RunnerDecision, error) {
 // returns the runner as stored afterwards. A refusal, by the rule or by
 // anything after it, changes nothing.
 func (s *Service) decide(ctx context.Context, scope record.Scope, id uuid.UUID, by *uuid.UUID,
-	rule func(record.Runner) (store.RunnerDecision, error), with func(context.Context, record.Runner) error,
+	rule func(record.Runner) (store.RunnerDecision, error), with func(context.Context, *store.Tx, record.Runner) error,
 ) (record.Runner, error) {
 	var out record.Runner
-	err := s.st.WithTx(ctx, func(ctx context.Context) error {
-		r, err := s.st.LockRunner(ctx, scope, id)
+	err := audit.Change(ctx, s.st, func(tx *store.Tx) error {
+		r, err := tx.LockRunner(ctx, scope, id)
 		if err != nil {
 			return err
 		}
@@ -72,14 +73,14 @@ func (s *Service) decide(ctx context.Context, scope record.Scope, id uuid.UUID, 
 			return err
 		}
 		if with != nil {
-			if err := with(ctx, r); err != nil {
+			if err := with(ctx, tx, r); err != nil {
 				return err
 			}
 		}
-		if err := s.st.SetRunnerStatus(ctx, r.ID, d, by); err != nil {
+		if err := tx.SetRunnerStatus(ctx, r.ID, d, by); err != nil {
 			return err
 		}
-		out, err = s.st.Runner(ctx, scope, id)
+		out, err = tx.Runner(ctx, scope, id)
 		return err
 	})
 	return out, err

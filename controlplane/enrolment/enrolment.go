@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
@@ -50,12 +51,21 @@ func New(st *store.Store, authority *ca.Authority, certLifetime time.Duration) *
 	return &Service{st: st, authority: authority, lifetime: certLifetime}
 }
 
+// Bounds of an enrolment token's life: long enough to reach the host, short
+// enough that a leaked one soon stops mattering.
+const MinTokenTTL, MaxTokenTTL = time.Minute, 7 * 24 * time.Hour
+
 // CreateToken makes a single-use enrolment token for a pool in scope. The
 // token is returned once; only its digest is stored.
 func (s *Service) CreateToken(ctx context.Context, scope record.Scope, poolID uuid.UUID, ttl time.Duration, by *uuid.UUID) (string, record.EnrolmentToken, error) {
+	if ttl < MinTokenTTL || ttl > MaxTokenTTL {
+		return "", record.EnrolmentToken{}, record.Invalidf("ttlSeconds: between %d and %d", int(MinTokenTTL.Seconds()), int(MaxTokenTTL.Seconds()))
+	}
 	token, digest := tokens.Enrolment.New()
 	expires := time.Now().Add(ttl).UTC().Truncate(time.Microsecond)
-	t, err := s.st.CreateEnrolmentToken(ctx, scope, poolID, digest, by, expires)
+	t, err := audit.Do(ctx, s.st, func(tx *store.Tx) (record.EnrolmentToken, error) {
+		return tx.CreateEnrolmentToken(ctx, scope, poolID, digest, by, expires)
+	})
 	if err != nil {
 		return "", record.EnrolmentToken{}, err
 	}
@@ -72,16 +82,19 @@ func (s *Service) Approve(ctx context.Context, scope record.Scope, id uuid.UUID,
 
 // firstCertificate is what comes with an approval: the runner's first
 // certificate, and the inventory later heartbeats are held to.
-func (s *Service) firstCertificate(ctx context.Context, r record.Runner) error {
+func (s *Service) firstCertificate(ctx context.Context, tx *store.Tx, r record.Runner) error {
 	if _, err := s.Issue(ctx, r); err != nil {
 		return err
 	}
 	// What the runner reported at enrolment is what is approved.
-	return s.st.SetInventory(ctx, r.ID, fleet.InventoryOf(r))
+	return tx.SetInventory(ctx, r.ID, fleet.InventoryOf(r))
 }
 
 // Reject turns a PENDING runner away for good.
 func (s *Service) Reject(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	if err := record.CheckReason(reason); err != nil {
+		return record.Runner{}, err
+	}
 	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
 		return rejection(r, reason)
 	}, nil)
@@ -91,6 +104,9 @@ func (s *Service) Reject(ctx context.Context, scope record.Scope, id uuid.UUID, 
 // it holds stops working at the next handshake or request, and renewal is
 // refused.
 func (s *Service) Revoke(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	if err := record.CheckReason(reason); err != nil {
+		return record.Runner{}, err
+	}
 	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
 		return revocation(r, reason)
 	}, nil)
@@ -99,10 +115,13 @@ func (s *Service) Revoke(ctx context.Context, scope record.Scope, id uuid.UUID, 
 // Retire takes a runner out of the fleet for good: it is revoked (so it
 // cannot come back under its old identity) and marked retired.
 func (s *Service) Retire(ctx context.Context, scope record.Scope, id uuid.UUID, reason string, by *uuid.UUID) (record.Runner, error) {
+	if err := record.CheckReason(reason); err != nil {
+		return record.Runner{}, err
+	}
 	return s.decide(ctx, scope, id, by, func(r record.Runner) (store.RunnerDecision, error) {
 		return retirement(r, reason)
-	}, func(ctx context.Context, r record.Runner) error {
-		return s.st.Retire(ctx, r.ID)
+	}, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
+		return tx.Retire(ctx, r.ID)
 	})
 }
 

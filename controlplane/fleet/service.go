@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
@@ -48,18 +49,18 @@ func (s *Service) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid
 // Drain stops a runner taking new work; what it runs carries on. It does
 // not touch whether the runner is online: only heartbeats do.
 func (s *Service) Drain(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
-		return s.st.SetDraining(ctx, r.ID, true)
+	return s.control(ctx, scope, id, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
+		return tx.SetDraining(ctx, r.ID, true)
 	})
 }
 
 // Resume lets a drained runner take work again (a retired one stays out).
 func (s *Service) Resume(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
+	return s.control(ctx, scope, id, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
 		if err := resumable(r); err != nil {
 			return err
 		}
-		return s.st.SetDraining(ctx, r.ID, false)
+		return tx.SetDraining(ctx, r.ID, false)
 	})
 }
 
@@ -75,8 +76,8 @@ func resumable(r record.Runner) error {
 // what it reports now as its inventory, so the difference that quarantined
 // it does not do so again at the next heartbeat.
 func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
-	return s.control(ctx, scope, id, func(ctx context.Context, r record.Runner) error {
-		return s.st.ClearQuarantine(ctx, r.ID, InventoryOf(r))
+	return s.control(ctx, scope, id, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
+		return tx.ClearQuarantine(ctx, r.ID, InventoryOf(r))
 	})
 }
 
@@ -84,17 +85,17 @@ func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uu
 // is locked inside scope, apply decides on it as locked and has the store
 // write what it decided, and the runner is returned as stored afterwards.
 // A refusal changes nothing.
-func (s *Service) control(ctx context.Context, scope record.Scope, id uuid.UUID, apply func(context.Context, record.Runner) error) (record.Runner, error) {
+func (s *Service) control(ctx context.Context, scope record.Scope, id uuid.UUID, apply func(context.Context, *store.Tx, record.Runner) error) (record.Runner, error) {
 	var out record.Runner
-	err := s.st.WithTx(ctx, func(ctx context.Context) error {
-		r, err := s.st.LockRunner(ctx, scope, id)
+	err := audit.Change(ctx, s.st, func(tx *store.Tx) error {
+		r, err := tx.LockRunner(ctx, scope, id)
 		if err != nil {
 			return err
 		}
-		if err := apply(ctx, r); err != nil {
+		if err := apply(ctx, tx, r); err != nil {
 			return err
 		}
-		out, err = s.st.Runner(ctx, scope, id)
+		out, err = tx.Runner(ctx, scope, id)
 		return err
 	})
 	return out, err

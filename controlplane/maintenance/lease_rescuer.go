@@ -76,8 +76,8 @@ func (r *LeaseRescuer) pass(ctx context.Context) {
 // rescue takes back one batch of expired leases.
 func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) {
 	var res store.RescuedLeases
-	err := r.store.WithTx(ctx, func(ctx context.Context) error {
-		jobs, err := r.store.ExpiredLeases(ctx, nil, r.batch)
+	err := r.store.WithTx(ctx, func(tx *store.Tx) error {
+		jobs, err := tx.ExpiredLeases(ctx, nil, r.batch)
 		if err != nil || len(jobs) == 0 {
 			return err
 		}
@@ -86,7 +86,7 @@ func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) 
 		for i, j := range jobs {
 			rescues[i] = store.LeaseRescue{Job: j, Transition: queue.DecideExpiredLease(j, now)}
 		}
-		res, err = r.store.RescueLeases(ctx, rescues)
+		res, err = tx.RescueLeases(ctx, rescues)
 		return err
 	})
 	if err != nil {

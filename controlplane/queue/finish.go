@@ -53,7 +53,7 @@ func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (store.JobState,
 // finishing together) report cheaply.
 func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
-	err := f.Store.WithTxRetry(ctx, func(ctx context.Context) error {
+	err := f.Store.WithTxRetry(ctx, func(tx *store.Tx) error {
 		b := &batch{runnerID: runnerID, outcomes: outcomes, out: out, now: f.now(), transitions: make([]*store.Transition, len(outcomes))}
 		clear(out) // a retried transaction starts over
 		ids := make([]uuid.UUID, len(outcomes))
@@ -63,23 +63,23 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 		}
 		// Read without locks: most results race nothing, and the statement
 		// that applies them is guarded by what they were decided on.
-		read, err := f.Store.ReadHeldJobs(ctx, ids)
+		read, err := tx.ReadHeldJobs(ctx, ids)
 		if err != nil {
 			return err
 		}
 		if f.afterRead != nil {
 			f.afterRead(ctx)
 		}
-		changed, err := b.decideAndApply(ctx, f.Store, all, read)
+		changed, err := b.decideAndApply(ctx, tx, all, read)
 		if err != nil {
 			return err
 		}
 		if len(changed) > 0 {
-			if err := f.decideLocked(ctx, b, changed); err != nil {
+			if err := decideLocked(ctx, tx, b, changed); err != nil {
 				return err
 			}
 		}
-		return f.Store.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
+		return tx.CountFailures(ctx, runnerID, b.failures(), f.quarantineAfter())
 	})
 	if err != nil {
 		return nil, fmt.Errorf("finish attempts: %w", err)
@@ -90,20 +90,20 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 // decideLocked decides again, on rows nobody can change meanwhile, the
 // outcomes at changed: those whose job changed between the read and the
 // update (a cancel, an expiry).
-func (f *Finisher) decideLocked(ctx context.Context, b *batch, changed []int) error {
+func decideLocked(ctx context.Context, tx *store.Tx, b *batch, changed []int) error {
 	slices.Sort(changed)
 	ids := make([]uuid.UUID, len(changed))
 	for k, i := range changed {
 		ids[k] = b.outcomes[i].JobID
 	}
-	if err := f.Store.LockJobs(ctx, ids); err != nil {
+	if err := tx.LockJobs(ctx, ids); err != nil {
 		return err
 	}
-	read, err := f.Store.ReadHeldJobs(ctx, ids)
+	read, err := tx.ReadHeldJobs(ctx, ids)
 	if err != nil {
 		return err
 	}
-	again, err := b.decideAndApply(ctx, f.Store, changed, read)
+	again, err := b.decideAndApply(ctx, tx, changed, read)
 	if err != nil {
 		return err
 	}
@@ -139,12 +139,12 @@ type batch struct {
 // decideAndApply decides the outcomes at idx on their jobs as read, and
 // has the store apply the decisions. It returns those whose job was held
 // as read but changed before the update.
-func (b *batch) decideAndApply(ctx context.Context, st *store.Store, idx []int, read []store.HeldJob) ([]int, error) {
+func (b *batch) decideAndApply(ctx context.Context, tx *store.Tx, idx []int, read []store.HeldJob) ([]int, error) {
 	endings, decided := b.decide(idx, read)
 	if len(endings) == 0 {
 		return nil, nil
 	}
-	ended, err := st.EndAttempts(ctx, b.runnerID, endings)
+	ended, err := tx.EndAttempts(ctx, b.runnerID, endings)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
@@ -36,7 +37,7 @@ func (s *Service) Jobs(ctx context.Context, scope record.Scope, f record.JobFilt
 // Cancel cancels a queued job at once; a leased or running one is asked to
 // stop, and is CANCELLED when its runner reports back.
 func (s *Service) Cancel(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Job, error) {
-	return s.st.CancelJob(ctx, scope, id)
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Job, error) { return tx.CancelJob(ctx, scope, id) })
 }
 
 // The reads below take jobs the caller has already read through its
@@ -76,13 +77,31 @@ func (s *Service) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid
 	return s.st.PoolQueues(ctx, poolIDs)
 }
 
-// Hold keeps gpus GPUs of a runner inside scope free of new work until
-// until (or its release).
-func (s *Service) Hold(ctx context.Context, scope record.Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (record.Hold, error) {
-	return s.st.CreateHold(ctx, scope, runnerID, gpus, reason, until, by)
+// Bounds of a hold.
+const (
+	MaxHoldGPUs            = 64
+	MinHoldFor, MaxHoldFor = time.Minute, 90 * 24 * time.Hour
+)
+
+// Hold keeps gpus GPUs of a runner inside scope free of new work for d
+// (or until its release). Values out of bounds are a *record.InputError.
+func (s *Service) Hold(ctx context.Context, scope record.Scope, runnerID uuid.UUID, gpus int, reason string, d time.Duration, by *uuid.UUID) (record.Hold, error) {
+	switch {
+	case gpus < 1 || gpus > MaxHoldGPUs:
+		return record.Hold{}, record.Invalidf("gpus: 1 to %d", MaxHoldGPUs)
+	case d < MinHoldFor || d > MaxHoldFor:
+		return record.Hold{}, record.Invalidf("durationSeconds: between %d and %d", int(MinHoldFor.Seconds()), int(MaxHoldFor.Seconds()))
+	}
+	if err := record.CheckReason(reason); err != nil {
+		return record.Hold{}, err
+	}
+	until := time.Now().Add(d)
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Hold, error) {
+		return tx.CreateHold(ctx, scope, runnerID, gpus, reason, until, by)
+	})
 }
 
 // Release ends a hold on a runner inside scope.
 func (s *Service) Release(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Hold, error) {
-	return s.st.ReleaseHold(ctx, scope, id)
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Hold, error) { return tx.ReleaseHold(ctx, scope, id) })
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -77,7 +78,11 @@ func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Subm
 	}
 	// Unwrapped: the store's refusals (a pool out of scope is not found)
 	// carry the sentinels the API's error codes are read from.
-	return s.st.SubmitJobs(ctx, scope, ns)
+	err = audit.Change(ctx, s.st, func(tx *store.Tx) error {
+		jobs, created, err = tx.SubmitJobs(ctx, scope, ns)
+		return err
+	})
+	return jobs, created, err
 }
 
 // check is what is wrong with a submission ("" when nothing is), and the

@@ -9,6 +9,7 @@ package record
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/google/uuid"
 )
@@ -23,6 +24,32 @@ var (
 	// checks).
 	ErrInvalid = errors.New("invalid value")
 )
+
+// InputError: a request's value refused by the domain's rules before
+// anything changed. Msg names the input and says what it must be
+// ("name: 1 to 200 characters"); it is meant for the caller.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+// Unwrap: an input refused is an invalid value, wherever it was refused.
+func (e *InputError) Unwrap() error { return ErrInvalid }
+
+// Invalidf is an InputError.
+func Invalidf(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Reasons are what an administrator writes down with a decision.
+const MaxReason = 500
+
+// CheckReason refuses an empty or overlong reason.
+func CheckReason(reason string) error {
+	if reason == "" || len(reason) > MaxReason {
+		return Invalidf("reason: 1 to %d characters", MaxReason)
+	}
+	return nil
+}
 
 // Role is what an admin may do. Platform admins act everywhere; the others
 // only inside their own organisation.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
@@ -39,22 +40,44 @@ type NewAdmin struct {
 	Role           record.Role
 	OrganisationID *uuid.UUID
 	CreatedBy      *uuid.UUID
-	// ExpiresAt ends the token (nil: it lasts until revoked).
-	ExpiresAt *time.Time
+	// TTL ends the token that long after its creation (nil: it lasts
+	// until revoked).
+	TTL *time.Duration
 }
 
-// CreateAdmin adds an admin and its first token, and returns the token:
-// the only time it is seen, for only its digest is kept.
-func (s *Service) CreateAdmin(ctx context.Context, a NewAdmin) (token string, admin record.Admin, err error) {
+// CreatedAdmin is an admin just made, with its first token: the only time
+// the token is seen, for only its digest is kept.
+type CreatedAdmin struct {
+	Token     string
+	Admin     record.Admin
+	ExpiresAt *time.Time // when the token ends (nil: never)
+}
+
+// CreateAdmin adds an admin and its first token. What breaks the rules of
+// NewAdmin is a *record.InputError, and nothing is written.
+func (s *Service) CreateAdmin(ctx context.Context, a NewAdmin) (CreatedAdmin, error) {
+	if err := a.check(); err != nil {
+		return CreatedAdmin{}, err
+	}
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (CreatedAdmin, error) { return createAdmin(ctx, tx, a) })
+}
+
+// createAdmin adds an admin and its first token in tx.
+func createAdmin(ctx context.Context, tx *store.Tx, a NewAdmin) (CreatedAdmin, error) {
 	token, digest := tokens.Admin.New()
-	admin, err = s.st.CreateAdminWithToken(ctx, store.NewAdmin{
+	var expires *time.Time
+	if a.TTL != nil {
+		t := time.Now().Add(*a.TTL).UTC().Truncate(time.Microsecond)
+		expires = &t
+	}
+	admin, err := tx.CreateAdminWithToken(ctx, store.NewAdmin{
 		Name: a.Name, Role: a.Role, OrganisationID: a.OrganisationID, CreatedBy: a.CreatedBy,
-		TokenHash: digest, ExpiresAt: a.ExpiresAt,
+		TokenHash: digest, ExpiresAt: expires,
 	})
 	if err != nil {
-		return "", record.Admin{}, err
+		return CreatedAdmin{}, err
 	}
-	return token, admin, nil
+	return CreatedAdmin{Token: token, Admin: admin, ExpiresAt: expires}, nil
 }
 
 // ErrAdminsExist: the first admin is made once; further ones come from
@@ -64,25 +87,28 @@ var ErrAdminsExist = errors.New("admins exist already: create further tokens wit
 // Bootstrap gives a fresh installation its first platform admin, audited,
 // and returns its token. With an admin in place it is ErrAdminsExist.
 func (s *Service) Bootstrap(ctx context.Context, name string) (token string, err error) {
-	err = s.st.WithTx(ctx, func(ctx context.Context) error {
+	if err := (NewAdmin{Name: name, Role: record.RolePlatformAdmin}).check(); err != nil {
+		return "", fmt.Errorf("bootstrap admin: %w", err)
+	}
+	err = s.st.WithTx(ctx, func(tx *store.Tx) error {
 		// Serialised with any other bootstrap by the admins table lock.
-		if err := s.st.LockAdmins(ctx); err != nil {
+		if err := tx.LockAdmins(ctx); err != nil {
 			return err
 		}
-		n, err := s.st.CountAdmins(ctx)
+		n, err := tx.CountAdmins(ctx)
 		if err != nil {
 			return err
 		}
 		if n > 0 {
 			return ErrAdminsExist
 		}
-		var a record.Admin
-		token, a, err = s.CreateAdmin(ctx, NewAdmin{Name: name, Role: record.RolePlatformAdmin})
+		made, err := createAdmin(ctx, tx, NewAdmin{Name: name, Role: record.RolePlatformAdmin})
 		if err != nil {
 			return err
 		}
-		id := a.ID
-		return s.st.Audit(ctx, record.AuditEntry{ActorID: &id, ActorName: a.Name, ActorRole: a.Role, Action: "bootstrapAdmin", Outcome: "OK", Detail: []byte(`{}`)})
+		token = made.Token
+		a, id := made.Admin, made.Admin.ID
+		return tx.Audit(ctx, record.AuditEntry{ActorID: &id, ActorName: a.Name, ActorRole: a.Role, Action: "bootstrapAdmin", Outcome: "OK", Detail: []byte(`{}`)})
 	})
 	if err != nil {
 		return "", fmt.Errorf("bootstrap admin: %w", err)

@@ -6,21 +6,9 @@ import (
 	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-// Audited runs change in one transaction with its audit entry e, written
-// once change has succeeded: an audited change and its record commit or
-// vanish together. Every call change makes with the context it receives
-// joins the transaction, whichever domain package it goes through. A
-// failed change is rolled back and e not written: record it with Audit.
-func (s *Service) Audited(ctx context.Context, e record.AuditEntry, change func(ctx context.Context) error) error {
-	return s.st.WithTx(ctx, func(ctx context.Context) error {
-		if err := change(ctx); err != nil {
-			return err
-		}
-		return s.st.Audit(ctx, e)
-	})
-}
-
-// Audit appends one entry (its Detail a JSON object; nil: {}).
+// Audit appends one entry (its Detail a JSON object; nil: {}): for what
+// is recorded apart from a change, such as a refused one (a change and its
+// entry go together through package audit).
 func (s *Service) Audit(ctx context.Context, e record.AuditEntry) error {
 	return s.st.Audit(ctx, e)
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
 
@@ -63,19 +65,22 @@ func mayChange(scope record.Scope, p record.Pool) error {
 
 // UpdatePool changes a pool inside scope as c says, in one transaction:
 // the pool is locked, the change decided on it as locked and stored. It
-// returns the pool as stored; a change refused (by scope, or a setting the
-// database refuses) changes nothing.
+// returns the pool as stored; a change refused (a *record.InputError, by
+// scope, or a setting the database refuses) changes nothing.
 func (s *Service) UpdatePool(ctx context.Context, scope record.Scope, id uuid.UUID, c PoolChange) (record.Pool, error) {
+	if err := c.check(); err != nil {
+		return record.Pool{}, err
+	}
 	var out record.Pool
-	err := s.st.WithTx(ctx, func(ctx context.Context) error {
-		p, err := s.st.LockPool(ctx, scope, id)
+	err := audit.Change(ctx, s.st, func(tx *store.Tx) error {
+		p, err := tx.LockPool(ctx, scope, id)
 		if err != nil {
 			return err
 		}
 		if err := mayChange(scope, p); err != nil {
 			return err
 		}
-		out, err = s.st.SavePool(ctx, c.applyTo(p))
+		out, err = tx.SavePool(ctx, c.applyTo(p))
 		return err
 	})
 	return out, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
@@ -21,10 +22,13 @@ type Service struct {
 // New is tenancy over st.
 func New(st *store.Store) *Service { return &Service{st: st} }
 
-// CreateOrganisation adds an organisation; a taken name is
-// record.ErrConflict.
+// CreateOrganisation adds an organisation; a name that is no handle is a
+// *record.InputError, a taken one record.ErrConflict.
 func (s *Service) CreateOrganisation(ctx context.Context, name string) (record.Organisation, error) {
-	return s.st.CreateOrganisation(ctx, name)
+	if err := checkHandle("name", name); err != nil {
+		return record.Organisation{}, err
+	}
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Organisation, error) { return tx.CreateOrganisation(ctx, name) })
 }
 
 // Organisations lists the organisations inside scope.
@@ -40,9 +44,13 @@ func (s *Service) OrganisationsByID(ctx context.Context, scope record.Scope, ids
 
 // CreatePool adds a pool. The caller has checked that the actor may create
 // pools in p.OrganisationID; an organisation that does not exist is
-// record.ErrNotFound, a taken name record.ErrConflict.
+// record.ErrNotFound, a name or setting out of bounds a
+// *record.InputError, a taken name record.ErrConflict.
 func (s *Service) CreatePool(ctx context.Context, p record.NewPool) (record.Pool, error) {
-	return s.st.CreatePool(ctx, p)
+	if err := checkNewPool(p); err != nil {
+		return record.Pool{}, err
+	}
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Pool, error) { return tx.CreatePool(ctx, p) })
 }
 
 // Pool is one pool inside scope, or record.ErrNotFound.

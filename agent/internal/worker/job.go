@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -33,16 +32,6 @@ type job struct {
 	logFull  bool   // the server keeps no more of this attempt's output
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
-}
-
-// chunk is a piece of the output file: bytes [From, To) of the log are
-// sequence number Seq. It is written down before it is sent, so an agent
-// that dies mid-upload sends exactly the same chunk again (the server keeps
-// the first of a sequence number).
-type chunk struct {
-	Seq  int   `json:"seq"`
-	From int64 `json:"from"`
-	To   int64 `json:"to"`
 }
 
 // record is what survives the agent for a held lease.
@@ -288,87 +277,6 @@ func (w *Worker) outcome(j *job, st jobrun.Status, cancelled bool) runnerapi.Res
 	return r
 }
 
-// maxRaw bounds the log bytes read for one chunk: the output in them is
-// smaller (each record's time, stream and tag are dropped).
-const maxRaw = runnerapi.MaxLogChunk
-
-// sendOutput sends what the job wrote since the last chunk, and reports
-// whether all of it is sent (false: try again later). Only follow, one
-// goroutine per job, touches j.log, j.pending and j.logFull.
-func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
-	if j.logFull {
-		w.keepSmall(j)
-		return true // nothing more of it is wanted
-	}
-	for ctx.Err() == nil {
-		if !j.pending {
-			next, ok := nextChunk(j.paths.Log, j.log)
-			if !ok {
-				return true
-			}
-			// Written down before it is sent, or not sent: an agent
-			// restarted after sending must find the very same chunk.
-			prev := j.log
-			j.log, j.pending = next, true
-			if err := w.save(j); err != nil {
-				j.log, j.pending = prev, false
-				w.Log.Warn("lease record", "err", err)
-				return false
-			}
-		}
-		data, err := readChunk(j.paths.Log, j.log)
-		if err != nil {
-			w.Log.Warn("job output", "lease_id", j.lease.LeaseID, "err", err)
-			return false
-		}
-		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
-		if refusedForGood(err) {
-			// The rest stays in the file on this host only: output is
-			// never worth holding back the job's result for. (An agent
-			// restarted later learns this again from its next chunk.)
-			w.Log.Warn("the server takes no more of this job's output: none is sent", "lease_id", j.lease.LeaseID,
-				"attempt", j.lease.Attempt, "err", err)
-			j.logFull, j.pending = true, false
-			return true
-		}
-		if runnerclient.Code(err) == runnerapi.CodeStaleAttempt {
-			w.mu.Lock()
-			j.gone = true
-			w.mu.Unlock()
-			return false
-		}
-		if err != nil {
-			w.Log.Warn("sending output", "lease_id", j.lease.LeaseID, "err", err)
-			return false // the same chunk again next time
-		}
-		j.pending = false
-	}
-	return false
-}
-
-// defaultMaxLocalOutput: see Worker.MaxLocalOutput.
-const defaultMaxLocalOutput = 256 << 20
-
-// keepSmall empties the output file of a job whose output the server no
-// longer takes, once it passes MaxLocalOutput. conmon writes it with
-// O_APPEND, so its next write lands at the new end.
-func (w *Worker) keepSmall(j *job) {
-	limit := w.MaxLocalOutput
-	if limit <= 0 {
-		limit = defaultMaxLocalOutput
-	}
-	st, err := os.Stat(j.paths.Log)
-	if err != nil || st.Size() <= limit {
-		return
-	}
-	if err := os.Truncate(j.paths.Log, 0); err != nil {
-		w.Log.Warn("emptying a job's output file", "lease_id", j.lease.LeaseID, "err", err)
-		return
-	}
-	w.Log.Warn("a job's output file passed its bound on this host and was emptied", "lease_id", j.lease.LeaseID,
-		"attempt", j.lease.Attempt, "bytes", st.Size())
-}
-
 // malformed reports whether the server refused a report as wrong in
 // itself: sending it again cannot change that.
 func malformed(err error) bool {
@@ -379,61 +287,10 @@ func malformed(err error) bool {
 	return false
 }
 
-// refusedForGood: an answer to a chunk that sending it again cannot change
-// (past the server's bound, or malformed), unlike a stale attempt (the job
-// is gone) or a failure of the server or the network.
-func refusedForGood(err error) bool {
-	return runnerclient.Code(err) == runnerapi.CodeLogLimit || malformed(err)
-}
-
 func (w *Worker) isGone(j *job) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return j.gone
-}
-
-// nextChunk finds the complete records after prev, at most maxRaw bytes.
-func nextChunk(path string, prev chunk) (chunk, bool) {
-	f, err := os.Open(path)
-	if err != nil {
-		return prev, false
-	}
-	defer f.Close()
-	// Most ticks find nothing new: no read, no parse.
-	st, err := f.Stat()
-	if err != nil || st.Size() <= prev.To {
-		return prev, false
-	}
-	buf := make([]byte, min(maxRaw, st.Size()-prev.To))
-	n, err := f.ReadAt(buf, prev.To)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return prev, false
-	}
-	_, used, _ := jobunit.ReadOutput(buf[:n])
-	if used == 0 && n == maxRaw {
-		used = n // a record longer than a chunk: send it raw rather than stall
-	}
-	if used == 0 {
-		return prev, false
-	}
-	return chunk{Seq: prev.Seq + 1, From: prev.To, To: prev.To + int64(used)}, true
-}
-
-func readChunk(path string, c chunk) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	buf := make([]byte, c.To-c.From)
-	if _, err := f.ReadAt(buf, c.From); err != nil {
-		return nil, err
-	}
-	out, used, err := jobunit.ReadOutput(buf)
-	if err != nil || used != len(buf) {
-		return buf, nil
-	}
-	return out, nil
 }
 
 // finish reports the attempt's result until the server has it (or says

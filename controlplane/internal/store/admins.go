@@ -31,10 +31,10 @@ type NewAdmin struct {
 }
 
 // CreateAdminWithToken adds an admin and its first token in one step.
-func (s *Store) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
+func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
 	var out Admin
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.CreateAdmin(ctx, s.conn(ctx), dbsqlc.CreateAdminParams{
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		row, err := tx.q.CreateAdmin(ctx, tx.db, dbsqlc.CreateAdminParams{
 			Name:           a.Name,
 			Role:           string(a.Role),
 			OrganisationID: nullUUID(a.OrganisationID),
@@ -43,7 +43,7 @@ func (s *Store) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, er
 		if err != nil {
 			return mapErr(err)
 		}
-		if _, err := s.q.CreateAdminToken(ctx, s.conn(ctx), dbsqlc.CreateAdminTokenParams{
+		if _, err := tx.q.CreateAdminToken(ctx, tx.db, dbsqlc.CreateAdminTokenParams{
 			AdminID: row.ID, TokenHash: a.TokenHash, ExpiresAt: a.ExpiresAt,
 		}); err != nil {
 			return mapErr(err)
@@ -56,8 +56,8 @@ func (s *Store) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, er
 
 // AdminByTokenHash is the admin holding a live token with this digest, or
 // ErrNotFound for unknown, expired and revoked tokens alike.
-func (s *Store) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, error) {
-	row, err := s.q.AdminByTokenHash(ctx, s.conn(ctx), dbsqlc.AdminByTokenHashParams{TokenHash: hash})
+func (s *Querier) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, error) {
+	row, err := s.q.AdminByTokenHash(ctx, s.db, dbsqlc.AdminByTokenHashParams{TokenHash: hash})
 	if err != nil {
 		return Admin{}, mapErr(err)
 	}
@@ -65,13 +65,13 @@ func (s *Store) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, error
 }
 
 // CountAdmins is how many admins exist (dev uses it to bootstrap the first).
-func (s *Store) CountAdmins(ctx context.Context) (int64, error) {
-	n, err := s.q.CountAdmins(ctx, s.conn(ctx))
+func (s *Querier) CountAdmins(ctx context.Context) (int64, error) {
+	n, err := s.q.CountAdmins(ctx, s.db)
 	return n, mapErr(err)
 }
 
 // LockAdmins takes the admins table's lock until the transaction ends, so
 // that "create the first admin if there is none" runs one at a time.
-func (s *Store) LockAdmins(ctx context.Context) error {
-	return mapErr(s.q.LockAdmins(ctx, s.conn(ctx)))
+func (s *Tx) LockAdmins(ctx context.Context) error {
+	return mapErr(s.q.LockAdmins(ctx, s.db))
 }

@@ -47,7 +47,7 @@ func heldFromRow(r dbsqlc.ReadJobsRow) HeldJob {
 // ReadHeldJobs reads what ending attempts of the jobs rests on. Planned
 // for index scans only, as claims are (see ClaimJobs): the jobs are found
 // by their ids.
-func (s *Store) ReadHeldJobs(ctx context.Context, ids []uuid.UUID) ([]HeldJob, error) {
+func (s *Querier) ReadHeldJobs(ctx context.Context, ids []uuid.UUID) ([]HeldJob, error) {
 	rows, err := s.q.ReadJobs(ctx, s.indexScansOnly(ctx), ids)
 	if err != nil {
 		return nil, mapErr(err)
@@ -59,10 +59,10 @@ func (s *Store) ReadHeldJobs(ctx context.Context, ids []uuid.UUID) ([]HeldJob, e
 	return out, nil
 }
 
-// LockJobs locks the jobs' rows until the transaction in ctx ends, so that
+// LockJobs locks the jobs' rows until the transaction ends, so that
 // what is read of them next stays true until then. Ids in a sorted order
 // keep two lockers from deadlocking.
-func (s *Store) LockJobs(ctx context.Context, ids []uuid.UUID) error {
+func (s *Tx) LockJobs(ctx context.Context, ids []uuid.UUID) error {
 	return mapErr(s.q.LockJobs(ctx, s.indexScansOnly(ctx), ids))
 }
 
@@ -87,7 +87,7 @@ type EndedJob struct {
 // decided on (a cancel requested since, or an expiry, leaves it untouched).
 // Each ending applied records its run and a job event. It returns the jobs
 // ended, by id; an ending not among them was not applied.
-func (s *Store) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings []Ending) (map[uuid.UUID]EndedJob, error) {
+func (s *Querier) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings []Ending) (map[uuid.UUID]EndedJob, error) {
 	if len(endings) == 0 {
 		return map[uuid.UUID]EndedJob{}, nil
 	}
@@ -115,11 +115,11 @@ func (s *Store) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings []E
 		}
 	}
 	for typ, n := range events {
-		s.countJobEvents(ctx, typ, n)
+		s.countJobEvents(typ, n)
 	}
-	s.notifyJobChanges(ctx, changes...)
+	s.notifyJobChanges(changes...)
 	for pool := range requeued {
-		s.notifyAfterCommit(ctx, ChannelJobs, pool.String())
+		s.notifyAfterCommit(ChannelJobs, pool.String())
 	}
 	return out, nil
 }
@@ -128,10 +128,10 @@ func (s *Store) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings []E
 // order: each true a host fault that counts (quarantining the runner at
 // quarantineAfter), each false a reset. A change of the count is one
 // notification, after the commit.
-func (s *Store) CountFailures(ctx context.Context, runnerID uuid.UUID, faults []bool, quarantineAfter int) error {
+func (s *Querier) CountFailures(ctx context.Context, runnerID uuid.UUID, faults []bool, quarantineAfter int) error {
 	faulted := false
 	for _, fault := range faults {
-		if err := mapErr(s.q.SetFailuresInARow(ctx, s.conn(ctx), dbsqlc.SetFailuresInARowParams{
+		if err := mapErr(s.q.SetFailuresInARow(ctx, s.db, dbsqlc.SetFailuresInARowParams{
 			ID: runnerID, HostFault: fault, LimitFailures: int32(quarantineAfter),
 		})); err != nil {
 			return err
@@ -140,7 +140,7 @@ func (s *Store) CountFailures(ctx context.Context, runnerID uuid.UUID, faults []
 	}
 	if faulted {
 		// failuresInARow changed, and may have quarantined the runner.
-		s.runnerChanged(ctx, ChannelRunnerStatus, runnerID.String())
+		s.runnerChanged(ChannelRunnerStatus, runnerID.String())
 	}
 	return nil
 }

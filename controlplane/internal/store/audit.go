@@ -8,11 +8,11 @@ import (
 )
 
 // Audit appends one entry. Detail must be a JSON object.
-func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
+func (s *Querier) Audit(ctx context.Context, e AuditEntry) error {
 	if e.Detail == nil {
 		e.Detail = []byte("{}")
 	}
-	_, err := s.q.InsertAudit(ctx, s.conn(ctx), dbsqlc.InsertAuditParams{
+	_, err := s.q.InsertAudit(ctx, s.db, dbsqlc.InsertAuditParams{
 		ActorID:        nullUUID(e.ActorID),
 		ActorName:      e.ActorName,
 		ActorRole:      string(e.ActorRole),
@@ -26,8 +26,8 @@ func (s *Store) Audit(ctx context.Context, e AuditEntry) error {
 
 // AuditLog lists entries newest first, at most limit of them, older than
 // the entry beforeID when it is given.
-func (s *Store) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]AuditEntry, error) {
-	rows, err := s.q.ListAudit(ctx, s.conn(ctx), dbsqlc.ListAuditParams{BeforeID: beforeID, MaxRows: int32(limit)})
+func (s *Querier) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]AuditEntry, error) {
+	rows, err := s.q.ListAudit(ctx, s.db, dbsqlc.ListAuditParams{BeforeID: beforeID, MaxRows: int32(limit)})
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -50,7 +50,7 @@ func (s *Store) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]Aud
 
 // PruneAudit deletes at most max audit entries written longer ago than
 // keep, oldest first, and returns how many it deleted.
-func (s *Store) PruneAudit(ctx context.Context, keep time.Duration, max int) (int, error) {
-	n, err := s.q.PruneAudit(ctx, s.conn(ctx), dbsqlc.PruneAuditParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+func (s *Querier) PruneAudit(ctx context.Context, keep time.Duration, max int) (int, error) {
+	n, err := s.q.PruneAudit(ctx, s.db, dbsqlc.PruneAuditParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 	return int(n), mapErr(err)
 }

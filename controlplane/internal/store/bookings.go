@@ -15,11 +15,11 @@ func holdFromRow(r dbsqlc.GpuHold) Hold {
 }
 
 // CreateHold holds gpus GPUs of a runner inside scope.
-func (s *Store) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
+func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
 	if _, err := s.Runner(ctx, scope, runnerID); err != nil {
 		return Hold{}, err
 	}
-	row, err := s.q.CreateHold(ctx, s.conn(ctx), dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
+	row, err := s.q.CreateHold(ctx, s.db, dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
 	if err != nil {
 		return Hold{}, mapErr(err)
 	}
@@ -27,34 +27,34 @@ func (s *Store) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID,
 }
 
 // ReleaseHold ends a hold on a runner inside scope.
-func (s *Store) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
+func (s *Querier) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
 	var out Hold
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		h, err := s.q.GetHold(ctx, s.conn(ctx), id)
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		h, err := tx.q.GetHold(ctx, tx.db, id)
 		if err != nil {
 			return mapErr(err)
 		}
-		if _, err := s.Runner(ctx, scope, h.RunnerID); err != nil {
+		if _, err := tx.Runner(ctx, scope, h.RunnerID); err != nil {
 			return err
 		}
-		row, err := s.q.ReleaseHold(ctx, s.conn(ctx), id)
+		row, err := tx.q.ReleaseHold(ctx, tx.db, id)
 		if err != nil {
 			return mapErr(err)
 		}
 		out = holdFromRow(row)
-		r, err := s.Runner(ctx, scope, h.RunnerID)
+		r, err := tx.Runner(ctx, scope, h.RunnerID)
 		if err != nil {
 			return err
 		}
-		s.notifyAfterCommit(ctx, ChannelJobs, r.PoolID.String())
+		tx.notifyAfterCommit(ChannelJobs, r.PoolID.String())
 		return nil
 	})
 	return out, err
 }
 
 // Bookings loads several runners' bookings at once (for dataloaders).
-func (s *Store) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Booking, error) {
-	rows, err := s.q.RunnerBookings(ctx, s.conn(ctx), runnerIDs)
+func (s *Querier) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Booking, error) {
+	rows, err := s.q.RunnerBookings(ctx, s.db, runnerIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -66,8 +66,8 @@ func (s *Store) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.U
 }
 
 // PoolQueues loads several pools' queues at once (for dataloaders).
-func (s *Store) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]PoolQueue, error) {
-	rows, err := s.q.PoolQueues(ctx, s.conn(ctx), poolIDs)
+func (s *Querier) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]PoolQueue, error) {
+	rows, err := s.q.PoolQueues(ctx, s.db, poolIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -93,12 +93,12 @@ var unfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
 
 // PoolJobCounts reports every pool's unfinished jobs and held GPUs. It reads
 // only the indexes of unfinished jobs, however many finished ones are kept.
-func (s *Store) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
-	pools, err := s.q.PoolsForMetrics(ctx, s.conn(ctx))
+func (s *Querier) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
+	pools, err := s.q.PoolsForMetrics(ctx, s.db)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	counts, err := s.q.UnfinishedJobCounts(ctx, s.conn(ctx))
+	counts, err := s.q.UnfinishedJobCounts(ctx, s.db)
 	if err != nil {
 		return nil, mapErr(err)
 	}

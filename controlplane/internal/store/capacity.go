@@ -28,8 +28,8 @@ type ReportedCapacity struct {
 
 // SetEnrolmentCapacity records what a runner reported when it enrolled:
 // what the administrator sees before approving.
-func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c ReportedCapacity) error {
-	return mapErr(s.q.SetRunnerCapacity(ctx, s.conn(ctx), dbsqlc.SetRunnerCapacityParams{
+func (s *Querier) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c ReportedCapacity) error {
+	return mapErr(s.q.SetRunnerCapacity(ctx, s.db, dbsqlc.SetRunnerCapacityParams{
 		ID: id, Capacity: c.Capacity, Gpus: c.GPUs, Cores: c.Cores, MemoryMib: c.MemoryMiB,
 		GpuCount: int32(c.GPUCount), GpusHealthy: int32(c.GPUsHealthy), EnforcesMemory: c.EnforcesMemory,
 	}))
@@ -38,15 +38,15 @@ func (s *Store) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c Report
 // SetInventory stores what later heartbeats are held to. Like the other
 // writes of a runner's standing below, it tells every replica that the
 // runner changed once committed.
-func (s *Store) SetInventory(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+func (s *Querier) SetInventory(ctx context.Context, id uuid.UUID, inventory Inventory) error {
 	doc, err := json.Marshal(inventory)
 	if err != nil {
 		return fmt.Errorf("set inventory: %w", err)
 	}
-	if err := s.q.SetRunnerInventory(ctx, s.conn(ctx), dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: doc}); err != nil {
+	if err := s.q.SetRunnerInventory(ctx, s.db, dbsqlc.SetRunnerInventoryParams{ID: id, Inventory: doc}); err != nil {
 		return mapErr(err)
 	}
-	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
 }
 
@@ -69,12 +69,12 @@ type HeartbeatOutcome struct {
 // RecordHeartbeats stores a batch of heartbeats in one statement. Runners
 // that are not approved any more are left out of the result: their
 // heartbeats are not recorded.
-func (s *Store) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *time.Time) (map[uuid.UUID]HeartbeatOutcome, error) {
+func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *time.Time) (map[uuid.UUID]HeartbeatOutcome, error) {
 	doc, err := json.Marshal(beats)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.RecordHeartbeats(ctx, s.conn(ctx), dbsqlc.RecordHeartbeatsParams{Beats: doc, Now: now})
+	rows, err := s.q.RecordHeartbeats(ctx, s.db, dbsqlc.RecordHeartbeatsParams{Beats: doc, Now: now})
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -86,33 +86,33 @@ func (s *Store) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *ti
 }
 
 // SetDraining drains a runner (no new work) or lets it take work again.
-func (s *Store) SetDraining(ctx context.Context, id uuid.UUID, draining bool) error {
-	if err := s.q.SetRunnerDraining(ctx, s.conn(ctx), dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}); err != nil {
+func (s *Querier) SetDraining(ctx context.Context, id uuid.UUID, draining bool) error {
+	if err := s.q.SetRunnerDraining(ctx, s.db, dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}); err != nil {
 		return mapErr(err)
 	}
-	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
 }
 
 // Retire marks a runner retired (and draining).
-func (s *Store) Retire(ctx context.Context, id uuid.UUID) error {
-	if err := s.q.RetireRunner(ctx, s.conn(ctx), id); err != nil {
+func (s *Querier) Retire(ctx context.Context, id uuid.UUID) error {
+	if err := s.q.RetireRunner(ctx, s.db, id); err != nil {
 		return mapErr(err)
 	}
-	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
 }
 
 // ClearQuarantine lifts a quarantine, taking inventory as the new baseline.
-func (s *Store) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+func (s *Querier) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory Inventory) error {
 	doc, err := json.Marshal(inventory)
 	if err != nil {
 		return fmt.Errorf("clear quarantine: %w", err)
 	}
-	if err := s.q.ClearQuarantine(ctx, s.conn(ctx), dbsqlc.ClearQuarantineParams{ID: id, Inventory: doc}); err != nil {
+	if err := s.q.ClearQuarantine(ctx, s.db, dbsqlc.ClearQuarantineParams{ID: id, Inventory: doc}); err != nil {
 		return mapErr(err)
 	}
-	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
 }
 
@@ -126,8 +126,8 @@ type FleetCount struct {
 }
 
 // FleetCounts groups every runner by status and online-ness.
-func (s *Store) FleetCounts(ctx context.Context, defaultLeaseSeconds int) ([]FleetCount, error) {
-	rows, err := s.q.FleetCounts(ctx, s.conn(ctx), int32(defaultLeaseSeconds))
+func (s *Querier) FleetCounts(ctx context.Context, defaultLeaseSeconds int) ([]FleetCount, error) {
+	rows, err := s.q.FleetCounts(ctx, s.db, int32(defaultLeaseSeconds))
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -140,8 +140,8 @@ func (s *Store) FleetCounts(ctx context.Context, defaultLeaseSeconds int) ([]Fle
 
 // RunnerSeen is the newest heartbeat in each of the pools (for
 // dataloaders); pools never heartbeated in are absent.
-func (s *Store) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]time.Time, error) {
-	rows, err := s.q.PoolsRunnerSeen(ctx, s.conn(ctx), poolIDs)
+func (s *Querier) RunnerSeen(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]time.Time, error) {
+	rows, err := s.q.PoolsRunnerSeen(ctx, s.db, poolIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}

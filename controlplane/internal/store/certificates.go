@@ -18,15 +18,15 @@ func certificateFromRow(r dbsqlc.Certificate) Certificate {
 
 // StoreCertificate records an issued certificate. Storing one twice is a
 // no-op.
-func (s *Store) StoreCertificate(ctx context.Context, c Certificate) error {
-	return mapErr(s.q.InsertCertificate(ctx, s.conn(ctx), dbsqlc.InsertCertificateParams{
+func (s *Querier) StoreCertificate(ctx context.Context, c Certificate) error {
+	return mapErr(s.q.InsertCertificate(ctx, s.db, dbsqlc.InsertCertificateParams{
 		Serial: c.Serial, RunnerID: nullUUID(c.RunnerID), Der: c.DER, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 	}))
 }
 
 // CertificateBySerial is one stored certificate, or ErrNotFound.
-func (s *Store) CertificateBySerial(ctx context.Context, serial string) (Certificate, error) {
-	row, err := s.q.GetCertificate(ctx, s.conn(ctx), serial)
+func (s *Querier) CertificateBySerial(ctx context.Context, serial string) (Certificate, error) {
+	row, err := s.q.GetCertificate(ctx, s.db, serial)
 	if err != nil {
 		return Certificate{}, mapErr(err)
 	}
@@ -35,8 +35,8 @@ func (s *Store) CertificateBySerial(ctx context.Context, serial string) (Certifi
 
 // LatestRunnerCertificate is the unrevoked certificate of a runner that
 // expires last, or ErrNotFound.
-func (s *Store) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID) (Certificate, error) {
-	row, err := s.q.LatestRunnerCertificate(ctx, s.conn(ctx), uuid.NullUUID{UUID: runnerID, Valid: true})
+func (s *Querier) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID) (Certificate, error) {
+	row, err := s.q.LatestRunnerCertificate(ctx, s.db, uuid.NullUUID{UUID: runnerID, Valid: true})
 	if err != nil {
 		return Certificate{}, mapErr(err)
 	}
@@ -45,8 +45,8 @@ func (s *Store) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID)
 
 // LatestCertificates loads the newest certificate of several runners (for
 // dataloaders); runners without one are absent.
-func (s *Store) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Certificate, error) {
-	rows, err := s.q.LatestCertificatesForRunners(ctx, s.conn(ctx), runnerIDs)
+func (s *Querier) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Certificate, error) {
+	rows, err := s.q.LatestCertificatesForRunners(ctx, s.db, runnerIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -71,10 +71,10 @@ type Revocation struct {
 
 // RevokeCertificate records a revocation; false if the serial was
 // already revoked.
-func (s *Store) RevokeCertificate(ctx context.Context, r Revocation) (bool, error) {
+func (s *Querier) RevokeCertificate(ctx context.Context, r Revocation) (bool, error) {
 	var added bool
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		n, err := s.q.InsertRevocation(ctx, s.conn(ctx), dbsqlc.InsertRevocationParams{
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		n, err := tx.q.InsertRevocation(ctx, tx.db, dbsqlc.InsertRevocationParams{
 			Serial: r.Serial, ReasonCode: int32(r.ReasonCode), Reason: r.Reason, RevokedAt: r.RevokedAt,
 			ExpiresAt: r.ExpiresAt, Mtls: r.MTLS, ProvisionerID: r.ProvisionerID,
 		})
@@ -82,7 +82,7 @@ func (s *Store) RevokeCertificate(ctx context.Context, r Revocation) (bool, erro
 			return mapErr(err)
 		}
 		added = n == 1
-		s.runnerChanged(ctx, ChannelRevocations, r.Serial)
+		tx.runnerChanged(ChannelRevocations, r.Serial)
 		return nil
 	})
 	return added, err
@@ -103,8 +103,8 @@ func (c CertificateStanding) Usable() bool {
 }
 
 // StandingOf looks up a certificate by serial.
-func (s *Store) StandingOf(ctx context.Context, serial string) (CertificateStanding, error) {
-	row, err := s.q.CertificateStanding(ctx, s.conn(ctx), serial)
+func (s *Querier) StandingOf(ctx context.Context, serial string) (CertificateStanding, error) {
+	row, err := s.q.CertificateStanding(ctx, s.db, serial)
 	if err != nil {
 		return CertificateStanding{}, mapErr(err)
 	}
@@ -116,13 +116,13 @@ func (s *Store) StandingOf(ctx context.Context, serial string) (CertificateStand
 // that expired longer than keep ago (each runner's newest stays), and at
 // most max revocations of certificates so deleted. It returns how many of
 // each it deleted.
-func (s *Store) PruneCertificates(ctx context.Context, keep time.Duration, max int) (certificates, revocations int, err error) {
-	err = s.WithTx(ctx, func(ctx context.Context) error {
-		n, err := s.q.PruneCertificates(ctx, s.conn(ctx), dbsqlc.PruneCertificatesParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+func (s *Querier) PruneCertificates(ctx context.Context, keep time.Duration, max int) (certificates, revocations int, err error) {
+	err = s.WithTx(ctx, func(tx *Tx) error {
+		n, err := tx.q.PruneCertificates(ctx, tx.db, dbsqlc.PruneCertificatesParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 		if err != nil {
 			return mapErr(err)
 		}
-		m, err := s.q.PruneRevocations(ctx, s.conn(ctx), dbsqlc.PruneRevocationsParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
+		m, err := tx.q.PruneRevocations(ctx, tx.db, dbsqlc.PruneRevocationsParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 		certificates, revocations = int(n), int(m)
 		return mapErr(err)
 	})

@@ -46,7 +46,7 @@ type NewJob struct {
 // SubmitJob queues a job in a pool inside scope. A job submitted before
 // with the same idempotency key in the same pool is returned instead, and
 // created is false.
-func (s *Store) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
+func (s *Querier) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
 	jobs, made, err := s.SubmitJobs(ctx, scope, []NewJob{n})
 	if err != nil {
 		return Job{}, false, err
@@ -61,7 +61,7 @@ const MaxBatch = 1000
 // all or none, and returns them in the order given. A job whose idempotency
 // key the pool has seen (before, or earlier in the batch) is the job that
 // key made, and its created is false.
-func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs []Job, created []bool, err error) {
+func (s *Querier) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs []Job, created []bool, err error) {
 	if len(ns) == 0 || len(ns) > MaxBatch {
 		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
 	}
@@ -71,11 +71,11 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		return nil, nil, err
 	}
 	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
-	err = s.WithTx(ctx, func(ctx context.Context) error {
-		if _, err := s.Pool(ctx, scope, poolID); err != nil {
+	err = s.WithTx(ctx, func(tx *Tx) error {
+		if _, err := tx.Pool(ctx, scope, poolID); err != nil {
 			return err
 		}
-		inserted, err := s.q.InsertJobs(ctx, s.conn(ctx), p)
+		inserted, err := tx.q.InsertJobs(ctx, tx.db, p)
 		if err != nil {
 			return mapErr(err)
 		}
@@ -89,7 +89,7 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 				continue
 			}
 			// Not inserted: its key was used before.
-			existing, err := s.q.JobByIdempotencyKey(ctx, s.conn(ctx), dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey})
+			existing, err := tx.q.JobByIdempotencyKey(ctx, tx.db, dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey})
 			if err != nil {
 				return mapErr(err)
 			}
@@ -98,8 +98,8 @@ func (s *Store) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs 
 		if len(inserted) == 0 {
 			return nil
 		}
-		s.countJobEvents(ctx, "SUBMITTED", len(inserted))
-		s.notifyAfterCommit(ctx, ChannelJobs, poolID.String())
+		tx.countJobEvents("SUBMITTED", len(inserted))
+		tx.notifyAfterCommit(ChannelJobs, poolID.String())
 		return nil
 	})
 	if err != nil {
@@ -210,20 +210,20 @@ func textArray(elems []string) string {
 }
 
 // jobEvent records a change of a job and wakes its subscribers.
-func (s *Store) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt int, runner *uuid.UUID, detail string) error {
-	if err := s.q.InsertJobEvent(ctx, s.conn(ctx), dbsqlc.InsertJobEventParams{
+func (s *Querier) jobEvent(ctx context.Context, job uuid.UUID, typ string, attempt int, runner *uuid.UUID, detail string) error {
+	if err := s.q.InsertJobEvent(ctx, s.db, dbsqlc.InsertJobEventParams{
 		JobID: job, Type: typ, Attempt: int32(attempt), RunnerID: nullUUID(runner), Detail: detail,
 	}); err != nil {
 		return mapErr(err)
 	}
-	s.countJobEvents(ctx, typ, 1)
-	s.notifyJobChanges(ctx, job.String())
+	s.countJobEvents(typ, 1)
+	s.notifyJobChanges(job.String())
 	return nil
 }
 
 // Job is one job inside scope, or ErrNotFound.
-func (s *Store) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
-	row, err := s.q.GetJob(ctx, s.conn(ctx), dbsqlc.GetJobParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+func (s *Querier) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+	row, err := s.q.GetJob(ctx, s.db, dbsqlc.GetJobParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return Job{}, mapErr(err)
 	}
@@ -231,7 +231,7 @@ func (s *Store) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error)
 }
 
 // Jobs lists jobs inside scope, newest first.
-func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, error) {
+func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, error) {
 	var state *string
 	if f.State != nil {
 		v := string(*f.State)
@@ -240,10 +240,10 @@ func (s *Store) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, erro
 	var rows []dbsqlc.Job
 	var err error
 	if scope.All() && f.PoolID == nil {
-		rows, err = s.q.ListJobs(ctx, s.conn(ctx), dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
+		rows, err = s.q.ListJobs(ctx, s.db, dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
 	} else {
 		// Some pools only: through each one's own index.
-		rows, err = s.q.ListJobsInPools(ctx, s.conn(ctx), dbsqlc.ListJobsInPoolsParams{
+		rows, err = s.q.ListJobsInPools(ctx, s.db, dbsqlc.ListJobsInPoolsParams{
 			AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit)})
 	}
 	if err != nil {
@@ -262,10 +262,10 @@ var ErrJobFinished = errors.New("the job has finished")
 // CancelJob cancels a queued job at once; a leased or running one is asked
 // to stop (its runner hears CANCEL at its next heartbeat) and is CANCELLED
 // when the runner reports back.
-func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+func (s *Querier) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
 	var out Job
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		row, err := s.q.GetJobForUpdate(ctx, s.conn(ctx), dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		row, err := tx.q.GetJobForUpdate(ctx, tx.db, dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 		if err != nil {
 			return mapErr(err)
 		}
@@ -274,21 +274,21 @@ func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, 
 		case j.State.Finished():
 			return ErrJobFinished
 		case j.State == JobQueued || j.State == JobBlocked:
-			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: id, State: string(JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: id, State: string(JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
 				return mapErr(err)
 			}
-			if err := s.jobEvent(ctx, id, "CANCELLED", j.Attempt, nil, ""); err != nil {
+			if err := tx.jobEvent(ctx, id, "CANCELLED", j.Attempt, nil, ""); err != nil {
 				return err
 			}
 		case !j.CancelRequested:
-			if err := s.q.RequestCancel(ctx, s.conn(ctx), id); err != nil {
+			if err := tx.q.RequestCancel(ctx, tx.db, id); err != nil {
 				return mapErr(err)
 			}
-			if err := s.jobEvent(ctx, id, "CANCEL_REQUESTED", j.Attempt, j.RunnerID, ""); err != nil {
+			if err := tx.jobEvent(ctx, id, "CANCEL_REQUESTED", j.Attempt, j.RunnerID, ""); err != nil {
 				return err
 			}
 		}
-		out, err = s.Job(ctx, scope, id)
+		out, err = tx.Job(ctx, scope, id)
 		return err
 	})
 	return out, err
@@ -296,7 +296,7 @@ func (s *Store) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, 
 
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
 // together, at most max of them (none when nothing fits).
-func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
+func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
 	// One statement, planned for index scans only (indexScansOnly, one
 	// round trip still); the notification goes once it has committed.
 	//
@@ -332,13 +332,13 @@ func (s *Store) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, 
 	for i, row := range rows {
 		out[i], payloads[i] = jobFromRow(dbsqlc.Job(row)), row.ID.String()
 	}
-	s.countJobEvents(ctx, "LEASED", len(rows))
-	s.notifyJobChanges(ctx, payloads...)
+	s.countJobEvents("LEASED", len(rows))
+	s.notifyJobChanges(payloads...)
 	return out, nil
 }
 
 // ClaimJob leases the best job that fits, if any (false when none does).
-func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
+func (s *Querier) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
 	jobs, err := s.ClaimJobs(ctx, c, 1)
 	if err != nil || len(jobs) == 0 {
 		return Job{}, false, err
@@ -349,8 +349,8 @@ func (s *Store) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error)
 // TouchWorkRequest records that the runner asked for work and returns its
 // latest recovery proof (nil before its agent sent one). One statement,
 // which writes at most every 30 seconds a runner (see the query).
-func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) (*runnerapi.RecoveryProof, error) {
-	doc, err := s.q.TouchWorkRequest(ctx, s.conn(ctx), runnerID)
+func (s *Querier) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) (*runnerapi.RecoveryProof, error) {
+	doc, err := s.q.TouchWorkRequest(ctx, s.db, runnerID)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -363,8 +363,8 @@ func (s *Store) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) (*runn
 
 // RecordRecovery stores the recovery proof (JSON) a runner's agent sent
 // after its survivor check, replacing the one before.
-func (s *Store) RecordRecovery(ctx context.Context, runnerID uuid.UUID, proof []byte) error {
-	n, err := s.q.RecordRecovery(ctx, s.conn(ctx), dbsqlc.RecordRecoveryParams{ID: runnerID, Recovery: proof})
+func (s *Querier) RecordRecovery(ctx context.Context, runnerID uuid.UUID, proof []byte) error {
+	n, err := s.q.RecordRecovery(ctx, s.db, dbsqlc.RecordRecoveryParams{ID: runnerID, Recovery: proof})
 	if err != nil {
 		return mapErr(err)
 	}

@@ -132,8 +132,8 @@ type sweepResult struct {
 
 func (b jobsBundle) sweep(ctx context.Context, o sweepOptions) (sweepResult, error) {
 	var res sweepResult
-	err := b.store.WithTx(ctx, func(ctx context.Context) error {
-		jobs, err := b.store.ExpiredLeases(ctx, o.Now, o.Batch)
+	err := b.store.WithTx(ctx, func(tx *store.Tx) error {
+		jobs, err := tx.ExpiredLeases(ctx, o.Now, o.Batch)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (b jobsBundle) sweep(ctx context.Context, o sweepOptions) (sweepResult, err
 			}
 			rescues[i] = store.LeaseRescue{Job: j, Transition: t}
 		}
-		rescued, err := b.store.RescueLeases(ctx, rescues)
+		rescued, err := tx.RescueLeases(ctx, rescues)
 		res.Requeued, res.Failed = rescued.Requeued, rescued.Failed
 		return err
 	})
@@ -942,15 +942,15 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
 
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		scans0, rows0, err := b.store.JobsRead(ctx)
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		scans0, rows0, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
 		for range 2 { // the second sweep finds a blocked job to unblock, or not
 			res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 			require.NoError(t, err)
 			t.Logf("sweep: %+v", res)
 		}
-		counts, err := b.store.PoolJobCounts(ctx) // what /metrics reads at every scrape
+		counts, err := tx.PoolJobCounts(ctx) // what /metrics reads at every scrape
 		require.NoError(t, err)
 		require.Len(t, counts, 2)
 		for _, c := range counts {
@@ -969,11 +969,11 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 			{store.OneOrganisation(b.org.ID), store.JobFilter{Limit: 100}, 100},
 			{store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &quiet.ID, Limit: 100}, 3},
 		} {
-			jobs, err := b.store.Jobs(ctx, l.scope, l.f)
+			jobs, err := tx.Jobs(ctx, l.scope, l.f)
 			require.NoError(t, err)
 			require.Len(t, jobs, l.n)
 		}
-		scans, rows, err := b.store.JobsRead(ctx)
+		scans, rows, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
 		require.Equal(t, scans0, scans, "full reads of the jobs table")
 		require.Less(t, rows-rows0, int64(1000), "rows read, with 20,000 finished jobs kept")
@@ -1181,13 +1181,13 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 		require.NoError(t, err)
 		return j.State
 	}
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		_, rows0, err := b.store.JobsRead(ctx)
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		_, rows0, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
 		res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24, UnplaceableSince: since, SkipTimeouts: true})
 		require.NoError(t, err)
 		require.Equal(t, sweepResult{Blocked: 1}, res)
-		_, rows, err := b.store.JobsRead(ctx)
+		_, rows, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
 		require.Less(t, rows-rows0, int64(100), "rows read with 5,000 jobs queued")
 		t.Logf("%d rows read", rows-rows0)
@@ -1234,15 +1234,15 @@ func TestAClaimReadsTheQueueInOrderEvenOnStaleStatistics(t *testing.T) {
 		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
 		SELECT $1, 'x', 1, 0, 0, 60 FROM generate_series(1, 20000)`, b.pool.ID)
 	require.NoError(t, err)
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		_, err := b.store.SetLocalForTest(ctx, "plan_cache_mode", "force_generic_plan")
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.SetLocalForTest(ctx, "plan_cache_mode", "force_generic_plan")
 		require.NoError(t, err)
-		_, rows0, err := b.store.JobsRead(ctx)
+		_, rows0, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
-		leased, err := b.store.ClaimJobs(ctx, anything(r), 128)
+		leased, err := tx.ClaimJobs(ctx, anything(r), 128)
 		require.NoError(t, err)
 		require.Len(t, leased, 128)
-		_, rows, err := b.store.JobsRead(ctx)
+		_, rows, err := tx.JobsRead(ctx)
 		require.NoError(t, err)
 		t.Logf("%d rows read", rows-rows0)
 		require.Less(t, rows-rows0, int64(2000), "rows read for 128 leases with 20,000 queued")
@@ -1280,17 +1280,17 @@ func TestAClaimPassesOverJobsThatDoNotFitInTheIndex(t *testing.T) {
 	fits := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}) // priority 0: last in the queue
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		entries0, fetched0, err := b.store.JobIndexReads(ctx, "jobs_queued")
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		entries0, fetched0, err := tx.JobIndexReads(ctx, "jobs_queued")
 		require.NoError(t, err)
 		req := anything(cpu)
 		req.Largest = store.Claim{Cores: 16, MemoryMiB: 65536}
 		req.Free = req.Largest
-		leased, err := b.store.ClaimJobs(ctx, req, 4)
+		leased, err := tx.ClaimJobs(ctx, req, 4)
 		require.NoError(t, err)
 		require.Len(t, leased, 1)
 		require.Equal(t, fits.ID, leased[0].ID)
-		entries, fetched, err := b.store.JobIndexReads(ctx, "jobs_queued")
+		entries, fetched, err := tx.JobIndexReads(ctx, "jobs_queued")
 		require.NoError(t, err)
 		t.Logf("jobs_queued: %d entries returned, %d rows fetched", entries-entries0, fetched-fetched0)
 		require.Less(t, fetched-fetched0, int64(10), "rows fetched to lease 1 job behind 4,500 that do not fit or must wait")
@@ -1339,16 +1339,16 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 	// measured runs f in a transaction planned as a connection does after
 	// five runs, and returns what f read.
 	measured := func(f func(ctx context.Context)) (got reads) {
-		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
-			_, err := s.SetLocalForTest(ctx, "plan_cache_mode", "force_generic_plan")
+		require.NoError(t, s.WithTx(ctx, func(tx *store.Tx) error {
+			_, err := tx.SetLocalForTest(ctx, "plan_cache_mode", "force_generic_plan")
 			require.NoError(t, err)
 			read := func() (r reads) {
 				var err error
-				r.fullScans, _, err = s.JobsRead(ctx)
+				r.fullScans, _, err = tx.JobsRead(ctx)
 				require.NoError(t, err)
-				r.pkeyEntries, _, err = s.JobIndexReads(ctx, "jobs_pkey")
+				r.pkeyEntries, _, err = tx.JobIndexReads(ctx, "jobs_pkey")
 				require.NoError(t, err)
-				r.queueEntries, r.queued, err = s.JobIndexReads(ctx, "jobs_queued")
+				r.queueEntries, r.queued, err = tx.JobIndexReads(ctx, "jobs_queued")
 				require.NoError(t, err)
 				return r
 			}
@@ -1457,14 +1457,14 @@ func TestIndexScansOnlyHoldForTheirStatementAlone(t *testing.T) {
 	}
 	// Inside a transaction they end with their statement too, and the
 	// transaction goes on (see TestPlannerSettingsEndWithTheirStatementInsideATransaction).
-	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
-		_, err := s.IndexScansOnlyForTest(ctx, settings)
+	require.NoError(t, s.WithTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.IndexScansOnlyForTest(ctx, settings)
 		require.NoError(t, err)
-		got, err := s.SetLocalForTest(ctx, "application_name", "x")
+		got, err := tx.SetLocalForTest(ctx, "application_name", "x")
 		require.NoError(t, err)
 		require.Equal(t, "x", got)
 		var later string
-		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&later))
+		require.NoError(t, tx.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&later))
 		require.Equal(t, "on,on,auto", later)
 		return nil
 	}))
@@ -1566,14 +1566,14 @@ func TestJobEventsAreCountedWhenCommitted(t *testing.T) {
 		counted[typ] += n
 	})
 	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		require.Error(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-			_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		require.Error(t, tx.WithTx(ctx, func(tx *store.Tx) error {
+			_, _, err := tx.SubmitJob(ctx, store.AllOrganisations(), n)
 			require.NoError(t, err)
 			return errors.New("rolled back")
 		}))
 		for range 2 {
-			_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+			_, _, err := tx.SubmitJob(ctx, store.AllOrganisations(), n)
 			require.NoError(t, err)
 		}
 		require.Empty(t, counted, "nothing before the commit")

@@ -30,7 +30,7 @@ type HeldLease struct {
 
 // ExtendLeases extends the reported leases the runner still holds and
 // returns those; the rest are gone.
-func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSeconds int, reports []LeaseReport) ([]HeldLease, error) {
+func (s *Querier) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSeconds int, reports []LeaseReport) ([]HeldLease, error) {
 	doc, err := json.Marshal(reports)
 	if err != nil {
 		return nil, err
@@ -55,8 +55,8 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 			started = append(started, r.ID.String())
 		}
 	}
-	s.countJobEvents(ctx, "RUNNING", len(started))
-	s.notifyJobChanges(ctx, started...)
+	s.countJobEvents("RUNNING", len(started))
+	s.notifyJobChanges(started...)
 	return out, nil
 }
 
@@ -66,7 +66,7 @@ func (s *Store) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSecon
 // and the attempt is not counted as a try. Only the runner's own leases
 // at exactly the attempt, still LEASED, are returned; it reports how many
 // were. The runner's failures in a row are left alone: it ran nothing.
-func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job) (int, error) {
+func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job) (int, error) {
 	if len(leased) == 0 {
 		return 0, nil
 	}
@@ -76,8 +76,8 @@ func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lease
 		ids[i], attempts[i] = j.ID, int32(j.Attempt)
 	}
 	var n int
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		back, err := s.q.ReturnUndelivered(ctx, s.conn(ctx), dbsqlc.ReturnUndeliveredParams{
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		back, err := tx.q.ReturnUndelivered(ctx, tx.db, dbsqlc.ReturnUndeliveredParams{
 			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
 		if err != nil {
 			return mapErr(err)
@@ -89,14 +89,14 @@ func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lease
 			changes[i] = b.ID.String()
 			if JobState(b.State) == JobQueued {
 				pools[b.PoolID] = true
-				s.countJobEvents(ctx, "REQUEUED", 1)
+				tx.countJobEvents("REQUEUED", 1)
 			} else {
-				s.countJobEvents(ctx, string(JobCancelled), 1)
+				tx.countJobEvents(string(JobCancelled), 1)
 			}
 		}
-		s.notifyJobChanges(ctx, changes...)
+		tx.notifyJobChanges(changes...)
 		for p := range pools {
-			s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+			tx.notifyAfterCommit(ChannelJobs, p.String())
 		}
 		return nil
 	})
@@ -105,9 +105,9 @@ func (s *Store) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lease
 
 // AppendLog stores one chunk of an attempt's output, fenced like results.
 // A chunk stored before (same sequence number) is not stored again.
-func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {
-	return s.WithTx(ctx, func(ctx context.Context) error {
-		held, err := s.q.HeldAttempt(ctx, s.conn(ctx), dbsqlc.HeldAttemptParams{
+func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {
+	return s.WithTx(ctx, func(tx *Tx) error {
+		held, err := tx.q.HeldAttempt(ctx, tx.db, dbsqlc.HeldAttemptParams{
 			ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true},
 		})
 		if err != nil {
@@ -116,10 +116,10 @@ func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, run
 		if !held {
 			return ErrStaleAttempt
 		}
-		if _, err := s.q.InsertLogChunk(ctx, s.conn(ctx), dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
+		if _, err := tx.q.InsertLogChunk(ctx, tx.db, dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
 			return mapErr(err)
 		}
-		s.notifyJobChanges(ctx, jobID.String())
+		tx.notifyJobChanges(jobID.String())
 		return nil
 	})
 }
@@ -127,8 +127,8 @@ func (s *Store) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, run
 // JobLogs returns a job's output in order (by attempt, then sequence),
 // from after the chunk (afterAttempt, afterSeq) ((0, -1) is the start), at
 // most max chunks.
-func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]LogChunk, error) {
-	rows, err := s.q.JobLogs(ctx, s.conn(ctx), dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq), MaxRows: int32(max)})
+func (s *Querier) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]LogChunk, error) {
+	rows, err := s.q.JobLogs(ctx, s.db, dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq), MaxRows: int32(max)})
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -140,8 +140,8 @@ func (s *Store) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afte
 }
 
 // JobEvents lists a job's events in order, those after afterID (0: all).
-func (s *Store) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]JobEvent, error) {
-	rows, err := s.q.JobEvents(ctx, s.conn(ctx), dbsqlc.JobEventsParams{JobID: jobID, AfterID: afterID})
+func (s *Querier) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]JobEvent, error) {
+	rows, err := s.q.JobEvents(ctx, s.db, dbsqlc.JobEventsParams{JobID: jobID, AfterID: afterID})
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -167,21 +167,21 @@ func jobRunFromRow(r dbsqlc.JobRun) JobRun {
 // scope; every id asked for gets an entry, empty when it has nothing.
 
 // JobEventsForJobs returns each job's events, oldest first.
-func (s *Store) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
-	rows, err := s.q.JobEventsForJobs(ctx, s.conn(ctx), ids)
+func (s *Querier) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
+	rows, err := s.q.JobEventsForJobs(ctx, s.db, ids)
 	return byJob(ids, rows, err, func(r dbsqlc.JobEvent) (uuid.UUID, JobEvent) { return r.JobID, jobEventFromRow(r) })
 }
 
 // JobRunsForJobs returns each job's runs by attempt.
-func (s *Store) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
-	rows, err := s.q.JobRunsForJobs(ctx, s.conn(ctx), ids)
+func (s *Querier) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
+	rows, err := s.q.JobRunsForJobs(ctx, s.db, ids)
 	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, JobRun) { return r.JobID, jobRunFromRow(r) })
 }
 
 // JobLogsForJobs returns the end of each job's output: the chunks that hold
 // its last tailBytes (whole chunks, so up to one chunk more).
-func (s *Store) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]JobOutput, error) {
-	rows, err := s.q.JobLogsForJobs(ctx, s.conn(ctx), dbsqlc.JobLogsForJobsParams{JobIds: ids, TailBytes: tailBytes})
+func (s *Querier) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]JobOutput, error) {
+	rows, err := s.q.JobLogsForJobs(ctx, s.db, dbsqlc.JobLogsForJobsParams{JobIds: ids, TailBytes: tailBytes})
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -171,20 +171,20 @@ func TestRunnerChangesNameWhatChanged(t *testing.T) {
 	defer revocations.Close()
 
 	// As fleet resumes a runner: lock, write, in a transaction of its own.
-	resume := func(ctx context.Context) error {
-		return b.store.WithTx(ctx, func(ctx context.Context) error {
-			if _, err := b.store.LockRunner(ctx, store.AllOrganisations(), r); err != nil {
+	resume := func(q *store.Querier) error {
+		return q.WithTx(ctx, func(tx *store.Tx) error {
+			if _, err := tx.LockRunner(ctx, store.AllOrganisations(), r); err != nil {
 				return err
 			}
-			return b.store.SetDraining(ctx, r, false)
+			return tx.SetDraining(ctx, r, false)
 		})
 	}
-	err := b.store.WithTx(ctx, func(ctx context.Context) error {
-		require.NoError(t, resume(ctx))
+	err := b.store.WithTx(ctx, func(tx *store.Tx) error {
+		require.NoError(t, resume(&tx.Querier))
 		return errors.New("rolled back")
 	})
 	require.Error(t, err)
-	require.NoError(t, resume(ctx))
+	require.NoError(t, resume(&b.store.Querier))
 	_, err = updatePool(ctx, b.store, store.AllOrganisations(), b.pool.ID, func(*store.Pool) {})
 	require.NoError(t, err)
 	_, err = b.store.RevokeCertificate(ctx, store.Revocation{Serial: "42", RevokedAt: time.Now()})

@@ -13,8 +13,8 @@ func organisationFromRow(r dbsqlc.Organisation) Organisation {
 }
 
 // CreateOrganisation adds an organisation. A taken name is ErrConflict.
-func (s *Store) CreateOrganisation(ctx context.Context, name string) (Organisation, error) {
-	row, err := s.q.CreateOrganisation(ctx, s.conn(ctx), name)
+func (s *Querier) CreateOrganisation(ctx context.Context, name string) (Organisation, error) {
+	row, err := s.q.CreateOrganisation(ctx, s.db, name)
 	if err != nil {
 		return Organisation{}, mapErr(err)
 	}
@@ -22,8 +22,8 @@ func (s *Store) CreateOrganisation(ctx context.Context, name string) (Organisati
 }
 
 // Organisations lists the organisations inside scope.
-func (s *Store) Organisations(ctx context.Context, scope Scope) ([]Organisation, error) {
-	rows, err := s.q.ListOrganisations(ctx, s.conn(ctx), dbsqlc.ListOrganisationsParams{
+func (s *Querier) Organisations(ctx context.Context, scope Scope) ([]Organisation, error) {
+	rows, err := s.q.ListOrganisations(ctx, s.db, dbsqlc.ListOrganisationsParams{
 		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
 	})
 	if err != nil {
@@ -38,8 +38,8 @@ func (s *Store) Organisations(ctx context.Context, scope Scope) ([]Organisation,
 
 // OrganisationsByID loads several organisations at once (for dataloaders);
 // ids outside scope are absent from the result.
-func (s *Store) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Organisation, error) {
-	rows, err := s.q.OrganisationsByIDs(ctx, s.conn(ctx), dbsqlc.OrganisationsByIDsParams{
+func (s *Querier) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Organisation, error) {
+	rows, err := s.q.OrganisationsByIDs(ctx, s.db, dbsqlc.OrganisationsByIDsParams{
 		Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func (s *Store) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid.U
 }
 
 // Organisation is one organisation inside scope, or ErrNotFound.
-func (s *Store) Organisation(ctx context.Context, scope Scope, id uuid.UUID) (Organisation, error) {
+func (s *Querier) Organisation(ctx context.Context, scope Scope, id uuid.UUID) (Organisation, error) {
 	m, err := s.OrganisationsByID(ctx, scope, []uuid.UUID{id})
 	if err != nil {
 		return Organisation{}, err

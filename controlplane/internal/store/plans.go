@@ -66,17 +66,17 @@ var indexScansHashJoins = newPlanSettings("enable_seqscan", "off", "enable_bitma
 // first planned it (see ClaimJobs for what happens otherwise). It sends the
 // settings and the statement together, one round trip, as a pipeline with
 // one Sync. A request for work, or its results, costs no round trip more.
-func (s *Store) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
+func (s *Querier) indexScansOnly(ctx context.Context) dbsqlc.DBTX {
 	return s.planned(ctx, indexScans)
 }
 
 // hashJoins is indexScansOnly with nested loops off (indexScansHashJoins).
-func (s *Store) hashJoins(ctx context.Context) dbsqlc.DBTX {
+func (s *Querier) hashJoins(ctx context.Context) dbsqlc.DBTX {
 	return s.planned(ctx, indexScansHashJoins)
 }
 
-func (s *Store) planned(ctx context.Context, settings planSettings) dbsqlc.DBTX {
-	return plannedDB{db: s.conn(ctx), settings: settings, inTx: liveTx(ctx) != nil}
+func (s *Querier) planned(ctx context.Context, settings planSettings) dbsqlc.DBTX {
+	return plannedDB{db: s.db, settings: settings, inTx: s.tx != nil}
 }
 
 type plannedDB struct {

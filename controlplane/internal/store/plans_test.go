@@ -116,22 +116,22 @@ func TestPlannerSettingsEndWithTheirStatementInsideATransaction(t *testing.T) {
 	s := store.New(e.conn)
 	const settings = `SELECT current_setting('enable_seqscan') || ',' || current_setting('enable_bitmapscan') || ','
 		|| current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop')`
-	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
-		_, err := s.SetLocalForTest(ctx, "plan_cache_mode", "force_custom_plan")
+	require.NoError(t, s.WithTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.SetLocalForTest(ctx, "plan_cache_mode", "force_custom_plan")
 		require.NoError(t, err)
-		got, err := s.IndexScansOnlyForTest(ctx, settings)
+		got, err := tx.IndexScansOnlyForTest(ctx, settings)
 		require.NoError(t, err)
 		require.Equal(t, "off,off,force_generic_plan,on", got, "the settings in force for the statement")
 
-		_, err = s.ClaimJobs(ctx, anything(r), 1)
+		_, err = tx.ClaimJobs(ctx, anything(r), 1)
 		require.NoError(t, err)
 		var after string
-		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&after))
+		require.NoError(t, tx.ConnForTest(ctx).QueryRow(ctx, settings).Scan(&after))
 		require.Equal(t, "on,on,force_custom_plan,on", after, "the settings outlived their statement")
 		// And the planner is free again: this table of few rows is read
 		// whole, as it should be.
 		var n int
-		require.NoError(t, s.ConnForTest(ctx).QueryRow(ctx, `SELECT count(*) FROM jobs WHERE pool_id = $1 AND image <> ''`, b.pool.ID).Scan(&n))
+		require.NoError(t, tx.ConnForTest(ctx).QueryRow(ctx, `SELECT count(*) FROM jobs WHERE pool_id = $1 AND image <> ''`, b.pool.ID).Scan(&n))
 		return nil
 	}))
 	var free string

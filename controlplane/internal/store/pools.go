@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/google/uuid"
 
@@ -24,8 +23,8 @@ func poolFromRow(r dbsqlc.Pool) Pool {
 // CreatePool adds a pool. The caller has checked that the actor may create
 // pools in p.OrganisationID; an organisation that does not exist is
 // ErrNotFound, a taken name ErrConflict, an out-of-range setting ErrInvalid.
-func (s *Store) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
-	row, err := s.q.CreatePool(ctx, s.conn(ctx), dbsqlc.CreatePoolParams{
+func (s *Querier) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
+	row, err := s.q.CreatePool(ctx, s.db, dbsqlc.CreatePoolParams{
 		OrganisationID:        nullUUID(p.OrganisationID),
 		Name:                  p.Name,
 		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
@@ -39,8 +38,8 @@ func (s *Store) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
 }
 
 // Pools lists the pools inside scope that match f.
-func (s *Store) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool, error) {
-	rows, err := s.q.ListPools(ctx, s.conn(ctx), dbsqlc.ListPoolsParams{
+func (s *Querier) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool, error) {
+	rows, err := s.q.ListPools(ctx, s.db, dbsqlc.ListPoolsParams{
 		AllOrgs:      scope.All(),
 		ScopeOrg:     scopeOrg(scope),
 		OnlyPlatform: f.OnlyPlatform,
@@ -54,8 +53,8 @@ func (s *Store) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool, e
 
 // PoolsByOrganisation loads the pools of several organisations at once (for
 // dataloaders). Callers pass only organisations they were allowed to load.
-func (s *Store) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[uuid.UUID][]Pool, error) {
-	rows, err := s.q.PoolsByOrganisations(ctx, s.conn(ctx), orgs)
+func (s *Querier) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[uuid.UUID][]Pool, error) {
+	rows, err := s.q.PoolsByOrganisations(ctx, s.db, orgs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -67,21 +66,18 @@ func (s *Store) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[
 }
 
 // Pool is one pool inside scope, or ErrNotFound.
-func (s *Store) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
-	row, err := s.q.GetPool(ctx, s.conn(ctx), dbsqlc.GetPoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+func (s *Querier) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+	row, err := s.q.GetPool(ctx, s.db, dbsqlc.GetPoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return Pool{}, mapErr(err)
 	}
 	return poolFromRow(row), nil
 }
 
-// LockPool reads the pool (inside scope), locked until the transaction in
-// ctx ends, for SavePool. Outside a transaction it is refused.
-func (s *Store) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
-	if liveTx(ctx) == nil {
-		return Pool{}, fmt.Errorf("lock pool: %w", errNoTx)
-	}
-	row, err := s.q.GetPoolForUpdate(ctx, s.conn(ctx), dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+// LockPool reads the pool (inside scope), locked until the transaction
+// ends, for SavePool.
+func (s *Tx) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+	row, err := s.q.GetPoolForUpdate(ctx, s.db, dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return Pool{}, mapErr(err)
 	}
@@ -89,15 +85,12 @@ func (s *Store) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, 
 }
 
 // SavePool writes p's name and settings over the pool that LockPool locked,
-// in the same transaction, and returns the pool as stored. Outside one it
-// is refused: the write replaces every field, and only the lock keeps it
-// from undoing a change made since p was read. Once committed, runners
+// in the same transaction, and returns the pool as stored (a Tx's alone:
+// the write replaces every field, and only the lock keeps it from undoing
+// a change made since p was read). Once committed, runners
 // waiting on the pool wake, and every replica re-reads its runners.
-func (s *Store) SavePool(ctx context.Context, p Pool) (Pool, error) {
-	if liveTx(ctx) == nil {
-		return Pool{}, fmt.Errorf("save pool: %w", errNoTx)
-	}
-	row, err := s.q.UpdatePool(ctx, s.conn(ctx), dbsqlc.UpdatePoolParams{
+func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
+	row, err := s.q.UpdatePool(ctx, s.db, dbsqlc.UpdatePoolParams{
 		ID:                    p.ID,
 		Name:                  p.Name,
 		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
@@ -108,9 +101,9 @@ func (s *Store) SavePool(ctx context.Context, p Pool) (Pool, error) {
 		return Pool{}, mapErr(err)
 	}
 	// A changed rule may let waiting jobs fit waiting runners.
-	s.notifyAfterCommit(ctx, ChannelJobs, p.ID.String())
+	s.notifyAfterCommit(ChannelJobs, p.ID.String())
 	// Replicas cache runners with their pool's lease: make them re-read.
-	s.runnerChanged(ctx, ChannelRunnerStatus, PoolChanged+p.ID.String())
+	s.runnerChanged(ChannelRunnerStatus, PoolChanged+p.ID.String())
 	return poolFromRow(row), nil
 }
 
@@ -124,8 +117,8 @@ func poolsFromRows(rows []dbsqlc.Pool) []Pool {
 
 // PoolsByID loads several pools at once (for dataloaders); ids outside
 // scope are absent from the result.
-func (s *Store) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Pool, error) {
-	rows, err := s.q.PoolsByIDs(ctx, s.conn(ctx), dbsqlc.PoolsByIDsParams{Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+func (s *Querier) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Pool, error) {
+	rows, err := s.q.PoolsByIDs(ctx, s.db, dbsqlc.PoolsByIDsParams{Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -62,8 +62,8 @@ func requireReadsFail(t *testing.T, b testBundle, id uuid.UUID, want string) {
 	list, err := b.store.Runners(ctx, store.AllOrganisations(), store.RunnerFilter{PoolID: &b.poolA.ID})
 	require.ErrorContains(t, err, want)
 	require.Empty(t, list)
-	err = b.store.WithTx(ctx, func(ctx context.Context) error {
-		_, err := b.store.LockRunner(ctx, store.AllOrganisations(), id)
+	err = b.store.WithTx(ctx, func(tx *store.Tx) error {
+		_, err := tx.LockRunner(ctx, store.AllOrganisations(), id)
 		return err
 	})
 	require.ErrorContains(t, err, want)

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,11 +35,11 @@ func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) (Run
 
 // CreateEnrolmentToken records a token for a pool inside scope (another
 // organisation's pool is ErrNotFound).
-func (s *Store) CreateEnrolmentToken(ctx context.Context, scope Scope, poolID uuid.UUID, digest []byte, createdBy *uuid.UUID, expiresAt time.Time) (EnrolmentToken, error) {
+func (s *Querier) CreateEnrolmentToken(ctx context.Context, scope Scope, poolID uuid.UUID, digest []byte, createdBy *uuid.UUID, expiresAt time.Time) (EnrolmentToken, error) {
 	if _, err := s.Pool(ctx, scope, poolID); err != nil {
 		return EnrolmentToken{}, err
 	}
-	row, err := s.q.CreateEnrolmentToken(ctx, s.conn(ctx), dbsqlc.CreateEnrolmentTokenParams{
+	row, err := s.q.CreateEnrolmentToken(ctx, s.db, dbsqlc.CreateEnrolmentTokenParams{
 		PoolID: poolID, TokenHash: digest, CreatedBy: nullUUID(createdBy), ExpiresAt: expiresAt,
 	})
 	if err != nil {
@@ -66,37 +65,37 @@ type NewRunner struct {
 // Enrol consumes the token and creates a PENDING runner in the token's pool,
 // in one transaction: a refused runner (a taken name or key) leaves the
 // token unused.
-func (s *Store) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
+func (s *Querier) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 	var out Runner
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		tok, err := s.q.UseEnrolmentToken(ctx, s.conn(ctx), dbsqlc.UseEnrolmentTokenParams{TokenHash: n.TokenDigest})
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		tok, err := tx.q.UseEnrolmentToken(ctx, tx.db, dbsqlc.UseEnrolmentTokenParams{TokenHash: n.TokenDigest})
 		if err != nil {
 			if errors.Is(mapErr(err), ErrNotFound) {
 				return ErrTokenRefused
 			}
 			return mapErr(err)
 		}
-		row, err := s.q.CreateRunner(ctx, s.conn(ctx), dbsqlc.CreateRunnerParams{
+		row, err := tx.q.CreateRunner(ctx, tx.db, dbsqlc.CreateRunnerParams{
 			PoolID: tok.PoolID, Name: n.Name, PublicKey: n.PublicKey, Fingerprint: n.Fingerprint,
 			Csr: n.CSR, EnrolmentTokenID: tok.ID,
 		})
 		if err != nil {
 			return mapErr(err)
 		}
-		if err := s.SetEnrolmentCapacity(ctx, row.ID, n.Capacity); err != nil {
+		if err := tx.SetEnrolmentCapacity(ctx, row.ID, n.Capacity); err != nil {
 			return err
 		}
 		// runnerEvents subscribers see the new, pending runner.
-		s.runnerChanged(ctx, ChannelRunnerStatus, row.ID.String())
-		out, err = s.Runner(ctx, AllOrganisations(), row.ID)
+		tx.runnerChanged(ChannelRunnerStatus, row.ID.String())
+		out, err = tx.Runner(ctx, AllOrganisations(), row.ID)
 		return err
 	})
 	return out, err
 }
 
 // Runner is one runner inside scope, or ErrNotFound.
-func (s *Store) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
-	r, err := s.q.GetRunner(ctx, s.conn(ctx), dbsqlc.GetRunnerParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+func (s *Querier) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+	r, err := s.q.GetRunner(ctx, s.db, dbsqlc.GetRunnerParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
@@ -104,13 +103,13 @@ func (s *Store) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, 
 }
 
 // Runners lists the runners inside scope that match f, oldest first.
-func (s *Store) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Runner, error) {
+func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Runner, error) {
 	var status *string
 	if f.Status != nil {
 		v := string(*f.Status)
 		status = &v
 	}
-	rows, err := s.q.ListRunners(ctx, s.conn(ctx), dbsqlc.ListRunnersParams{
+	rows, err := s.q.ListRunners(ctx, s.db, dbsqlc.ListRunnersParams{
 		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), Status: status,
 	})
 	if err != nil {
@@ -132,13 +131,10 @@ type RunnerDecision struct {
 }
 
 // LockRunner reads the runner (inside scope), locked until the transaction
-// in ctx ends: decisions on one runner then apply one at a time, each
-// decided on what the last one left. Outside a transaction it is refused.
-func (s *Store) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
-	if liveTx(ctx) == nil {
-		return Runner{}, fmt.Errorf("lock runner: %w", errNoTx)
-	}
-	row, err := s.q.GetRunnerForUpdate(ctx, s.conn(ctx), dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+// ends: decisions on one runner then apply one at a time, each decided on
+// what the last one left.
+func (s *Tx) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+	row, err := s.q.GetRunnerForUpdate(ctx, s.db, dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
@@ -146,26 +142,23 @@ func (s *Store) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runn
 }
 
 // SetRunnerStatus applies a decision on the status of a runner that
-// LockRunner locked, in the same transaction (outside one it is refused:
-// the decision rests on the status as locked). A revocation revokes every
+// LockRunner locked, in the same transaction (a Tx's alone: the decision
+// rests on the status as locked). A revocation revokes every
 // certificate of the runner with it. Once committed, every replica hears
 // that the runner changed.
-func (s *Store) SetRunnerStatus(ctx context.Context, id uuid.UUID, d RunnerDecision, by *uuid.UUID) error {
-	if liveTx(ctx) == nil {
-		return fmt.Errorf("set runner status: %w", errNoTx)
-	}
-	if err := s.q.SetRunnerStatus(ctx, s.conn(ctx), dbsqlc.SetRunnerStatusParams{
+func (s *Tx) SetRunnerStatus(ctx context.Context, id uuid.UUID, d RunnerDecision, by *uuid.UUID) error {
+	if err := s.q.SetRunnerStatus(ctx, s.db, dbsqlc.SetRunnerStatusParams{
 		ID: id, Status: string(d.Status), StatusReason: d.Reason, DecidedBy: nullUUID(by),
 	}); err != nil {
 		return mapErr(err)
 	}
 	if d.Status == RunnerRevoked {
-		if _, err := s.q.RevokeRunnerCertificates(ctx, s.conn(ctx), dbsqlc.RevokeRunnerCertificatesParams{
+		if _, err := s.q.RevokeRunnerCertificates(ctx, s.db, dbsqlc.RevokeRunnerCertificatesParams{
 			RunnerID: uuid.NullUUID{UUID: id, Valid: true}, Reason: "runner revoked: " + d.Reason,
 		}); err != nil {
 			return mapErr(err)
 		}
 	}
-	s.runnerChanged(ctx, ChannelRunnerStatus, id.String())
+	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
@@ -123,52 +124,41 @@ func TestUpdatePoolSettings(t *testing.T) {
 // transaction.
 func updatePool(ctx context.Context, s *store.Store, scope store.Scope, id uuid.UUID, change func(*store.Pool)) (store.Pool, error) {
 	var out store.Pool
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		p, err := s.LockPool(ctx, scope, id)
+	err := s.WithTx(ctx, func(tx *store.Tx) error {
+		p, err := tx.LockPool(ctx, scope, id)
 		if err != nil {
 			return err
 		}
 		change(&p)
-		out, err = s.SavePool(ctx, p)
+		out, err = tx.SavePool(ctx, p)
 		return err
 	})
 	return out, err
 }
 
-// A lock taken outside a transaction would end before its caller could act
-// on what it read, and a write resting on such a read could undo another's:
-// the store refuses both, and what it refused changed nothing.
+// Rows read FOR UPDATE outside a transaction are unlocked again before the
+// caller can act on them, and another replica may take them meanwhile: the
+// locking reads and the writes decided on them are a Tx's alone, so a call
+// on the pool does not compile.
 func TestLocksAndTheWritesOnThemNeedATransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 	r := storetest.ApprovedRunner(t, b.store, b.poolA.ID, 1, 1024, 0)
-	const refused = "needs the transaction that locks the rows"
 
-	_, err := b.store.LockRunner(ctx, store.AllOrganisations(), r)
-	require.ErrorContains(t, err, refused)
-	err = b.store.SetRunnerStatus(ctx, r, store.RunnerDecision{Status: store.RunnerRevoked, Reason: "unlocked"}, nil)
-	require.ErrorContains(t, err, refused)
-	_, err = b.store.LockPool(ctx, store.AllOrganisations(), b.poolA.ID)
-	require.ErrorContains(t, err, refused)
-	renamed := b.poolA
-	renamed.Name = "renamed"
-	_, err = b.store.SavePool(ctx, renamed)
-	require.ErrorContains(t, err, refused)
-
-	runner, err := b.store.Runner(ctx, store.AllOrganisations(), r)
-	require.NoError(t, err)
-	require.Equal(t, store.RunnerApproved, runner.Status)
-	pool, err := b.store.Pool(ctx, store.AllOrganisations(), b.poolA.ID)
-	require.NoError(t, err)
-	require.Equal(t, "gpu", pool.Name)
+	for _, name := range []string{"LockRunner", "SetRunnerStatus", "LockPool", "SavePool", "LockJobs", "LockAdmins", "ExpiredLeases", "RescueLeases"} {
+		_, onPool := reflect.TypeFor[*store.Store]().MethodByName(name)
+		_, onTx := reflect.TypeFor[*store.Tx]().MethodByName(name)
+		require.False(t, onPool, "%s is callable outside a transaction", name)
+		require.True(t, onTx, "%s is not a Tx's", name)
+	}
 
 	// Inside one, the lock is taken, and only inside the scope.
-	require.NoError(t, b.store.WithTx(ctx, func(ctx context.Context) error {
-		locked, err := b.store.LockRunner(ctx, store.OneOrganisation(b.orgA.ID), r)
+	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
+		locked, err := tx.LockRunner(ctx, store.OneOrganisation(b.orgA.ID), r)
 		require.NoError(t, err)
 		require.Equal(t, r, locked.ID)
-		_, err = b.store.LockRunner(ctx, store.OneOrganisation(b.orgB.ID), r)
+		_, err = tx.LockRunner(ctx, store.OneOrganisation(b.orgB.ID), r)
 		require.ErrorIs(t, err, store.ErrNotFound)
 		return nil
 	}))
@@ -245,31 +235,38 @@ func poolIDs(ps []store.Pool) []uuid.UUID {
 	return out
 }
 
-func TestContextOutlivingItsTransactionFallsBackToThePool(t *testing.T) {
+// A Tx is good only inside the function it was handed to: one kept after
+// its transaction ended refuses statements, and nothing it was asked to do
+// happens. A savepoint's ends with the savepoint, while its parent goes on.
+func TestATxEndsWithItsFunction(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
-	var inner context.Context
-	require.NoError(t, s.WithTx(context.Background(), func(ctx context.Context) error {
-		inner = ctx
-		_, err := s.CreateOrganisation(ctx, "made-inside")
+	var kept *store.Tx
+	require.NoError(t, s.WithTx(ctx, func(tx *store.Tx) error {
+		kept = tx
+		_, err := tx.CreateOrganisation(ctx, "made-inside")
 		return err
 	}))
-	// gqlgen resolves a mutation's result fields with the mutation's context,
-	// after the transaction committed.
-	orgs, err := s.Organisations(inner, store.AllOrganisations())
-	require.NoError(t, err)
-	require.Len(t, orgs, 1)
+	_, err := kept.CreateOrganisation(ctx, "made-after")
+	require.Error(t, err)
+	require.Error(t, kept.WithTx(ctx, func(*store.Tx) error { return nil }))
 
-	// A savepoint that ended hands back to its still-open parent.
-	require.NoError(t, s.WithTx(context.Background(), func(outer context.Context) error {
-		var nested context.Context
-		require.NoError(t, s.WithTx(outer, func(ctx context.Context) error { nested = ctx; return nil }))
-		_, err := s.CreateOrganisation(nested, "in-parent")
+	require.NoError(t, s.WithTx(ctx, func(outer *store.Tx) error {
+		var nested *store.Tx
+		require.NoError(t, outer.WithTx(ctx, func(tx *store.Tx) error { nested = tx; return nil }))
+		_, err := nested.CreateOrganisation(ctx, "in-ended-savepoint")
+		require.Error(t, err)
+		_, err = outer.CreateOrganisation(ctx, "in-parent")
 		return err
 	}))
-	orgs, err = s.Organisations(context.Background(), store.AllOrganisations())
+	orgs, err := s.Organisations(ctx, store.AllOrganisations())
 	require.NoError(t, err)
-	require.Len(t, orgs, 2)
+	var names []string
+	for _, o := range orgs {
+		names = append(names, o.Name)
+	}
+	require.ElementsMatch(t, []string{"made-inside", "in-parent"}, names)
 }
 
 // What runs after the commit is what the commit made true: hooks of a
@@ -281,16 +278,16 @@ func TestAfterCommitFollowsSavepoints(t *testing.T) {
 	ctx := context.Background()
 	s := store.New(storetest.NewPool(t))
 	var ran []string
-	hook := func(ctx context.Context, name string) { s.AfterCommit(ctx, func() { ran = append(ran, name) }) }
-	require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
-		hook(ctx, "outer")
-		require.Error(t, s.WithTx(ctx, func(ctx context.Context) error {
-			hook(ctx, "rolled back")
+	hook := func(q *store.Querier, name string) { q.AfterCommit(func() { ran = append(ran, name) }) }
+	require.NoError(t, s.WithTx(ctx, func(tx *store.Tx) error {
+		hook(&tx.Querier, "outer")
+		require.Error(t, tx.WithTx(ctx, func(tx *store.Tx) error {
+			hook(&tx.Querier, "rolled back")
 			return errors.New("no")
 		}))
-		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error {
-			hook(ctx, "released")
-			return s.WithTx(ctx, func(ctx context.Context) error { hook(ctx, "released twice"); return nil })
+		require.NoError(t, tx.WithTx(ctx, func(tx *store.Tx) error {
+			hook(&tx.Querier, "released")
+			return tx.WithTx(ctx, func(tx *store.Tx) error { hook(&tx.Querier, "released twice"); return nil })
 		}))
 		require.Empty(t, ran, "nothing before the commit")
 		return nil
@@ -298,11 +295,11 @@ func TestAfterCommitFollowsSavepoints(t *testing.T) {
 	require.Equal(t, []string{"outer", "released", "released twice"}, ran)
 
 	ran = nil
-	require.Error(t, s.WithTx(ctx, func(ctx context.Context) error {
-		require.NoError(t, s.WithTx(ctx, func(ctx context.Context) error { hook(ctx, "released"); return nil }))
+	require.Error(t, s.WithTx(ctx, func(tx *store.Tx) error {
+		require.NoError(t, tx.WithTx(ctx, func(tx *store.Tx) error { hook(&tx.Querier, "released"); return nil }))
 		return errors.New("no")
 	}))
 	require.Empty(t, ran, "an outer rollback runs none")
-	hook(ctx, "no transaction")
+	hook(&s.Querier, "no transaction")
 	require.Equal(t, []string{"no transaction"}, ran, "at once")
 }

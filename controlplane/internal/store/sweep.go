@@ -6,7 +6,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,21 +25,13 @@ func batchOr(max int) int32 {
 	return int32(max)
 }
 
-// errNoTx: rows read FOR UPDATE outside a transaction are unlocked again
-// before the caller can act on them, and another replica may take them
-// meanwhile.
-var errNoTx = errors.New("needs the transaction that locks the rows")
-
 // ExpiredLeases returns up to max jobs whose lease ran out before now (nil:
 // the database's clock), soonest expired first, locked until the
-// transaction in ctx ends. Rows another transaction holds are skipped.
+// transaction ends. Rows another transaction holds are skipped.
 // What becomes of them is policy's to decide and RescueLeases' to apply, in
 // the same transaction.
-func (s *Store) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]Job, error) {
-	if liveTx(ctx) == nil {
-		return nil, fmt.Errorf("read expired leases: %w", errNoTx)
-	}
-	rows, err := s.q.ExpiredLeases(ctx, s.conn(ctx), dbsqlc.ExpiredLeasesParams{Now: now, MaxRows: batchOr(max)})
+func (s *Tx) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]Job, error) {
+	rows, err := s.q.ExpiredLeases(ctx, s.db, dbsqlc.ExpiredLeasesParams{Now: now, MaxRows: batchOr(max)})
 	if err != nil {
 		return nil, fmt.Errorf("read expired leases: %w", mapErr(err))
 	}
@@ -65,11 +56,8 @@ type RescuedLeases struct{ Requeued, Failed int }
 // locked their jobs: each attempt's run ends ("lease expired"), the job
 // moves as decided with a LEASE_EXPIRED event (FAILED when it failed), and
 // once committed the runners waiting on the pools of requeued jobs wake.
-func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLeases, error) {
+func (s *Tx) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLeases, error) {
 	var res RescuedLeases
-	if liveTx(ctx) == nil {
-		return res, fmt.Errorf("rescue expired leases: %w", errNoTx)
-	}
 	pools := map[uuid.UUID]bool{}
 	for _, r := range rescues {
 		j, t := r.Job, r.Transition
@@ -77,11 +65,11 @@ func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (Rescue
 			return res, fmt.Errorf("rescue expired lease of job %s: %w: %s", j.ID, ErrInvalid, t.State)
 		}
 		detail := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
-		if err := s.q.EndExpiredRun(ctx, s.conn(ctx), dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
+		if err := s.q.EndExpiredRun(ctx, s.db, dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
 			return res, fmt.Errorf("end the run of job %s: %w", j.ID, mapErr(err))
 		}
 		if t.State == JobFailed {
-			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed), StateReason: t.Reason}); err != nil {
+			if err := s.q.SetJobState(ctx, s.db, dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed), StateReason: t.Reason}); err != nil {
 				return res, fmt.Errorf("fail job %s: %w", j.ID, mapErr(err))
 			}
 			res.Failed++
@@ -90,7 +78,7 @@ func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (Rescue
 			}
 			continue
 		}
-		if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: j.ID, StateReason: t.Reason, AvailableAt: *t.AvailableAt}); err != nil {
+		if err := s.q.RequeueJob(ctx, s.db, dbsqlc.RequeueJobParams{ID: j.ID, StateReason: t.Reason, AvailableAt: *t.AvailableAt}); err != nil {
 			return res, fmt.Errorf("requeue job %s: %w", j.ID, mapErr(err))
 		}
 		res.Requeued++
@@ -100,7 +88,7 @@ func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (Rescue
 		}
 	}
 	for p := range pools {
-		s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+		s.notifyAfterCommit(ChannelJobs, p.String())
 	}
 	return res, nil
 }
@@ -109,21 +97,21 @@ func (s *Store) RescueLeases(ctx context.Context, rescues []LeaseRescue) (Rescue
 // their pool's queue timeout in force (its own, or defaultHours) at now
 // (nil: the database's clock) to EXPIRED, each with an EXPIRED event, in
 // one transaction. It returns how many it expired.
-func (s *Store) ExpireTimedOut(ctx context.Context, now *time.Time, defaultHours, max int) (int, error) {
+func (s *Querier) ExpireTimedOut(ctx context.Context, now *time.Time, defaultHours, max int) (int, error) {
 	n := 0
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		rows, err := s.q.TimedOutJobs(ctx, s.conn(ctx), dbsqlc.TimedOutJobsParams{
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		rows, err := tx.q.TimedOutJobs(ctx, tx.db, dbsqlc.TimedOutJobsParams{
 			Now: now, DefaultQueueTimeoutHours: int32(defaultHours), MaxRows: batchOr(max)})
 		if err != nil {
 			return mapErr(err)
 		}
 		const reason = "waited longer than the pool's queue timeout"
 		for _, row := range rows {
-			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobExpired), StateReason: reason}); err != nil {
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobExpired), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
 			n++
-			if err := s.jobEvent(ctx, row.ID, "EXPIRED", int(row.Attempt), nil, reason); err != nil {
+			if err := tx.jobEvent(ctx, row.ID, "EXPIRED", int(row.Attempt), nil, reason); err != nil {
 				return err
 			}
 		}
@@ -147,15 +135,15 @@ type Blocked struct {
 // their pool could ever hold, even empty, to BLOCKED with the reason and a
 // BLOCKED event, in one transaction. A zero since reads every queued job;
 // otherwise only those submitted since then, along the primary key.
-func (s *Store) BlockUnplaceable(ctx context.Context, since time.Time, max int) (Blocked, error) {
+func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int) (Blocked, error) {
 	var res Blocked
-	err := s.WithTx(ctx, func(ctx context.Context) error {
+	err := s.WithTx(ctx, func(tx *Tx) error {
 		var rows []dbsqlc.Job
 		var err error
 		if since.IsZero() {
-			rows, err = s.q.Unplaceable(ctx, s.conn(ctx), batchOr(max))
+			rows, err = tx.q.Unplaceable(ctx, tx.db, batchOr(max))
 		} else {
-			rows, err = s.q.UnplaceableSince(ctx, s.conn(ctx), dbsqlc.UnplaceableSinceParams{After: uuidV7Bound(since), MaxRows: batchOr(max)})
+			rows, err = tx.q.UnplaceableSince(ctx, tx.db, dbsqlc.UnplaceableSinceParams{After: uuidV7Bound(since), MaxRows: batchOr(max)})
 		}
 		if err != nil {
 			return mapErr(err)
@@ -166,11 +154,11 @@ func (s *Store) BlockUnplaceable(ctx context.Context, since time.Time, max int) 
 			if row.MemoryMib > 0 {
 				reason += " (a memory claim needs a runner that enforces memory limits, unless the pool allows otherwise)"
 			}
-			if err := s.q.SetJobState(ctx, s.conn(ctx), dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobBlocked), StateReason: reason}); err != nil {
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobBlocked), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
 			res.Blocked++
-			if err := s.jobEvent(ctx, row.ID, "BLOCKED", int(row.Attempt), nil, reason); err != nil {
+			if err := tx.jobEvent(ctx, row.ID, "BLOCKED", int(row.Attempt), nil, reason); err != nil {
 				return err
 			}
 		}
@@ -186,27 +174,27 @@ func (s *Store) BlockUnplaceable(ctx context.Context, since time.Time, max int) 
 // of their pool could now hold back to QUEUED, each with an UNBLOCKED
 // event, in one transaction; once committed, the runners waiting on their
 // pools wake. It returns how many it moved.
-func (s *Store) UnblockPlaceable(ctx context.Context, max int) (int, error) {
+func (s *Querier) UnblockPlaceable(ctx context.Context, max int) (int, error) {
 	n := 0
-	err := s.WithTx(ctx, func(ctx context.Context) error {
-		rows, err := s.q.Unblockable(ctx, s.conn(ctx), batchOr(max))
+	err := s.WithTx(ctx, func(tx *Tx) error {
+		rows, err := tx.q.Unblockable(ctx, tx.db, batchOr(max))
 		if err != nil {
 			return mapErr(err)
 		}
 		now := time.Now()
 		pools := map[uuid.UUID]bool{}
 		for _, row := range rows {
-			if err := s.q.RequeueJob(ctx, s.conn(ctx), dbsqlc.RequeueJobParams{ID: row.ID, StateReason: "", AvailableAt: now}); err != nil {
+			if err := tx.q.RequeueJob(ctx, tx.db, dbsqlc.RequeueJobParams{ID: row.ID, StateReason: "", AvailableAt: now}); err != nil {
 				return mapErr(err)
 			}
 			n++
 			pools[row.PoolID] = true
-			if err := s.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it was approved"); err != nil {
+			if err := tx.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it was approved"); err != nil {
 				return err
 			}
 		}
 		for p := range pools {
-			s.notifyAfterCommit(ctx, ChannelJobs, p.String())
+			tx.notifyAfterCommit(ChannelJobs, p.String())
 		}
 		return nil
 	})
@@ -221,19 +209,19 @@ func (s *Store) UnblockPlaceable(ctx context.Context, max int) (int, error) {
 // transaction. It walks jobs in id order after the id after (uuid.Nil: from
 // the first) and returns how many it deleted and the id to go on after.
 // Jobs still queued or held are never touched, however old.
-func (s *Store) PruneJobs(ctx context.Context, keep time.Duration, after uuid.UUID, max int) (int, uuid.UUID, error) {
+func (s *Querier) PruneJobs(ctx context.Context, keep time.Duration, after uuid.UUID, max int) (int, uuid.UUID, error) {
 	var n int
 	last := after
-	err := s.WithTx(ctx, func(ctx context.Context) error {
+	err := s.WithTx(ctx, func(tx *Tx) error {
 		// The ids are stamped by the clocks of the servers that took the
 		// jobs, the cutoff by the database's: the hour of slack keeps a
 		// skewed clock from hiding a job from the walk.
-		ids, err := s.q.PrunableJobs(ctx, s.conn(ctx), dbsqlc.PrunableJobsParams{
+		ids, err := tx.q.PrunableJobs(ctx, tx.db, dbsqlc.PrunableJobsParams{
 			After: after, Below: uuidV7Bound(time.Now().Add(-keep + time.Hour)), KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 		if err != nil || len(ids) == 0 {
 			return mapErr(err)
 		}
-		deleted, err := s.q.DeleteJobs(ctx, s.conn(ctx), ids)
+		deleted, err := tx.q.DeleteJobs(ctx, tx.db, ids)
 		n, last = int(deleted), ids[len(ids)-1]
 		return mapErr(err)
 	})

@@ -37,11 +37,12 @@ func ApprovedRunner(t testing.TB, s *store.Store, poolID uuid.UUID, cores float6
 // its status and without a certificate.
 func Approve(t testing.TB, s *store.Store, id uuid.UUID) {
 	t.Helper()
-	err := s.WithTx(context.Background(), func(ctx context.Context) error {
-		if _, err := s.LockRunner(ctx, store.AllOrganisations(), id); err != nil {
+	err := s.WithTx(context.Background(), func(tx *store.Tx) error {
+		ctx := context.Background()
+		if _, err := tx.LockRunner(ctx, store.AllOrganisations(), id); err != nil {
 			return err
 		}
-		return s.SetRunnerStatus(ctx, id, store.RunnerDecision{Status: store.RunnerApproved}, nil)
+		return tx.SetRunnerStatus(ctx, id, store.RunnerDecision{Status: store.RunnerApproved}, nil)
 	})
 	if err != nil {
 		t.Fatalf("approve: %v", err)
