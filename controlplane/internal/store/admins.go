@@ -33,7 +33,7 @@ type NewAdmin struct {
 // CreateAdminWithToken adds an admin and its first token in one step.
 func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
 	var out Admin
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		row, err := tx.q.CreateAdmin(ctx, tx.db, dbsqlc.CreateAdminParams{
 			Name:           a.Name,
 			Role:           string(a.Role),

@@ -29,7 +29,7 @@ func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUI
 // ReleaseHold ends a hold on a runner inside scope.
 func (s *Querier) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
 	var out Hold
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		h, err := tx.q.GetHold(ctx, tx.db, id)
 		if err != nil {
 			return mapErr(err)

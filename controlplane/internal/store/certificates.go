@@ -73,7 +73,7 @@ type Revocation struct {
 // already revoked.
 func (s *Querier) RevokeCertificate(ctx context.Context, r Revocation) (bool, error) {
 	var added bool
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		n, err := tx.q.InsertRevocation(ctx, tx.db, dbsqlc.InsertRevocationParams{
 			Serial: r.Serial, ReasonCode: int32(r.ReasonCode), Reason: r.Reason, RevokedAt: r.RevokedAt,
 			ExpiresAt: r.ExpiresAt, Mtls: r.MTLS, ProvisionerID: r.ProvisionerID,
@@ -117,7 +117,7 @@ func (s *Querier) StandingOf(ctx context.Context, serial string) (CertificateSta
 // most max revocations of certificates so deleted. It returns how many of
 // each it deleted.
 func (s *Querier) PruneCertificates(ctx context.Context, keep time.Duration, max int) (certificates, revocations int, err error) {
-	err = s.WithTx(ctx, func(tx *Tx) error {
+	err = s.atomically(ctx, func(tx *Tx) error {
 		n, err := tx.q.PruneCertificates(ctx, tx.db, dbsqlc.PruneCertificatesParams{KeepSeconds: keep.Seconds(), MaxRows: int32(max)})
 		if err != nil {
 			return mapErr(err)

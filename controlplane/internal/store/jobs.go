@@ -71,7 +71,7 @@ func (s *Querier) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (job
 		return nil, nil, err
 	}
 	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
-	err = s.WithTx(ctx, func(tx *Tx) error {
+	err = s.atomically(ctx, func(tx *Tx) error {
 		if _, err := tx.Pool(ctx, scope, poolID); err != nil {
 			return err
 		}
@@ -264,7 +264,7 @@ var ErrJobFinished = errors.New("the job has finished")
 // when the runner reports back.
 func (s *Querier) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
 	var out Job
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		row, err := tx.q.GetJobForUpdate(ctx, tx.db, dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 		if err != nil {
 			return mapErr(err)

@@ -76,7 +76,7 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 		ids[i], attempts[i] = j.ID, int32(j.Attempt)
 	}
 	var n int
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		back, err := tx.q.ReturnUndelivered(ctx, tx.db, dbsqlc.ReturnUndeliveredParams{
 			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
 		if err != nil {
@@ -106,7 +106,7 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 // AppendLog stores one chunk of an attempt's output, fenced like results.
 // A chunk stored before (same sequence number) is not stored again.
 func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {
-	return s.WithTx(ctx, func(tx *Tx) error {
+	return s.atomically(ctx, func(tx *Tx) error {
 		held, err := tx.q.HeldAttempt(ctx, tx.db, dbsqlc.HeldAttemptParams{
 			ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true},
 		})

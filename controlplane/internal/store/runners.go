@@ -67,7 +67,7 @@ type NewRunner struct {
 // token unused.
 func (s *Querier) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 	var out Runner
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		tok, err := tx.q.UseEnrolmentToken(ctx, tx.db, dbsqlc.UseEnrolmentTokenParams{TokenHash: n.TokenDigest})
 		if err != nil {
 			if errors.Is(mapErr(err), ErrNotFound) {

@@ -99,7 +99,7 @@ func (s *Tx) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLe
 // one transaction. It returns how many it expired.
 func (s *Querier) ExpireTimedOut(ctx context.Context, now *time.Time, defaultHours, max int) (int, error) {
 	n := 0
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		rows, err := tx.q.TimedOutJobs(ctx, tx.db, dbsqlc.TimedOutJobsParams{
 			Now: now, DefaultQueueTimeoutHours: int32(defaultHours), MaxRows: batchOr(max)})
 		if err != nil {
@@ -137,7 +137,7 @@ type Blocked struct {
 // otherwise only those submitted since then, along the primary key.
 func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int) (Blocked, error) {
 	var res Blocked
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		var rows []dbsqlc.Job
 		var err error
 		if since.IsZero() {
@@ -176,7 +176,7 @@ func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int
 // pools wake. It returns how many it moved.
 func (s *Querier) UnblockPlaceable(ctx context.Context, max int) (int, error) {
 	n := 0
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		rows, err := tx.q.Unblockable(ctx, tx.db, batchOr(max))
 		if err != nil {
 			return mapErr(err)
@@ -212,7 +212,7 @@ func (s *Querier) UnblockPlaceable(ctx context.Context, max int) (int, error) {
 func (s *Querier) PruneJobs(ctx context.Context, keep time.Duration, after uuid.UUID, max int) (int, uuid.UUID, error) {
 	var n int
 	last := after
-	err := s.WithTx(ctx, func(tx *Tx) error {
+	err := s.atomically(ctx, func(tx *Tx) error {
 		// The ids are stamped by the clocks of the servers that took the
 		// jobs, the cutoff by the database's: the hour of slack keeps a
 		// skewed clock from hiding a job from the walk.

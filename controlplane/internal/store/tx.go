@@ -86,6 +86,20 @@ func (s *Querier) WithTx(ctx context.Context, fn func(tx *Tx) error) error {
 	return nil
 }
 
+// atomically runs fn in the transaction s is, or in one of its own on the
+// pool: for the store's methods of several statements, which join their
+// caller's transaction rather than open a savepoint in it (an error from
+// them fails the caller's transaction all the same).
+func (s *Querier) atomically(ctx context.Context, fn func(tx *Tx) error) error {
+	if s.tx != nil {
+		if s.tx.over.Load() {
+			return errTxOver
+		}
+		return fn(&Tx{*s})
+	}
+	return s.WithTx(ctx, fn)
+}
+
 // WithTxRetry is WithTx, run again (up to three times in all) when
 // PostgreSQL picks the transaction to break a deadlock. For transactions
 // that take several rows' locks in an order the plan decides (a batch of
