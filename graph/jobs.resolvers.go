@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/generated"

@@ -11,13 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/vikstrous/dataloadgen"
-
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
 	"github.com/runmesh/runmesh/pki"
+	"github.com/vikstrous/dataloadgen"
 )
 
 // CreateEnrolmentToken is the resolver for the createEnrolmentToken field.

@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/vikstrous/dataloadgen"
-
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/vikstrous/dataloadgen"
 )
 
 // Organisation is the resolver for the organisation field.
