@@ -850,3 +850,36 @@ func TestALateLogSubscriberGetsAllTheOutput(t *testing.T) {
 	_, ok := logs()
 	require.False(t, ok, "then it completes")
 }
+
+// A result sent again after it was accepted (its answer lost on the way)
+// is answered as recorded, with the job's state, and changes nothing; one
+// that says otherwise than what was recorded is stale.
+func TestAResultSentAgainIsAnsweredAsRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobID, c, l := b.leasedJob(t)
+	done := runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: intp(0)}
+	r := b.result(t, c, l, done)
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.JSONEq(t, `{"state": "SUCCEEDED"}`, r.Body)
+	written := func() [2]int {
+		return [2]int{b.count(t, "SELECT count(*) FROM job_runs WHERE job_id = $1", jobID), b.count(t, "SELECT count(*) FROM job_events WHERE job_id = $1", jobID)}
+	}
+	before := written()
+
+	r = b.result(t, c, l, done)
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	require.JSONEq(t, `{"state": "SUCCEEDED", "already_recorded": true}`, r.Body)
+	body, _ := json.Marshal(runnerapi.ResultsRequest{Results: []runnerapi.LeaseResult{{LeaseID: l.LeaseID, ResultRequest: done}}})
+	r = b.call(t, c, http.MethodPost, runnerapi.PathResults, body)
+	require.JSONEq(t, fmt.Sprintf(`{"results": [{"lease_id": %q, "state": "SUCCEEDED", "already_recorded": true}]}`, l.LeaseID), r.Body)
+
+	r = b.result(t, c, l, runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: intp(3)})
+	require.Equal(t, http.StatusConflict, r.Status, r.Body)
+	require.Equal(t, runnerapi.CodeStaleAttempt, r.Code)
+	require.Equal(t, before, written(), "nothing changed")
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state events { type } } }`, map[string]any{"id": jobID})
+	require.Empty(t, code)
+	got, _ := json.Marshal(data["job"])
+	require.JSONEq(t, `{"state": "SUCCEEDED", "events": [{"type": "SUBMITTED"}, {"type": "LEASED"}, {"type": "SUCCEEDED"}]}`, string(got))
+}

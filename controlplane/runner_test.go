@@ -52,8 +52,14 @@ type testBundle struct {
 // setup starts a server on a fresh database; mods change its options.
 func setup(t *testing.T, mods ...func(*controlplane.Options)) *testBundle {
 	t.Helper()
+	return setupOn(t, storetest.NewPool(t), mods...)
+}
+
+// setupOn is setup on a migrated database of the test's choosing.
+func setupOn(t *testing.T, pool *pgxpool.Pool, mods ...func(*controlplane.Options)) *testBundle {
+	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{pool: storetest.NewPool(t)}
+	b := &testBundle{pool: pool}
 	b.store = store.New(b.pool)
 	keys, _, err := ca.Init(t.TempDir(), "test")
 	require.NoError(t, err)

@@ -49,7 +49,8 @@ func requireAdmin(t *tenancy.Service, next http.Handler) http.Handler {
 			return
 		}
 		if err != nil {
-			writeJSONError(w, http.StatusServiceUnavailable, "INTERNAL", "internal error")
+			w.Header().Set("Retry-After", "1")
+			writeJSONError(w, http.StatusServiceUnavailable, CodeUnavailable, "the token could not be checked; send the request again")
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), a)))

@@ -21,12 +21,15 @@ import (
 
 // Error codes clients may rely on (extensions.code).
 const (
-	CodeNotFound   = "NOT_FOUND"
-	CodeForbidden  = "FORBIDDEN"
-	CodeConflict   = "CONFLICT"
-	CodeBadInput   = "BAD_INPUT"
-	CodeInternal   = "INTERNAL"
-	outcomeSuccess = "OK"
+	CodeNotFound  = "NOT_FOUND"
+	CodeForbidden = "FORBIDDEN"
+	CodeConflict  = "CONFLICT"
+	CodeBadInput  = "BAD_INPUT"
+	CodeInternal  = "INTERNAL"
+	// CodeUnavailable: nothing was done, for now; the same request may
+	// succeed when sent again (the HTTP answer is 503 with Retry-After).
+	CodeUnavailable = "UNAVAILABLE"
+	outcomeSuccess  = "OK"
 )
 
 var errForbidden = errors.New("forbidden")
@@ -44,6 +47,8 @@ func errorCode(err error) string {
 	switch {
 	case err == nil:
 		return outcomeSuccess
+	case errors.Is(err, record.ErrUnavailable):
+		return CodeUnavailable
 	case errors.Is(err, record.ErrNotFound):
 		return CodeNotFound
 	case errors.Is(err, errForbidden):
@@ -85,6 +90,9 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		code := errorCode(err)
 		switch code {
+		case CodeUnavailable:
+			gqlErr.Message = "the database is unavailable; nothing changed: send the request again"
+			markUnavailable(ctx)
 		case CodeNotFound:
 			gqlErr.Message = "not found"
 		case CodeForbidden:

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -118,7 +119,56 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, srv))
+	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, unavailableIs503(srv)))
+}
+
+type unavailableKey struct{}
+
+// markUnavailable notes that an error of the request's answer is
+// CodeUnavailable (see unavailableIs503).
+func markUnavailable(ctx context.Context) {
+	if flag, ok := ctx.Value(unavailableKey{}).(*atomic.Bool); ok {
+		flag.Store(true)
+	}
+}
+
+// unavailableIs503 answers 503 with Retry-After, instead of 200, a request
+// whose answer holds an UNAVAILABLE error: one retryable answer for every
+// transient failure, whichever part of the request met it. (Errors are
+// presented before the answer is written.)
+func unavailableIs503(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isWebsocketUpgrade(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		flag := new(atomic.Bool)
+		next.ServeHTTP(&statusFromFlag{ResponseWriter: w, flag: flag}, r.WithContext(context.WithValue(r.Context(), unavailableKey{}, flag)))
+	})
+}
+
+type statusFromFlag struct {
+	http.ResponseWriter
+	flag    *atomic.Bool
+	written bool
+}
+
+func (w *statusFromFlag) WriteHeader(code int) {
+	if !w.written {
+		w.written = true
+		if w.flag.Load() && code < 300 {
+			w.Header().Set("Retry-After", "1")
+			code = http.StatusServiceUnavailable
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusFromFlag) Write(p []byte) (int, error) {
+	if !w.written {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(p)
 }
 
 //go:embed playground.html

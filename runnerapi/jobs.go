@@ -216,14 +216,19 @@ type ResultsResponse struct {
 
 // ResultAnswer is the answer to one result of a batch.
 type ResultAnswer struct {
-	LeaseID string     `json:"lease_id"`
-	State   string     `json:"state,omitempty"`
-	Error   *ErrorBody `json:"error,omitempty"`
+	LeaseID string `json:"lease_id"`
+	State   string `json:"state,omitempty"`
+	// AlreadyRecorded: this attempt's result was accepted before (this
+	// one changed nothing); State is the job's now.
+	AlreadyRecorded bool       `json:"already_recorded,omitempty"`
+	Error           *ErrorBody `json:"error,omitempty"`
 }
 
-// ResultResponse is the job's state after the result.
+// ResultResponse is the job's state after the result. AlreadyRecorded:
+// the attempt's result was accepted before, and this one changed nothing.
 type ResultResponse struct {
-	State string `json:"state"`
+	State           string `json:"state"`
+	AlreadyRecorded bool   `json:"already_recorded,omitempty"`
 }
 
 // CodeStaleAttempt: a report for an attempt that is no longer the runner's.

@@ -39,10 +39,21 @@ type LeaseRescuer struct {
 }
 
 type leaseRescuerTestSignals struct {
-	rescued testSignal[store.RescuedLeases] // a pass ended, having done this
+	rescued  testSignal[store.RescuedLeases] // a pass ended, having done this
+	credited testSignal[leaseCredit]         // a pass gave held leases time back
 }
 
-func (ts *leaseRescuerTestSignals) init() { ts.rescued.init() }
+func (ts *leaseRescuerTestSignals) init() { ts.rescued.init(); ts.credited.init() }
+
+// leaseCredit is what a pass gave back after a gap: credit to each of
+// leases held leases.
+type leaseCredit struct {
+	Gap, Credit time.Duration
+	Leases      int
+}
+
+// clockDuty names the rescuer's passes on the maintenance clock.
+const clockDuty = "lease_rescuer"
 
 // NewLeaseRescuer returns a lease rescuer over s; Start starts it.
 func NewLeaseRescuer(s *store.Store, cfg LeaseRescuerConfig) *LeaseRescuer {
@@ -73,10 +84,24 @@ func (r *LeaseRescuer) pass(ctx context.Context) {
 	}
 }
 
-// rescue takes back one batch of expired leases.
+// rescue takes back one batch of expired leases. First, after a gap since
+// the last pass of any replica (the database could not be reached, or no
+// replica ran), it gives the leases held when the gap began their time
+// back (queue.OutageCredit): their runners could not heartbeat them.
 func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) {
 	var res store.RescuedLeases
+	var credit leaseCredit
 	err := r.store.WithTx(ctx, func(tx *store.Tx) error {
+		tick, err := tx.TickMaintenanceClock(ctx, clockDuty)
+		if err != nil {
+			return err
+		}
+		credit = leaseCredit{Gap: tick.Gap(), Credit: queue.OutageCredit(tick.Gap(), r.interval)}
+		if credit.Credit > 0 {
+			if credit.Leases, err = tx.CreditLeases(ctx, tick.Previous, credit.Credit); err != nil {
+				return err
+			}
+		}
 		jobs, err := tx.ExpiredLeases(ctx, nil, r.batch)
 		if err != nil || len(jobs) == 0 {
 			return err
@@ -91,6 +116,11 @@ func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) 
 	})
 	if err != nil {
 		return store.RescuedLeases{}, fmt.Errorf("rescue expired leases: %w", err)
+	}
+	if credit.Credit > 0 {
+		r.log.Warn("gave held leases their time back after a gap in which no replica reached the database",
+			"gap", credit.Gap.Round(time.Millisecond), "credit", credit.Credit.Round(time.Millisecond), "leases", credit.Leases)
+		r.testSignals.credited.signal(credit)
 	}
 	return res, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
 )
 
 // An expired lease sends its job back to the queue after the backoff, or
@@ -120,4 +121,66 @@ func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
 	})
 	require.ErrorIs(t, err, store.ErrInvalid)
 	require.Equal(t, store.JobLeased, b.job(t, j.ID).State, "nothing changed")
+}
+
+// After a gap in which no replica reached the database (the clock's last
+// pass a minute ago, as after an outage of PostgreSQL), the leases held
+// when it began get their time back before any is taken back: their
+// runners kept trying, and were answered "retry". A lease that ran out
+// before the gap began is taken back as ever.
+func TestAnOutageDoesNotUseUpHeldLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := b.runner(t, 8, 65536, 0)
+	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	abandoned := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.claim(t, r)
+	b.claim(t, r)
+	_, err := b.db.Exec(ctx, `INSERT INTO maintenance_clock (duty, last_pass_at) VALUES ('lease_rescuer', now() - interval '60 seconds')`)
+	require.NoError(t, err)
+	// One lease ran out 10 s ago, during the gap; the other before it.
+	_, err = b.db.Exec(ctx, `UPDATE jobs SET lease_expires_at = now() - CASE WHEN id = $1 THEN interval '10 seconds' ELSE interval '90 seconds' END
+		WHERE id = ANY($2)`, held.ID, []uuid.UUID{held.ID, abandoned.ID})
+	require.NoError(t, err)
+
+	const pace = 100 * time.Millisecond
+	rescuer := NewLeaseRescuer(b.store, LeaseRescuerConfig{Interval: pace})
+	rescuer.testSignals.init()
+	started(t, rescuer)
+	credit := rescuer.testSignals.credited.wait(t)
+	require.Equal(t, 1, credit.Leases)
+	require.InDelta(t, time.Minute.Seconds(), credit.Gap.Seconds(), 5)
+	require.Equal(t, credit.Gap-pace, credit.Credit)
+	require.Equal(t, store.RescuedLeases{Requeued: 1}, rescuer.testSignals.rescued.wait(t))
+
+	got := b.job(t, held.ID)
+	require.Equal(t, store.JobLeased, got.State, "the held lease was not taken back")
+	require.WithinDuration(t, time.Now().Add(50*time.Second), *got.LeaseExpiresAt, 5*time.Second, "it has the time it had left when the gap began")
+	require.Equal(t, store.JobQueued, b.job(t, abandoned.ID).State)
+	require.Equal(t, 1, b.counted("LEASE_EXPIRED"))
+
+	// The passes after it measure gaps of their pace, and give nothing.
+	for range 3 {
+		rescuer.testSignals.rescued.wait(t)
+	}
+	select {
+	case c := <-rescuer.testSignals.credited.ch:
+		t.Fatalf("credited again: %+v", c)
+	default:
+	}
+}
+
+func TestOutageCredit(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ gap, pace, want time.Duration }{
+		{0, time.Second, 0},               // the first pass
+		{time.Second, time.Second, 0},     // as paced
+		{3 * time.Second, time.Second, 0}, // jitter
+		{3*time.Second + time.Millisecond, time.Second, 2*time.Second + time.Millisecond},
+		{45 * time.Second, time.Second, 44 * time.Second},   // PostgreSQL down 45 s
+		{1040 * time.Millisecond, 20 * time.Millisecond, 0}, // a fast pace still allows a second
+	} {
+		require.Equal(t, c.want, queue.OutageCredit(c.gap, c.pace), "gap %v, pace %v", c.gap, c.pace)
+	}
 }

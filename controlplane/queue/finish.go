@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -12,10 +13,13 @@ import (
 )
 
 // Finished is how one outcome of a batch went: the job's state after it,
-// or store.ErrStaleAttempt (nothing of it was recorded).
+// or store.ErrStaleAttempt (nothing of it was recorded). AlreadyRecorded:
+// the same attempt's result was accepted before (this one changed
+// nothing), and State is the job's now.
 type Finished struct {
-	State store.JobState
-	Err   error
+	State           store.JobState
+	AlreadyRecorded bool
+	Err             error
 }
 
 // Finisher ends attempts as their runners report them. It decides each
@@ -34,14 +38,15 @@ type Finisher struct {
 	afterRead func(ctx context.Context)
 }
 
-// Finish ends one attempt: FinishAll of one outcome. It returns the job's
-// state after it.
-func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (store.JobState, error) {
+// Finish ends one attempt: FinishAll of one outcome. It returns how it
+// went (the job's state after it); a stale outcome is the error
+// store.ErrStaleAttempt.
+func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (Finished, error) {
 	done, err := f.FinishAll(ctx, o.RunnerID, []store.Outcome{o})
 	if err != nil {
-		return "", err
+		return Finished{}, err
 	}
-	return done[0].State, done[0].Err
+	return done[0], done[0].Err
 }
 
 // FinishAll ends attempts of one runner's jobs in one transaction, fenced:
@@ -84,7 +89,36 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 	if err != nil {
 		return nil, fmt.Errorf("finish attempts: %w", err)
 	}
+	if err := f.recognise(ctx, runnerID, outcomes, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// recognise tells, among the stale outcomes, a result sent again after it
+// was recorded (its answer lost, say) from one for an attempt the runner
+// no longer holds, or one that says otherwise than what was recorded: the
+// first is answered with the job's state, as it was accepted.
+func (f *Finisher) recognise(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome, out []Finished) error {
+	var stale []store.Outcome
+	for i, o := range outcomes {
+		if errors.Is(out[i].Err, store.ErrStaleAttempt) && o.RunnerID == runnerID {
+			stale = append(stale, o)
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	recorded, err := f.Store.RecordedAttempts(ctx, runnerID, stale)
+	if err != nil {
+		return fmt.Errorf("finish attempts: %w", err)
+	}
+	for i, o := range outcomes {
+		if rec, ok := recorded[o.JobID]; ok && rec.Same(o) && errors.Is(out[i].Err, store.ErrStaleAttempt) {
+			out[i] = Finished{State: rec.JobState, AlreadyRecorded: true}
+		}
+	}
+	return nil
 }
 
 // decideLocked decides again, on rows nobody can change meanwhile, the

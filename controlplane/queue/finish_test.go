@@ -39,10 +39,10 @@ func TestACancelDuringAResultIsNotLost(t *testing.T) {
 		require.NoError(t, err)
 	}}
 	zero := 0
-	state, err := f.Finish(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero})
+	done, err := f.Finish(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero})
 	require.NoError(t, err)
 	require.Equal(t, 1, reads)
-	require.Equal(t, store.JobCancelled, state, "the cancel that came between the read and the update")
+	require.Equal(t, store.JobCancelled, done.State, "the cancel that came between the read and the update")
 	got, err := s.Job(ctx, store.AllOrganisations(), j.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobCancelled, got.State)

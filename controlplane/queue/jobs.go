@@ -72,3 +72,18 @@ func DecideExpiredLease(j store.Job, now time.Time) store.Transition {
 	at := now.Add(Backoff(tries))
 	return store.Transition{State: store.JobQueued, Reason: reason, AvailableAt: &at}
 }
+
+// OutageCredit is the time every held lease gets back after a gap between
+// two passes of the lease rescuer, which runs every pace on some replica:
+// a gap much longer than that is time in which no replica could reach the
+// database (or none ran), in which runners' heartbeats were answered
+// "retry" or not at all. Their leases must not run out for it, so the gap
+// (less the pace the rescuer would have waited anyway) is given back. A
+// gap within twice the pace and a second is the ordinary jitter of
+// passes and gets nothing.
+func OutageCredit(gap, pace time.Duration) time.Duration {
+	if gap <= 2*pace+time.Second {
+		return 0
+	}
+	return gap - pace
+}

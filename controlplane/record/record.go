@@ -23,6 +23,11 @@ var (
 	// ErrInvalid: a value was refused below the API (the database's
 	// checks).
 	ErrInvalid = errors.New("invalid value")
+	// ErrUnavailable: the database could not do it now (out of reach,
+	// restarting, out of connections, or a transaction lost to a
+	// concurrent one); nothing changed, and the same request may succeed
+	// if sent again.
+	ErrUnavailable = errors.New("the database is unavailable; try again")
 )
 
 // InputError: a request's value refused by the domain's rules before

@@ -78,8 +78,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, runnerapi.CodeConflict, "a runner with this key, or a live runner with this name, already exists in the pool")
 		return
 	case err != nil:
-		s.o.Log.ErrorContext(r.Context(), "enrol failed", "err", err)
-		writeError(w, http.StatusInternalServerError, runnerapi.CodeInternal, "internal error")
+		s.internal(w, r, "enrol", err)
 		return
 	}
 	s.o.Log.InfoContext(r.Context(), "runner enrolled", "runner_id", runner.ID, "name", runner.Name,
@@ -157,7 +156,16 @@ func signedBy(runner store.Runner, id uuid.UUID, req runnerapi.WaitRequest) bool
 	return ed25519.Verify(runner.PublicKey, runnerapi.WaitMessage(id.String(), req.Timestamp), req.Signature)
 }
 
+// internal answers a request the server could not serve: one the database
+// could not serve now is 503 retry (nothing changed; send it again, as
+// Retry-After says), anything else 500 internal.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, op string, err error) {
+	if errors.Is(err, store.ErrUnavailable) {
+		s.o.Log.WarnContext(r.Context(), op+": the database is unavailable", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the database is unavailable; nothing changed: send the request again")
+		return
+	}
 	s.o.Log.ErrorContext(r.Context(), op, "err", err)
 	writeError(w, http.StatusInternalServerError, runnerapi.CodeInternal, "internal error")
 }

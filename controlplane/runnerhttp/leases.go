@@ -271,14 +271,14 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
-	state, err := s.finisher.Finish(r.Context(), s.outcome(c, id, req))
+	done, err := s.finisher.Finish(r.Context(), s.outcome(c, id, req))
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
 		s.stale(w)
 	case err != nil:
 		s.internal(w, r, "result", err)
 	default:
-		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(state)})
+		writeJSON(w, http.StatusOK, runnerapi.ResultResponse{State: string(done.State), AlreadyRecorded: done.AlreadyRecorded})
 	}
 }
 
@@ -320,7 +320,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 			out.Results[i].Error = &runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: staleMessage}
 			continue
 		}
-		out.Results[i].State = string(d.State)
+		out.Results[i].State, out.Results[i].AlreadyRecorded = string(d.State), d.AlreadyRecorded
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -248,6 +248,13 @@ func (c *Cluster) Exited() <-chan struct{} { return c.exited }
 // is checkpointed) and removes the socket directory.
 func (c *Cluster) Stop() error {
 	defer os.RemoveAll(c.socketDir)
+	return c.Halt()
+}
+
+// Halt shuts the server down as Stop does but keeps its socket directory
+// and port, for Restart: clients see an outage, and the same URL works
+// again once it ends.
+func (c *Cluster) Halt() error {
 	if c.cmd == nil || c.cmd.Process == nil {
 		return nil
 	}
@@ -265,6 +272,21 @@ func (c *Cluster) Stop() error {
 	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
 	<-c.exited
 	return errors.New("postgres did not stop within 30s; sent SIGQUIT")
+}
+
+// Restart starts a halted server again, on the same socket and port.
+func (c *Cluster) Restart(ctx context.Context) error {
+	select {
+	case <-c.exited:
+	default:
+		return errors.New("restart postgres: it is running")
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return err
+	}
+	c.exited, c.waitErr = make(chan struct{}), nil
+	return c.start(ctx, cred)
 }
 
 func initdb(ctx context.Context, opts Options, cred *syscall.Credential) error {

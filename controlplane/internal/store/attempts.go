@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"time"
 
@@ -190,4 +191,51 @@ func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
 	p.PeakMemoryMib = append(p.PeakMemoryMib, peak)
 	p.ImageDigests = append(p.ImageDigests, text(o.ImageDigest))
 	p.RunnerVersions = append(p.RunnerVersions, text(o.RunnerVersion))
+}
+
+// RecordedResult is what an accepted result recorded of its attempt, and
+// its job's state now.
+type RecordedResult struct {
+	ExitCode     *int
+	ReturnReason *string
+	JobState     JobState
+}
+
+// Same reports whether o says what was recorded.
+func (r RecordedResult) Same(o Outcome) bool {
+	return equalPtr(r.ExitCode, o.ExitCode) && equalPtr(r.ReturnReason, o.ReturnReason)
+}
+
+func equalPtr[T comparable](a, b *T) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// RecordedAttempts is, of the outcomes given, those for attempts the runner
+// already ended with an accepted result, by job: a result sent again after
+// it was recorded (an answer that was lost, say).
+func (s *Querier) RecordedAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome) (map[uuid.UUID]RecordedResult, error) {
+	var ids []uuid.UUID
+	var attempts []int32
+	for _, o := range outcomes {
+		if o.Attempt > 0 && o.Attempt <= math.MaxInt32 { // no other attempt was ever recorded
+			ids, attempts = append(ids, o.JobID), append(attempts, int32(o.Attempt))
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.q.RecordedAttempts(ctx, s.db, dbsqlc.RecordedAttemptsParams{JobIds: ids, Attempts: attempts, RunnerID: runnerID})
+	if err != nil {
+		return nil, fmt.Errorf("read recorded attempts: %w", mapErr(err))
+	}
+	out := make(map[uuid.UUID]RecordedResult, len(rows))
+	for _, r := range rows {
+		rec := RecordedResult{ReturnReason: r.ReturnReason, JobState: JobState(r.State)}
+		if r.ExitCode != nil {
+			code := int(*r.ExitCode)
+			rec.ExitCode = &code
+		}
+		out[r.JobID] = rec
+	}
+	return out, nil
 }

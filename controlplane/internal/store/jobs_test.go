@@ -287,8 +287,16 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
 	fin, err := finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
 	require.NoError(t, err)
-	require.Equal(t, store.JobSucceeded, fin)
-	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
+	require.Equal(t, queue.Finished{State: store.JobSucceeded}, fin)
+	// Sent again, it is recognised as recorded, and changes nothing.
+	fin, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
+	require.NoError(t, err)
+	require.Equal(t, queue.Finished{State: store.JobSucceeded, AlreadyRecorded: true}, fin)
+	// From another runner, or for the attempt whose lease was taken back,
+	// it is stale.
+	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: uuid.New(), ExitCode: &zero})
+	require.ErrorIs(t, err, store.ErrStaleAttempt)
+	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
 	events, err := b.store.JobEvents(ctx, j.ID, 0)

@@ -1,15 +1,18 @@
 // Package store is the server's only way into PostgreSQL. Queries live in
 // queries/*.sql and are generated into internal/dbsqlc by sqlc; this package
 // turns generated rows into domain types, maps database errors to its own
-// (ErrNotFound, ErrConflict, ErrInvalid) and never lets a pgx error escape.
+// (ErrNotFound, ErrConflict, ErrInvalid, ErrUnavailable) and never lets a pgx error escape.
 package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -145,11 +148,35 @@ func mapErr(err error) error {
 		case "23503": // foreign_key_violation: the referenced row does not exist
 			return ErrNotFound
 		case "40P01", "40001": // deadlock_detected, serialization_failure
-			return fmt.Errorf("%w: %s", ErrContended, pgErr.Code)
+			return fmt.Errorf("%w (%w): %s", ErrContended, ErrUnavailable, pgErr.Code)
+		case "57P01", "57P02", "57P03", "53300": // shutting down, crashed, starting up, too many connections
+			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Code)
+		}
+		if strings.HasPrefix(pgErr.Code, "08") { // connection exception
+			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Code)
 		}
 		return fmt.Errorf("database error %s", pgErr.Code)
 	}
+	if unreachable(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	return err
+}
+
+// unreachable reports whether err is the database out of reach: no
+// connection could be made, or the one in use broke.
+func unreachable(err error) bool {
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return false // the caller left
+	case errors.As(err, &connectErr), errors.As(err, &netErr), pgconn.SafeToRetry(err), pgconn.Timeout(err),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	}
+	return strings.Contains(err.Error(), "conn closed")
 }
 
 func firstNonEmpty(s ...string) string {

@@ -67,6 +67,9 @@ var (
 	ErrConflict = record.ErrConflict
 	// ErrInvalid: the database refused a value (a check constraint).
 	ErrInvalid = record.ErrInvalid
+	// ErrUnavailable: the database could not be reached, or the
+	// transaction lost to a concurrent one; the caller may try again.
+	ErrUnavailable = record.ErrUnavailable
 )
 
 // AllOrganisations is the platform admin's scope.

@@ -595,3 +595,28 @@ SELECT p.id, coalesce(o.name, '')::text AS organisation, p.name,
        coalesce((SELECT sum(h.gpus) FROM gpu_holds h JOIN runners r ON r.id = h.runner_id
                  WHERE r.pool_id = p.id AND h.released_at IS NULL AND h.until > now()), 0)::bigint AS held_gpus
 FROM pools p LEFT JOIN organisations o ON o.id = p.organisation_id;
+
+-- name: LockMaintenanceClock :one
+-- The duty's last pass, locked until the transaction ends: the passes of
+-- every replica take turns, so each measures the gap since the one before.
+SELECT last_pass_at FROM maintenance_clock WHERE duty = @duty FOR UPDATE;
+
+-- name: TickMaintenanceClock :one
+INSERT INTO maintenance_clock (duty, last_pass_at) VALUES (@duty, now())
+ON CONFLICT (duty) DO UPDATE SET last_pass_at = now()
+RETURNING last_pass_at;
+
+-- name: CreditLeases :execrows
+-- Gives the leases still held when a gap began (expiring after since) the
+-- time the gap took from them.
+UPDATE jobs SET lease_expires_at = lease_expires_at + make_interval(secs => @credit_seconds::float8)
+WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at > @since::timestamptz;
+
+-- name: RecordedAttempts :many
+-- Of the attempts named (job and attempt, by index), those this runner
+-- ended with a result that was accepted (a lease taken back is none), and
+-- what they recorded and their jobs' state now: a result sent again after
+-- it was recorded.
+SELECT r.job_id, r.exit_code, r.return_reason, j.state FROM job_runs r JOIN jobs j ON j.id = r.job_id
+WHERE (r.job_id, r.attempt) IN (SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]))
+  AND r.runner_id = @runner_id AND r.finished_at IS NOT NULL AND r.return_reason IS DISTINCT FROM 'lease expired';

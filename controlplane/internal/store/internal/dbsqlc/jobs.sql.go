@@ -258,6 +258,26 @@ func (q *Queries) CreateHold(ctx context.Context, db DBTX, arg CreateHoldParams)
 	return i, err
 }
 
+const creditLeases = `-- name: CreditLeases :execrows
+UPDATE jobs SET lease_expires_at = lease_expires_at + make_interval(secs => $1::float8)
+WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at > $2::timestamptz
+`
+
+type CreditLeasesParams struct {
+	CreditSeconds float64
+	Since         time.Time
+}
+
+// Gives the leases still held when a gap began (expiring after since) the
+// time the gap took from them.
+func (q *Queries) CreditLeases(ctx context.Context, db DBTX, arg CreditLeasesParams) (int64, error) {
+	result, err := db.Exec(ctx, creditLeases, arg.CreditSeconds, arg.Since)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const deleteJobs = `-- name: DeleteJobs :execrows
 WITH events AS (
     DELETE FROM job_events WHERE job_id = ANY($1::uuid[])
@@ -1280,6 +1300,19 @@ func (q *Queries) LockJobs(ctx context.Context, db DBTX, ids []uuid.UUID) error 
 	return err
 }
 
+const lockMaintenanceClock = `-- name: LockMaintenanceClock :one
+SELECT last_pass_at FROM maintenance_clock WHERE duty = $1 FOR UPDATE
+`
+
+// The duty's last pass, locked until the transaction ends: the passes of
+// every replica take turns, so each measures the gap since the one before.
+func (q *Queries) LockMaintenanceClock(ctx context.Context, db DBTX, duty string) (time.Time, error) {
+	row := db.QueryRow(ctx, lockMaintenanceClock, duty)
+	var last_pass_at time.Time
+	err := row.Scan(&last_pass_at)
+	return last_pass_at, err
+}
+
 const notify = `-- name: Notify :exec
 SELECT pg_notify(($1::text[])[n.i], n.payload)
 FROM set_config('synchronous_commit', 'off', true),
@@ -1493,6 +1526,54 @@ func (q *Queries) RecordRecovery(ctx context.Context, db DBTX, arg RecordRecover
 	return result.RowsAffected(), nil
 }
 
+const recordedAttempts = `-- name: RecordedAttempts :many
+SELECT r.job_id, r.exit_code, r.return_reason, j.state FROM job_runs r JOIN jobs j ON j.id = r.job_id
+WHERE (r.job_id, r.attempt) IN (SELECT unnest($1::uuid[]), unnest($2::int[]))
+  AND r.runner_id = $3 AND r.finished_at IS NOT NULL AND r.return_reason IS DISTINCT FROM 'lease expired'
+`
+
+type RecordedAttemptsParams struct {
+	JobIds   []uuid.UUID
+	Attempts []int32
+	RunnerID uuid.UUID
+}
+
+type RecordedAttemptsRow struct {
+	JobID        uuid.UUID
+	ExitCode     *int32
+	ReturnReason *string
+	State        string
+}
+
+// Of the attempts named (job and attempt, by index), those this runner
+// ended with a result that was accepted (a lease taken back is none), and
+// what they recorded and their jobs' state now: a result sent again after
+// it was recorded.
+func (q *Queries) RecordedAttempts(ctx context.Context, db DBTX, arg RecordedAttemptsParams) ([]RecordedAttemptsRow, error) {
+	rows, err := db.Query(ctx, recordedAttempts, arg.JobIds, arg.Attempts, arg.RunnerID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RecordedAttemptsRow
+	for rows.Next() {
+		var i RecordedAttemptsRow
+		if err := rows.Scan(
+			&i.JobID,
+			&i.ExitCode,
+			&i.ReturnReason,
+			&i.State,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const releaseHold = `-- name: ReleaseHold :one
 UPDATE gpu_holds SET released_at = now()
 WHERE id = $1 AND released_at IS NULL
@@ -1693,6 +1774,19 @@ type SetJobStateParams struct {
 func (q *Queries) SetJobState(ctx context.Context, db DBTX, arg SetJobStateParams) error {
 	_, err := db.Exec(ctx, setJobState, arg.State, arg.StateReason, arg.ID)
 	return err
+}
+
+const tickMaintenanceClock = `-- name: TickMaintenanceClock :one
+INSERT INTO maintenance_clock (duty, last_pass_at) VALUES ($1, now())
+ON CONFLICT (duty) DO UPDATE SET last_pass_at = now()
+RETURNING last_pass_at
+`
+
+func (q *Queries) TickMaintenanceClock(ctx context.Context, db DBTX, duty string) (time.Time, error) {
+	row := db.QueryRow(ctx, tickMaintenanceClock, duty)
+	var last_pass_at time.Time
+	err := row.Scan(&last_pass_at)
+	return last_pass_at, err
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many

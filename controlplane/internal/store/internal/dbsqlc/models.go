@@ -142,6 +142,11 @@ type JobRun struct {
 	RunnerVersion *string
 }
 
+type MaintenanceClock struct {
+	Duty       string
+	LastPassAt time.Time
+}
+
 type Organisation struct {
 	ID        uuid.UUID
 	Name      string
