@@ -7,6 +7,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 )
 
@@ -14,8 +15,14 @@ import (
 // commands (serve, migrate, bootstrap-admin) and other entry points need
 // of the database.
 
+// ErrUnavailable: the database cannot be reached for now (down, starting,
+// out of connections); the same call may succeed later.
+var ErrUnavailable = record.ErrUnavailable
+
 // Connect opens a pool on the database at url, as the server uses it. It
-// does not check the schema; see CheckSchema.
+// does not check the schema; see CheckSchema. A database that cannot be
+// reached for now is ErrUnavailable.
+
 func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return store.Connect(ctx, url)
 }

@@ -105,7 +105,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(stderr, cfg.Log.Level)
-	pool, err := openCurrentDatabase(ctx, cfg)
+	pool, err := waitForDatabase(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -153,6 +153,35 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
 	return srv.Stop(stopCtx)
+}
+
+// waitForDatabase opens the database, waiting with backoff (and saying so
+// in the log and STATUS=) while it cannot be reached: a replica started
+// during an outage serves once it ends, instead of exiting into a restart
+// loop. What waiting cannot mend (a URL that does not parse, a schema of
+// another version) ends it at once.
+func waitForDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
+	const first, most = 250 * time.Millisecond, 10 * time.Second
+	for attempt, delay := 1, first; ; attempt, delay = attempt+1, min(2*delay, most) {
+		pool, err := openCurrentDatabase(ctx, cfg)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("the database answers", "attempts", attempt)
+			}
+			return pool, nil
+		}
+		if !errors.Is(err, controlplane.ErrUnavailable) {
+			return nil, err
+		}
+		log.Warn("waiting for the database", "attempt", attempt, "retry_in", delay.String(), "err", err)
+		sdnotify.Status(fmt.Sprintf("waiting for the database (attempt %d): %v", attempt, err))
+		sdnotify.ExtendTimeout(delay + most)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(delay):
+		}
+	}
 }
 
 func openDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/controlplanetest"
 	"github.com/runmesh/runmesh/internal/devenv"
+	"github.com/runmesh/runmesh/internal/pgcluster"
 )
 
 const serverPkg = "github.com/runmesh/runmesh/cmd/runmesh-server"
@@ -171,6 +172,37 @@ func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 	var v int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT max(version) FROM runmesh_schema_migrations").Scan(&v))
 	require.Equal(t, future, v)
+}
+
+// serve started while its database is down waits for it with backoff,
+// saying so in STATUS= (and asking systemd for more start-up time), and
+// serves once it answers: no restart loop through an outage.
+func TestServeWaitsForItsDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "runmesh-serve-wait-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.Chmod(dir, 0o755)) // the server may run as another user
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), LogFile: filepath.Join(dir, "postgres.log")})
+	require.NoError(t, err)
+	t.Cleanup(func() { pg.Stop() })
+	require.NoError(t, pg.CreateDatabase(ctx, "runmesh"))
+	cfg := writeConfig(t, pg.URL("runmesh"))
+	e2e.MustRun(t, nil, server(t), "migrate", "--config", cfg)
+	require.NoError(t, pg.Halt())
+
+	notify := e2e.NewNotify(t)
+	p := e2e.Start(t, []string{notify.Env()}, server(t), "serve", "--config", cfg)
+	require.True(t, strings.HasPrefix(notify.WaitForPrefix(t, "STATUS=waiting for the database (attempt 1)", 60*time.Second), "STATUS="))
+	notify.WaitForPrefix(t, "EXTEND_TIMEOUT_USEC=", 10*time.Second)
+	notify.WaitForPrefix(t, "STATUS=waiting for the database (attempt 3)", 10*time.Second)
+	require.True(t, p.Stderr.HasLog("waiting for the database"))
+
+	require.NoError(t, pg.Restart(ctx))
+	notify.WaitFor(t, "READY=1", 60*time.Second)
+	require.True(t, p.Stderr.HasLog("the database answers"))
+	p.Stop(t)
 }
 
 func TestServeRejectsBadConfig(t *testing.T) {

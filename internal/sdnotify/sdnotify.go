@@ -5,6 +5,7 @@ package sdnotify
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -18,6 +19,11 @@ func Stopping() { notify(daemon.SdNotifyStopping) }
 
 // Status replaces the status line.
 func Status(status string) { notify("STATUS=" + status) }
+
+// ExtendTimeout asks systemd for d more before it gives up on a start (or
+// stop) still under way: for a start that waits on something else, such as
+// its database.
+func ExtendTimeout(d time.Duration) { notify(fmt.Sprintf("EXTEND_TIMEOUT_USEC=%d", d.Microseconds())) }
 
 func notify(states ...string) {
 	for _, s := range states {

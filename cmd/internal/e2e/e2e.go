@@ -112,6 +112,26 @@ func NewNotify(t testing.TB) *Notify {
 func (n *Notify) Env() string { return "NOTIFY_SOCKET=" + n.Path }
 
 // WaitFor waits for the message want (e.g. "READY=1").
+// WaitForPrefix waits for a message that starts with prefix, and returns it.
+func (n *Notify) WaitForPrefix(t testing.TB, prefix string, within time.Duration) string {
+	t.Helper()
+	timeout := time.After(within)
+	for {
+		select {
+		case m, ok := <-n.msgs:
+			if !ok {
+				t.Fatalf("notify socket closed before %s…", prefix)
+			}
+			if strings.HasPrefix(m, prefix) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %s… within %v", prefix, within)
+			return ""
+		}
+	}
+}
+
 func (n *Notify) WaitFor(t testing.TB, want string, within time.Duration) {
 	t.Helper()
 	timeout := time.After(within)

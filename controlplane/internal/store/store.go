@@ -112,11 +112,11 @@ func Connect(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	cfg.AfterConnect = registerUUIDCodec
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return nil, connectErr(err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("connect to database: %w", err)
+		return nil, connectErr(err)
 	}
 	return pool, nil
 }
@@ -149,10 +149,8 @@ func mapErr(err error) error {
 			return ErrNotFound
 		case "40P01", "40001": // deadlock_detected, serialization_failure
 			return fmt.Errorf("%w (%w): %s", ErrContended, ErrUnavailable, pgErr.Code)
-		case "57P01", "57P02", "57P03", "53300": // shutting down, crashed, starting up, too many connections
-			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Code)
 		}
-		if strings.HasPrefix(pgErr.Code, "08") { // connection exception
+		if unavailableCode(pgErr.Code) {
 			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Code)
 		}
 		return fmt.Errorf("database error %s", pgErr.Code)
@@ -161,6 +159,27 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailableCode: the server is shutting down, crashed, starting up or out
+// of connections, or the connection failed.
+func unavailableCode(code string) bool {
+	switch code {
+	case "57P01", "57P02", "57P03", "53300":
+		return true
+	}
+	return strings.HasPrefix(code, "08") // connection exception
+}
+
+// connectErr is a failure to connect: ErrUnavailable when waiting may mend
+// it (the server is down or starting), as it was otherwise (a password
+// refused, a database that does not exist).
+func connectErr(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && unavailableCode(pgErr.Code) || !errors.As(err, &pgErr) && unreachable(err) {
+		return fmt.Errorf("connect to database: %w: %v", ErrUnavailable, err)
+	}
+	return fmt.Errorf("connect to database: %w", err)
 }
 
 // unreachable reports whether err is the database out of reach: no
