@@ -32,6 +32,11 @@ import (
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
+// DefaultRunnerReadTimeout: the runner API's largest body (a batch of
+// results, under 1 MiB) takes well under a second on any link a runner
+// works over.
+const DefaultRunnerReadTimeout = 30 * time.Second
+
 // Version is set at build time (-ldflags "-X ...controlplane.Version=...").
 var Version = "dev"
 
@@ -64,6 +69,9 @@ type Options struct {
 	// expiry waits on (default 1 s). The other maintenance services keep
 	// their multiples of it (see newMaintenance).
 	SweepInterval time.Duration
+	// RunnerReadTimeout bounds reading one request on the runner listener,
+	// body included (0: DefaultRunnerReadTimeout).
+	RunnerReadTimeout time.Duration
 	// JobRetention is how long finished jobs are kept (0:
 	// maintenance.JobRetentionDefault).
 	JobRetention time.Duration
@@ -114,6 +122,9 @@ func New(o Options) (*Server, error) {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = time.Second
 	}
+	if o.RunnerReadTimeout == 0 {
+		o.RunnerReadTimeout = DefaultRunnerReadTimeout
+	}
 	if o.HealthInterval == 0 {
 		o.HealthInterval = DefaultHealthInterval
 	}
@@ -153,7 +164,10 @@ func New(o Options) (*Server, error) {
 	s.admin = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		// The whole request, as on the runner listener (a websocket's
+		// upgrade is hijacked, and the deadline cleared with it).
+		ReadTimeout: o.RunnerReadTimeout,
+		IdleTimeout: 2 * time.Minute,
 		TLSConfig:         o.AdminTLS,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
@@ -163,6 +177,7 @@ func New(o Options) (*Server, error) {
 		Queue: s.queue,
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
+		Version: "runmesh " + Version,
 	})
 	// This replica's identity cache forgets as soon as a runner change it
 	// made commits; other replicas' caches forget on the NOTIFY.
@@ -170,7 +185,11 @@ func New(o Options) (*Server, error) {
 	s.runner = &http.Server{
 		Handler:           s.metrics.instrument("runner", "", s.runnerAPI.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		// A whole request, body included: every body of the runner API is
+		// bounded and small, and a peer trickling one must not hold a
+		// connection (the answers to long polls are not bounded by it).
+		ReadTimeout: o.RunnerReadTimeout,
+		IdleTimeout: 2 * time.Minute,
 		TLSConfig:         s.runnerAPI.TLSConfig(s.cert.get),
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}

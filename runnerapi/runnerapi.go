@@ -111,4 +111,7 @@ const (
 	CodeRetry           = "retry"
 	CodeNotFound        = "not_found"
 	CodeInternal        = "internal"
+	// CodeTooMany: the peer has too many requests in flight without a
+	// client certificate; try again after Retry-After.
+	CodeTooMany = "too_many_requests"
 )

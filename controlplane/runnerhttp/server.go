@@ -46,6 +46,8 @@ type Options struct {
 	Queue *queue.Service
 	// QuarantineAfter host faults in a row quarantine a runner.
 	QuarantineAfter int
+	// Version is the server's, as step-ca's /version tells it.
+	Version string
 }
 
 // Server serves the runner API.
@@ -75,8 +77,9 @@ func (s *Server) Heard(channel, payload string) { s.ids.heard(channel, payload) 
 // Handler routes the runner listener.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST "+runnerapi.PathEnrol, s.enrol)
-	mux.HandleFunc("POST /v1/enrol/{id}/wait", s.wait)
+	peers := newPeerLimit(MaxUnauthenticatedPerPeer)
+	mux.Handle("POST "+runnerapi.PathEnrol, peers.limit(http.HandlerFunc(s.enrol)))
+	mux.Handle("POST /v1/enrol/{id}/wait", peers.limit(http.HandlerFunc(s.wait)))
 	mux.Handle("GET "+runnerapi.PathWhoAmI, s.authenticated(s.whoami))
 	mux.Handle("POST "+runnerapi.PathHeartbeat, s.authenticated(s.heartbeat))
 	mux.Handle("POST "+runnerapi.PathLeases, s.authenticated(s.leases))
@@ -87,7 +90,7 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))
 	// Everything else is step-ca's: bootstrap, renewal and revocation.
-	mux.Handle("/", s.o.Authority.StepHandler())
+	mux.Handle("/", peers.limit(s.o.Authority.StepHandler(s.o.Version)))
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -158,16 +159,26 @@ func (a *Authority) sign(ctx context.Context, csr *x509.CertificateRequest, life
 // health, version, roots and intermediates for bootstrap, and renewal and
 // revocation over mutual TLS. /renew answers with "Connection: close" and
 // re-checks the client certificate's validity itself: a connection kept
-// alive since before the certificate expired still presents it.
-func (a *Authority) StepHandler() http.Handler {
+// alive since before the certificate expired still presents it. Bodies are
+// bounded (MaxStepBodyBytes) before step-ca reads them; /version says
+// version, the server's; other routes answer 404 in step-ca's error format.
+func (a *Authority) StepHandler(version string) http.Handler {
 	r := chi.NewRouter()
+	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { stepError(w, http.StatusNotFound, "not found") })
+	r.MethodNotAllowed(func(w http.ResponseWriter, _ *http.Request) {
+		stepError(w, http.StatusMethodNotAllowed, "method not allowed")
+	})
+	r.Use(boundStepBody)
 	r.Use(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 			next.ServeHTTP(w, req.WithContext(authority.NewContext(req.Context(), a.auth)))
 		})
 	})
 	r.Get("/health", api.Health)
-	r.Get("/version", api.Version)
+	r.Get("/version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"version": version, "requireClientAuthentication": false})
+	})
 	r.Get("/root/{sha}", api.Root)
 	r.Get("/roots", api.Roots)
 	r.Get("/roots.pem", api.RootsPEM)
@@ -184,6 +195,6 @@ func (a *Authority) StepHandler() http.Handler {
 		}
 		api.Renew(w, req)
 	})
-	r.Post("/revoke", api.Revoke)
+	r.With(checkRevoke).Post("/revoke", api.Revoke)
 	return r
 }
