@@ -168,8 +168,8 @@ func New(o Options) (*Server, error) {
 		// upgrade is hijacked, and the deadline cleared with it).
 		ReadTimeout: o.RunnerReadTimeout,
 		IdleTimeout: 2 * time.Minute,
-		TLSConfig:         o.AdminTLS,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		TLSConfig:   o.AdminTLS,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 
 	s.heartbeats = fleet.NewWriter(o.Store, o.Log.With("component", "heartbeats"), fleet.WriterOptions{BatchSize: s.metrics.heartbeatBatch})
@@ -190,8 +190,8 @@ func New(o Options) (*Server, error) {
 		// connection (the answers to long polls are not bounded by it).
 		ReadTimeout: o.RunnerReadTimeout,
 		IdleTimeout: 2 * time.Minute,
-		TLSConfig:         s.runnerAPI.TLSConfig(s.cert.get),
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		TLSConfig:   s.runnerAPI.TLSConfig(s.cert.get),
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	return s, nil
 }
