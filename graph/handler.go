@@ -37,11 +37,16 @@ type Options struct {
 	Fleet    *fleet.Service
 	Log      *slog.Logger
 	Defaults Defaults
-	// ComplexityLimit bounds the cost of one operation (each field costs 1
-	// unless its complexity function says otherwise).
+	// ComplexityLimit bounds the cost of one operation: a field costs 1,
+	// a list what an element costs times its page or expected size (see
+	// cost.go).
 	ComplexityLimit int
-	// MaxBodyBytes bounds a request body.
-	MaxBodyBytes int64
+	// MaxDepth bounds how deeply an operation's selections nest.
+	MaxDepth int
+	// MaxBodyBytes bounds a request body; MaxResponseBytes an answer (one
+	// over it is replaced by a TOO_LARGE error).
+	MaxBodyBytes     int64
+	MaxResponseBytes int
 	// Enrolment decides on runners and keeps their certificates.
 	Enrolment *enrolment.Service
 	// CAFingerprint is the root runners pin.
@@ -50,11 +55,14 @@ type Options struct {
 	Health *health.Registry
 }
 
-// DefaultComplexityLimit and DefaultMaxBodyBytes apply when Options leave
-// them zero.
+// DefaultComplexityLimit, DefaultMaxBodyBytes and DefaultMaxResponseBytes
+// apply when Options leave them zero. The complexity limit lets a page of
+// 1,000 jobs with their events and runs through, or the expected fleet
+// with its GPUs, labels and health, and not ten such pages in one request.
 const (
-	DefaultComplexityLimit = 5000
-	DefaultMaxBodyBytes    = 1 << 20
+	DefaultComplexityLimit  = 50000
+	DefaultMaxBodyBytes     = 1 << 20
+	DefaultMaxResponseBytes = 16 << 20
 )
 
 // NewHandler is the /graphql endpoint: bearer authentication, then gqlgen
@@ -67,6 +75,12 @@ func NewHandler(o Options) http.Handler {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.MaxDepth == 0 {
+		o.MaxDepth = DefaultMaxDepth
+	}
+	if o.MaxResponseBytes == 0 {
+		o.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -78,6 +92,7 @@ func NewHandler(o Options) http.Handler {
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},
+		Complexity: complexity(),
 	}))
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 15 * time.Second,
@@ -101,6 +116,7 @@ func NewHandler(o Options) http.Handler {
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.Introspection{})
+	srv.Use(depthLimit{max: o.MaxDepth}) // first: the clearer refusal of a deep query
 	srv.Use(extension.FixedComplexityLimit(o.ComplexityLimit))
 	srv.SetErrorPresenter(presentError(o.Log))
 	srv.SetRecoverFunc(func(ctx context.Context, p any) error {
@@ -119,7 +135,7 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, unavailableIs503(srv)))
+	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, unavailableIs503(o.MaxResponseBytes, srv)))
 }
 
 type unavailableKey struct{}
@@ -136,21 +152,23 @@ func markUnavailable(ctx context.Context) {
 // whose answer holds an UNAVAILABLE error: one retryable answer for every
 // transient failure, whichever part of the request met it. (Errors are
 // presented before the answer is written.)
-func unavailableIs503(next http.Handler) http.Handler {
+func unavailableIs503(maxAnswer int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebsocketUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		flag := new(atomic.Bool)
-		next.ServeHTTP(&statusFromFlag{ResponseWriter: w, flag: flag}, r.WithContext(context.WithValue(r.Context(), unavailableKey{}, flag)))
+		next.ServeHTTP(&statusFromFlag{ResponseWriter: w, flag: flag, maxAnswer: maxAnswer}, r.WithContext(context.WithValue(r.Context(), unavailableKey{}, flag)))
 	})
 }
 
 type statusFromFlag struct {
 	http.ResponseWriter
-	flag    *atomic.Bool
-	written bool
+	flag      *atomic.Bool
+	written   bool
+	maxAnswer int
+	sent      int
 }
 
 func (w *statusFromFlag) WriteHeader(code int) {
@@ -164,10 +182,24 @@ func (w *statusFromFlag) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write sends the answer, unless it is over maxAnswer: then (gqlgen writes
+// an answer whole, in one Write) a TOO_LARGE error goes instead.
 func (w *statusFromFlag) Write(p []byte) (int, error) {
+	if w.sent+len(p) > w.maxAnswer {
+		if w.sent > 0 {
+			return 0, errors.New("answer over its bound")
+		}
+		w.sent = len(p)
+		if !w.written {
+			w.WriteHeader(http.StatusOK)
+		}
+		_, err := fmt.Fprintf(w.ResponseWriter, `{"errors":[{"message":"the answer is over %d bytes: ask for fewer items (first) or fields","extensions":{"code":"TOO_LARGE"}}],"data":null}`, w.maxAnswer)
+		return len(p), err
+	}
 	if !w.written {
 		w.WriteHeader(http.StatusOK)
 	}
+	w.sent += len(p)
 	return w.ResponseWriter.Write(p)
 }
 
