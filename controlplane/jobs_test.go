@@ -883,3 +883,31 @@ func TestAResultSentAgainIsAnsweredAsRecorded(t *testing.T) {
 	got, _ := json.Marshal(data["job"])
 	require.JSONEq(t, `{"state": "SUCCEEDED", "events": [{"type": "SUBMITTED"}, {"type": "LEASED"}, {"type": "SUCCEEDED"}]}`, string(got))
 }
+
+// Attempts the server cannot number (past 32 bits) are refused on every
+// route that takes one, not narrowed onto another attempt; bodies that are
+// not UTF-8 are refused, not stored as U+FFFD; cancelling a finished job is
+// CONFLICT, not INTERNAL.
+func TestRunnerInputIsTakenAsSentOrRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	jobID, c, l := b.leasedJob(t)
+	past := 1<<32 + l.Attempt // narrowed to 32 bits, it would be this attempt
+	logs := func() int { return b.count(t, "SELECT count(*) FROM job_logs WHERE job_id = $1", jobID) }
+
+	body, _ := json.Marshal(runnerapi.LogUpload{Attempt: past, Seq: 0, Data: []byte("forged\n")})
+	r := b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), body)
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Body)
+	r = b.result(t, c, l, runnerapi.ResultRequest{Attempt: past, ExitCode: intp(0)})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Body)
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0), Leases: []runnerapi.HeldLease{{LeaseID: l.LeaseID, Attempt: past, Phase: "RUNNING"}}})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Body)
+	r = b.call(t, c, http.MethodPost, runnerapi.PathLeaseLogs(l.LeaseID), []byte("{\"attempt\": 1, \"seq\": 0, \"data\": \"\", \"x\": \"caf\xe9\"}"))
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Body)
+	require.Contains(t, r.Body, "UTF-8")
+	require.Zero(t, logs(), "nothing stored")
+
+	require.Equal(t, http.StatusOK, b.result(t, c, l, runnerapi.ResultRequest{Attempt: l.Attempt, ExitCode: intp(0)}).Status)
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { cancelJob(id: $id) { state } }`, map[string]any{"id": jobID})
+	require.Equal(t, "CONFLICT", code)
+}

@@ -3,7 +3,9 @@ package graph
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 
@@ -57,12 +59,82 @@ func auditEntry(ctx context.Context, fc *graphql.FieldContext) record.AuditEntry
 		id := a.ID
 		e.ActorID, e.ActorName, e.ActorRole, e.OrganisationID = &id, a.Name, a.Role, a.OrganisationID
 	}
-	detail, err := json.Marshal(redact(fc.Args))
+	detail, err := json.Marshal(scrubNUL(redact(fc.Args)))
 	if err != nil {
 		detail = []byte(`{"unrecordable_args":true}`)
 	}
 	e.Detail = detail
 	return e
+}
+
+// scrubNUL replaces NUL in the strings of v (a tree of JSON values) with
+// U+2400 SYMBOL FOR NULL: jsonb stores no NUL, and the entry of a refused
+// mutation whose arguments held one must still be written.
+func scrubNUL(v any) any {
+	switch t := v.(type) {
+	case string:
+		return strings.ReplaceAll(t, "\x00", "\u2400")
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[strings.ReplaceAll(k, "\x00", "\u2400")] = scrubNUL(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = scrubNUL(x)
+		}
+		return out
+	}
+	return v
+}
+
+// refuseNUL refuses, as BAD_INPUT, a field whose arguments hold a NUL
+// anywhere (in a variable or a literal): PostgreSQL stores none in text or
+// jsonb, so nothing given one could be kept as given.
+func refuseNUL(ctx context.Context, next graphql.Resolver) (any, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc != nil && len(fc.Args) > 0 {
+		if path, ok := findNUL(redactNothing(fc.Args), fc.Field.Name); ok {
+			return nil, badInputf("%s: NUL (U+0000) cannot be stored", path)
+		}
+	}
+	return next(ctx)
+}
+
+// redactNothing is v as a tree of JSON values.
+func redactNothing(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var m any
+	if json.Unmarshal(b, &m) != nil {
+		return v
+	}
+	return m
+}
+
+// findNUL is the path to the first string in v holding a NUL.
+func findNUL(v any, path string) (string, bool) {
+	switch t := v.(type) {
+	case string:
+		return path, strings.ContainsRune(t, 0)
+	case map[string]any:
+		for k, x := range t {
+			if p, ok := findNUL(x, path+"."+k); ok || strings.ContainsRune(k, 0) {
+				return p, true
+			}
+		}
+	case []any:
+		for i, x := range t {
+			if p, ok := findNUL(x, fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
 }
 
 // redact replaces the values of environment variables with a marker: jobs

@@ -1,16 +1,19 @@
 package graph
 
 import (
+	"bytes"
 	"context"
 	_ "embed"
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler"
@@ -124,6 +127,7 @@ func NewHandler(o Options) http.Handler {
 		return errors.New("internal error")
 	})
 	srv.AroundFields(auditMutations(o.Tenancy, o.Log))
+	srv.AroundFields(refuseNUL) // inside the audit: a refusal is recorded
 	srv.AroundOperations(func(ctx context.Context, next graphql.OperationHandler) graphql.ResponseHandler {
 		if token, ok := ctx.Value(socketTokenKey{}).(string); ok {
 			a, err := o.Tenancy.Authenticate(ctx, token)
@@ -135,7 +139,7 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, unavailableIs503(o.MaxResponseBytes, srv)))
+	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, onlyUTF8(o.MaxBodyBytes, unavailableIs503(o.MaxResponseBytes, srv))))
 }
 
 type unavailableKey struct{}
@@ -239,6 +243,25 @@ func limitBody(max int64, next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// onlyUTF8 refuses a body that is not UTF-8 (read whole: limitBody bounds
+// it): JSON decoders put U+FFFD for such bytes, so a name sent so would be
+// stored as something else than was sent.
+func onlyUTF8(max int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, CodeBadInput, fmt.Sprintf("request body over %d bytes", max))
+			return
+		}
+		if !utf8.Valid(body) {
+			writeJSONError(w, http.StatusBadRequest, CodeBadInput, "the request body is not valid UTF-8")
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
 }

@@ -2,6 +2,8 @@ package runnerapi
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"regexp"
 )
 
@@ -229,6 +231,18 @@ type ResultAnswer struct {
 type ResultResponse struct {
 	State           string `json:"state"`
 	AlreadyRecorded bool   `json:"already_recorded,omitempty"`
+}
+
+// MaxAttempt bounds an attempt number: the server keeps them as 32-bit
+// integers, and no job is tried that often.
+const MaxAttempt = math.MaxInt32
+
+// CheckAttempt refuses an attempt no lease can have.
+func CheckAttempt(a int) error {
+	if a < 1 || a > MaxAttempt {
+		return fmt.Errorf("attempt: 1 to %d", MaxAttempt)
+	}
+	return nil
 }
 
 // CodeStaleAttempt: a report for an attempt that is no longer the runner's.

@@ -3,9 +3,10 @@ package queue
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
-	"strings"
+	"slices"
 
 	"github.com/google/uuid"
 
@@ -79,10 +80,28 @@ func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Subm
 	// Unwrapped: the store's refusals (a pool out of scope is not found)
 	// carry the sentinels the API's error codes are read from.
 	err = audit.Change(ctx, s.st, func(tx *store.Tx) error {
-		jobs, created, err = tx.SubmitJobs(ctx, scope, ns)
-		return err
+		if jobs, created, err = tx.SubmitJobs(ctx, scope, ns); err != nil {
+			return err
+		}
+		for i, j := range jobs {
+			if !created[i] && !sameSpec(j, ns[i]) {
+				return fmt.Errorf("%w: jobs[%d]: idempotencyKey %q was used for another job (%s) in this pool", record.ErrConflict, i, *ns[i].IdempotencyKey, j.ID)
+			}
+		}
+		return nil
 	})
-	return jobs, created, err
+	if err != nil {
+		return nil, nil, err
+	}
+	return jobs, created, nil
+}
+
+// sameSpec: a job submitted again under its idempotency key is the same
+// job only if it asks for the same thing; the same key for another job is
+// a mistake to say, not to paper over with the first one.
+func sameSpec(j record.Job, n store.NewJob) bool {
+	return j.Image == n.Image && slices.Equal(j.Command, n.Command) && maps.Equal(j.Env, n.Env) && j.Claim == n.Claim &&
+		j.Priority == n.Priority && j.MaxAttempts == n.MaxAttempts && j.Kind == n.Kind
 }
 
 // check is what is wrong with a submission ("" when nothing is), and the
@@ -93,8 +112,11 @@ func check(in Submission) (store.NewJob, string) {
 	}
 	env := make(map[string]string, len(in.Env))
 	for _, e := range in.Env {
-		if !envName.MatchString(e.Name) {
+		if !envName.MatchString(e.Name) || !runnerapi.ValidEnvName(e.Name) {
 			return store.NewJob{}, fmt.Sprintf("env: %q is not a variable name", e.Name)
+		}
+		if err := runnerapi.CheckEnvValue(e.Value); err != nil {
+			return store.NewJob{}, fmt.Sprintf("env: the value of %s %v", e.Name, err)
 		}
 		if _, dup := env[e.Name]; dup {
 			return store.NewJob{}, fmt.Sprintf("env: %s given twice", e.Name)
@@ -111,8 +133,8 @@ func check(in Submission) (store.NewJob, string) {
 func checkSpec(in Submission) string {
 	c := in.Claim
 	switch {
-	case strings.TrimSpace(in.Image) == "" || len(in.Image) > 512:
-		return "image: 1 to 512 characters"
+	case runnerapi.CheckImage(in.Image) != nil:
+		return runnerapi.CheckImage(in.Image).Error()
 	case c.Cores <= 0 || c.Cores > 4096 || math.IsNaN(c.Cores):
 		return "claim.cores: more than 0, at most 4096"
 	case c.MemoryMiB < 0:
@@ -132,6 +154,14 @@ func checkSpec(in Submission) string {
 	}
 	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
 		return "idempotencyKey: 1 to 200 characters"
+	}
+	if in.IdempotencyKey != nil && runnerapi.CheckArg(*in.IdempotencyKey) != nil {
+		return "idempotencyKey: no NUL, valid UTF-8"
+	}
+	for i, a := range in.Command {
+		if err := runnerapi.CheckArg(a); err != nil {
+			return fmt.Sprintf("command[%d]: %v", i, err)
+		}
 	}
 	// The spec travels whole in every lease answer, so it is bounded: an
 	// agent reads at most runnerapi.LeaseAnswerBytes. (The claim measures

@@ -104,6 +104,11 @@ func checkHeartbeat(req runnerapi.HeartbeatRequest, runnerID string) (int, strin
 	if len(req.Leases) > runnerapi.MaxHeldLeases {
 		return bad(fmt.Sprintf("leases: at most %d", runnerapi.MaxHeldLeases))
 	}
+	for i, l := range req.Leases {
+		if err := runnerapi.CheckAttempt(l.Attempt); err != nil {
+			return bad(fmt.Sprintf("leases[%d]: %v", i, err))
+		}
+	}
 	if err := checkConditions(req.Health); err != nil {
 		return bad("health: " + err.Error())
 	}

@@ -193,8 +193,8 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	if req.Seq < 0 || req.Attempt < 1 || len(req.Data) > runnerapi.MaxLogChunk {
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "attempt ≥ 1, seq ≥ 0, data at most 32 KiB")
+	if runnerapi.CheckAttempt(req.Attempt) != nil || req.Seq < 0 || req.Seq > math.MaxInt32 || len(req.Data) > runnerapi.MaxLogChunk {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("attempt 1 to %d, seq ≥ 0, data at most 32 KiB", runnerapi.MaxAttempt))
 		return
 	}
 	seq, data, full := req.Seq, req.Data, req.Seq >= runnerapi.MaxLogChunksPerAttempt
@@ -220,6 +220,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 
 // checkResult refuses a result that could not be true.
 func checkResult(req runnerapi.ResultRequest) error {
+	if err := runnerapi.CheckAttempt(req.Attempt); err != nil {
+		return err
+	}
 	if (req.ExitCode == nil) == (req.ReturnReason == nil) {
 		return errors.New("exactly one of exit_code and return_reason")
 	}

@@ -5,6 +5,7 @@
 package runnerhttp
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,14 +149,29 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return decodeWithin(w, r, v, runnerapi.MaxBodyBytes)
 }
 
+// decodeStrict decodes one JSON object of v's fields alone.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.Decode(&struct{}{}) != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
 // decodeWithin is decode within limit bytes.
 func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil && dec.Decode(&struct{}{}) != io.EOF {
-		err = errors.New("trailing data after the JSON object")
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err == nil && !utf8.Valid(body) {
+		// JSON decoders put U+FFFD for such bytes: what was sent would be
+		// kept as something else.
+		err = errors.New("the body is not valid UTF-8")
+	}
+	if err == nil {
+		err = decodeStrict(body, v)
 	}
 	var tooLarge *http.MaxBytesError
 	switch {

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Labels every job container carries; the survivor check finds containers
@@ -171,8 +173,13 @@ func check(h Host, j Job) error {
 	if j.Attempt < 1 {
 		return fmt.Errorf("%w: attempt %d", ErrUnrunnable, j.Attempt)
 	}
-	if j.Image == "" || strings.HasPrefix(j.Image, "-") {
-		return fmt.Errorf("%w: image %q", ErrUnrunnable, j.Image)
+	if err := runnerapi.CheckImage(j.Image); err != nil {
+		return fmt.Errorf("%w: %v", ErrUnrunnable, err)
+	}
+	for i, a := range j.Command {
+		if err := runnerapi.CheckArg(a); err != nil {
+			return fmt.Errorf("%w: command[%d]: %v", ErrUnrunnable, i, err)
+		}
 	}
 	return nil
 }
@@ -295,33 +302,16 @@ func envFile(env map[string]string) ([]byte, error) {
 	slices.Sort(names)
 	var b strings.Builder
 	for _, k := range names {
-		if !envName(k) {
+		if !runnerapi.ValidEnvName(k) {
 			return nil, fmt.Errorf("%w: environment name %q", ErrUnrunnable, k)
 		}
 		v := env[k]
-		if strings.ContainsAny(v, "\n\r\x00") {
-			return nil, fmt.Errorf("%w: the value of %s has a line break, which podman's env file cannot carry", ErrUnrunnable, k)
-		}
-		if strings.HasPrefix(v, `"`) || strings.HasPrefix(v, "'") {
-			return nil, fmt.Errorf("%w: the value of %s starts with a quote, which podman versions read differently", ErrUnrunnable, k)
+		if err := runnerapi.CheckEnvValue(v); err != nil {
+			return nil, fmt.Errorf("%w: the value of %s %v", ErrUnrunnable, k, err)
 		}
 		b.WriteString(k + "=" + v + "\n")
 	}
 	return []byte(b.String()), nil
-}
-
-// envName is a portable environment name; podman reads NAME* as a prefix
-// to copy from its own environment, which a job must never reach.
-func envName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 func safeName(s string) bool {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -257,7 +256,9 @@ func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, er
 }
 
 // ErrJobFinished: the job is in a final state.
-var ErrJobFinished = errors.New("the job has finished")
+// It is a conflict (record.ErrConflict): the request was fine, the job's
+// state is not what it needs.
+var ErrJobFinished = fmt.Errorf("%w: the job has finished", ErrConflict)
 
 // CancelJob cancels a queued job at once; a leased or running one is asked
 // to stop (its runner hears CANCEL at its next heartbeat) and is CANCELLED

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 
 	"github.com/google/uuid"
 
@@ -106,6 +107,9 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 // AppendLog stores one chunk of an attempt's output, fenced like results.
 // A chunk stored before (same sequence number) is not stored again.
 func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {
+	if attempt < 1 || attempt > math.MaxInt32 || seq < 0 || seq > math.MaxInt32 {
+		return ErrStaleAttempt // no attempt is numbered so, nor held
+	}
 	return s.atomically(ctx, func(tx *Tx) error {
 		held, err := tx.q.HeldAttempt(ctx, tx.db, dbsqlc.HeldAttemptParams{
 			ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true},

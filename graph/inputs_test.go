@@ -1,0 +1,84 @@
+package graph_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func (b *testBundle) jobCount(t *testing.T) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM jobs").Scan(&n))
+	return n
+}
+
+// Input PostgreSQL cannot keep as given (a NUL, bytes that are not UTF-8)
+// and jobs no agent would run are refused with BAD_INPUT, change nothing,
+// and a refused mutation is still audited (its NUL shown as U+2400).
+func TestInputThatCannotBeKeptAsGivenIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	before, jobs := b.counts(t), b.jobCount(t)
+	audited := len(b.auditRows(t))
+
+	r := b.do(t, b.platform, `mutation($n: String!) { createOrganisation(input: {name: $n}) { id } }`, map[string]any{"n": "a\x00b"})
+	require.Equal(t, "BAD_INPUT", r.code(), r.Raw)
+	require.Contains(t, r.Errors[0].Message, "NUL")
+	r = b.do(t, b.platform, `mutation { createOrganisation(input: {name: "a\u0000b"}) { id } }`, nil) // in a literal
+	require.Equal(t, "BAD_INPUT", r.code(), r.Raw)
+	rows := b.auditRows(t)
+	require.Len(t, rows, audited+2, "each refusal is audited")
+	require.Equal(t, "BAD_INPUT", rows[len(rows)-1]["outcome"])
+	var detail string
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT detail::text FROM audit_log ORDER BY id DESC LIMIT 1").Scan(&detail))
+	require.Contains(t, detail, "a\u2400b")
+
+	raw := b.doRaw(t, b.platform, []byte("{\"query\": \"mutation { createOrganisation(input: {name: \\\"caf\xe9\\\"}) { id } }\"}"))
+	require.Equal(t, http.StatusBadRequest, raw.Status, raw.Raw)
+	require.Equal(t, "BAD_INPUT", raw.code())
+
+	submit := `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`
+	for name, in := range map[string]map[string]any{
+		"an image read as an option": {"image": "--privileged"},
+		"an image with a space":      {"image": "busybox latest"},
+		"an env value with a NUL":    {"env": []map[string]any{{"name": "K", "value": "a\x00b"}}},
+		"an env value with a break":  {"env": []map[string]any{{"name": "K", "value": "a\nb"}}},
+		"an env value quoted":        {"env": []map[string]any{{"name": "K", "value": `"x"`}}},
+		"a command with a NUL":       {"command": []string{"echo", "a\x00"}},
+	} {
+		input := map[string]any{"poolId": b.poolA.ID, "image": "busybox", "command": []string{"true"}, "claim": map[string]any{"cores": 1, "wallClockSeconds": 60}}
+		for k, v := range in {
+			input[k] = v
+		}
+		r := b.do(t, b.memberA, submit, map[string]any{"in": input})
+		require.Equal(t, "BAD_INPUT", r.code(), "%s: %s", name, r.Raw)
+	}
+	require.Equal(t, before, b.counts(t), "nothing changed")
+	require.Equal(t, jobs, b.jobCount(t), "nothing queued")
+}
+
+// An idempotency key names one job: the same submission again is that job,
+// another one under the same key is CONFLICT, and queues nothing.
+func TestAnIdempotencyKeyNamesOneJob(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	submit := `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`
+	input := func(cmd string) map[string]any {
+		return map[string]any{"poolId": b.poolA.ID, "image": "busybox", "command": []string{"echo", cmd},
+			"claim": map[string]any{"cores": 1, "wallClockSeconds": 60}, "idempotencyKey": "nightly-2026-12-02"}
+	}
+	first := b.do(t, b.memberA, submit, map[string]any{"in": input("a")})
+	require.Empty(t, first.Errors, first.Raw)
+	again := b.do(t, b.memberA, submit, map[string]any{"in": input("a")})
+	require.Empty(t, again.Errors, again.Raw)
+	require.Equal(t, dig(first.Data, "submitJob", "id"), dig(again.Data, "submitJob", "id"))
+	jobs := b.jobCount(t)
+
+	other := b.do(t, b.memberA, submit, map[string]any{"in": input("b")})
+	require.Equal(t, "CONFLICT", other.code(), other.Raw)
+	require.Contains(t, other.Errors[0].Message, "idempotencyKey")
+	require.Equal(t, jobs, b.jobCount(t))
+}
