@@ -36,14 +36,22 @@ func bearer(r *http.Request) string {
 // requireAdmin answers 401, with no detail, to any request without a live
 // admin token. Websocket upgrades pass: they authenticate in the
 // connection_init message, because browsers cannot set headers on them.
-func requireAdmin(t *tenancy.Service, next http.Handler) http.Handler {
+func requireAdmin(t *tenancy.Service, logins *loginLimit, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebsocketUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
+		remote := remoteHost(r.RemoteAddr)
+		if !logins.allowed(remote) {
+			// Without a token lookup: guessing costs the guesser alone.
+			w.Header().Set("Retry-After", "60")
+			writeJSONError(w, http.StatusTooManyRequests, "TOO_MANY_REQUESTS", "too many failed logins from this address")
+			return
+		}
 		a, err := t.Authenticate(r.Context(), bearer(r))
 		if errors.Is(err, tenancy.ErrUnauthenticated) {
+			logins.failed(remote)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="runmesh"`)
 			writeJSONError(w, http.StatusUnauthorized, "UNAUTHENTICATED", "unauthenticated")
 			return

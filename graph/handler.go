@@ -56,6 +56,10 @@ type Options struct {
 	CAFingerprint string
 	// Health is the serving replica's registry: Query.health lists it.
 	Health *health.Registry
+	// SocketInitTimeout is how long a websocket may go without
+	// connection_init; SocketRecheck how often an open one's token is
+	// checked again (0: the defaults).
+	SocketInitTimeout, SocketRecheck time.Duration
 }
 
 // DefaultComplexityLimit, DefaultMaxBodyBytes and DefaultMaxResponseBytes
@@ -84,6 +88,12 @@ func NewHandler(o Options) http.Handler {
 	if o.MaxResponseBytes == 0 {
 		o.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if o.SocketInitTimeout == 0 {
+		o.SocketInitTimeout = DefaultSocketInitTimeout
+	}
+	if o.SocketRecheck == 0 {
+		o.SocketRecheck = DefaultSocketRecheck
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -97,24 +107,12 @@ func NewHandler(o Options) http.Handler {
 		Directives: generated.DirectiveRoot{HasRole: hasRole},
 		Complexity: complexity(),
 	}))
+	logins := newLoginLimit(DefaultFailedLogins, time.Minute)
 	srv.AddTransport(transport.Websocket{
 		KeepAlivePingInterval: 15 * time.Second,
-		InitFunc: func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-			token := p.Authorization()
-			if token == "" {
-				token, _ = p["authToken"].(string)
-			}
-			if t, ok := cutBearer(token); ok {
-				token = t
-			}
-			a, err := o.Tenancy.Authenticate(ctx, token)
-			if err != nil {
-				return ctx, nil, errors.New("unauthenticated")
-			}
-			// A socket lives long; its token may expire or be revoked
-			// meanwhile, so every operation on it checks the token again.
-			return context.WithValue(withPrincipal(ctx, a), socketTokenKey{}, token), nil, nil
-		},
+		InitTimeout:           o.SocketInitTimeout,
+		Implementation:        socketCodes{inner: transport.CoderWebsocketImplementation{}},
+		InitFunc:              socketInit(o.Tenancy, logins, o.SocketRecheck, o.Log),
 	})
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
@@ -139,7 +137,7 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, onlyUTF8(o.MaxBodyBytes, unavailableIs503(o.MaxResponseBytes, srv))))
+	return withSocket(limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, logins, onlyUTF8(o.MaxBodyBytes, unavailableIs503(o.MaxResponseBytes, srv)))))
 }
 
 type unavailableKey struct{}

@@ -11,6 +11,7 @@ package controlplanetest
 import (
 	"context"
 	"crypto/sha256"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -50,8 +51,8 @@ func NewPool(t testing.TB) *pgxpool.Pool {
 	return storetest.NewPool(t)
 }
 
-// Services are the domain services over one database. They have no
-// listener: subscriptions (queue's and fleet's watches) need the server's.
+// Services are the domain services over one database, with a listener of
+// their own for the subscriptions' wake-ups.
 type Services struct {
 	Tenancy   *tenancy.Service
 	Queue     *queue.Service
@@ -78,10 +79,16 @@ func NewServices(t testing.TB, pool *pgxpool.Pool, keys *ca.Keys) *Services {
 	if err != nil {
 		t.Fatalf("test CA: %v", err)
 	}
+	// The subscriptions' wake-ups, as the server's listener gives them.
+	l := store.NewListener(pool, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 	return &Services{
 		Tenancy:   tenancy.New(st),
-		Queue:     queue.NewService(st, nil),
-		Fleet:     fleet.NewService(st, nil),
+		Queue:     queue.NewService(st, l),
+		Fleet:     fleet.NewService(st, l),
 		Enrolment: enrolment.New(st, auth, 0),
 		Authority: auth,
 		st:        st,
