@@ -15,7 +15,7 @@ GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/m
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e build demo check bench bench-pki bench-heartbeat bench-lease bench-start
+.PHONY: help generate verify lint test test-e2e fuzz mutation build demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,10 +39,24 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 	$(GO) vet ./...
 	$(GO) -C bench vet ./...
 
-test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then test-e2e
+test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then the fuzzers briefly, then test-e2e
 	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
 	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(GO) -C bench test $(GOTESTFLAGS) ./... && \
-		$(MAKE) --no-print-directory test-e2e; else echo "bench/ and test-e2e left out of a narrowed run"; fi
+		$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) && \
+		$(MAKE) --no-print-directory test-e2e; else echo "bench/, the fuzzers and test-e2e left out of a narrowed run"; fi
+
+# Every parser of untrusted input has a fuzz target (package:target). Their
+# seeds run with the tests; `make fuzz` fuzzes each for FUZZTIME (make test:
+# TEST_FUZZTIME), against a throwaway PostgreSQL where it needs one.
+FUZZ_TARGETS = ./controlplane:FuzzRunnerAPI ./graph:FuzzGraphQL ./controlplane/config:FuzzParse \
+	./agent:FuzzLoadConfig ./internal/devenv:FuzzRead ./pki:FuzzParseCSR ./pki:FuzzParseCertificates
+FUZZTIME ?= 60s
+TEST_FUZZTIME ?= 3s
+
+fuzz: ## fuzz every target for FUZZTIME each (default 60s)
+	$(GO) run ./internal/pgcluster/withpg -- sh -c 'for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test -run "^$$" -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done'
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
 # Tests that run inside the sandbox, as the runmesh user.

@@ -39,7 +39,7 @@ func measured(gpus int) runnerapi.Capacity {
 }
 
 // enrolWithCapacity enrols, approves and returns a client certificate.
-func (b *testBundle) approvedRunner(t *testing.T, c runnerapi.Capacity) (string, *http.Client, *tls.Certificate) {
+func (b *testBundle) approvedRunner(t testing.TB, c runnerapi.Capacity) (string, *http.Client, *tls.Certificate) {
 	t.Helper()
 	k := newRunnerKey(t)
 	body, _ := json.Marshal(runnerapi.EnrolRequest{Token: b.enrolmentToken(t, b.poolA.ID), Name: "gpu-" + uuid.NewString()[:8], PublicKey: k.pub(), CSR: k.csr, Capacity: c})
@@ -63,7 +63,7 @@ func isolated(instance string) runnerapi.RecoveryProof {
 	return runnerapi.RecoveryProof{AgentInstance: instance, BootID: "test-boot", SurvivorsChecked: true, Isolated: true}
 }
 
-func (b *testBundle) beat(t *testing.T, c *http.Client, req runnerapi.HeartbeatRequest) reply {
+func (b *testBundle) beat(t testing.TB, c *http.Client, req runnerapi.HeartbeatRequest) reply {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	return b.call(t, c, http.MethodPost, runnerapi.PathHeartbeat, body)
@@ -74,7 +74,7 @@ const runnerFields = `id online takingWork quarantined quarantineReason draining
 	gpus { index uuid name memoryTotalMiB utilisationPercent healthy health }
 	labels { key value source } health { name ok severity title }`
 
-func (b *testBundle) runner(t *testing.T, id string) map[string]any {
+func (b *testBundle) runner(t testing.TB, id string) map[string]any {
 	t.Helper()
 	data, code := b.gql(t, b.platform, `query($id: ID!) { runner(id: $id) { `+runnerFields+` } }`, map[string]any{"id": id})
 	require.Empty(t, code)

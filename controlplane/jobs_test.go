@@ -24,7 +24,7 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-func (b *testBundle) submit(t *testing.T, token string, input map[string]any) (string, string) {
+func (b *testBundle) submit(t testing.TB, token string, input map[string]any) (string, string) {
 	t.Helper()
 	data, code := b.gql(t, token, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id state } }`, map[string]any{"in": input})
 	if code != "" {
@@ -42,7 +42,7 @@ func jobInput(pool uuid.UUID, mods ...func(map[string]any)) map[string]any {
 	return in
 }
 
-func (b *testBundle) lease(t *testing.T, c *http.Client, req runnerapi.LeaseRequest) []runnerapi.Lease {
+func (b *testBundle) lease(t testing.TB, c *http.Client, req runnerapi.LeaseRequest) []runnerapi.Lease {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	r := b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
@@ -57,7 +57,7 @@ func anyWork(wait int) runnerapi.LeaseRequest {
 	return runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 1, WaitSeconds: wait, AgentInstance: testInstance}
 }
 
-func (b *testBundle) result(t *testing.T, c *http.Client, l runnerapi.Lease, req runnerapi.ResultRequest) reply {
+func (b *testBundle) result(t testing.TB, c *http.Client, l runnerapi.Lease, req runnerapi.ResultRequest) reply {
 	t.Helper()
 	body, _ := json.Marshal(req)
 	return b.call(t, c, http.MethodPost, runnerapi.PathLeaseResult(l.LeaseID), body)
@@ -67,7 +67,7 @@ func intp(v int) *int { return &v }
 
 // leasedJob submits a job to pool A and leases it to a new approved runner:
 // the job's id, the runner's client and the lease.
-func (b *testBundle) leasedJob(t *testing.T) (string, *http.Client, runnerapi.Lease) {
+func (b *testBundle) leasedJob(t testing.TB) (string, *http.Client, runnerapi.Lease) {
 	t.Helper()
 	_, c, _ := b.approvedRunner(t, measured(0))
 	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
@@ -339,7 +339,7 @@ func TestTwoReplicasCompleteEveryJobOnce(t *testing.T) {
 
 // subscribe opens a graphql-transport-ws socket to the admin API and
 // starts one subscription; next returns its payloads until "complete".
-func (b *testBundle) subscribe(t *testing.T, token, query string, vars map[string]any) func() (map[string]any, bool) {
+func (b *testBundle) subscribe(t testing.TB, token, query string, vars map[string]any) func() (map[string]any, bool) {
 	t.Helper()
 	dialer := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
 	conn, _, err := dialer.Dial("ws"+strings.TrimPrefix(b.adminURL, "http")+"/graphql", nil)

@@ -105,7 +105,7 @@ func TestADatabaseOutageLongerThanTheLeaseCostsNoWork(t *testing.T) {
 
 // graphqlStatus posts query and returns the HTTP status, Retry-After and
 // the first error's code.
-func (b *testBundle) graphqlStatus(t *testing.T, token, query string) (int, string, string) {
+func (b *testBundle) graphqlStatus(t testing.TB, token, query string) (int, string, string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query})
 	req, _ := http.NewRequest(http.MethodPost, b.adminURL+"/graphql", bytes.NewReader(body))

@@ -50,13 +50,13 @@ type testBundle struct {
 }
 
 // setup starts a server on a fresh database; mods change its options.
-func setup(t *testing.T, mods ...func(*controlplane.Options)) *testBundle {
+func setup(t testing.TB, mods ...func(*controlplane.Options)) *testBundle {
 	t.Helper()
 	return setupOn(t, storetest.NewPool(t), mods...)
 }
 
 // setupOn is setup on a migrated database of the test's choosing.
-func setupOn(t *testing.T, pool *pgxpool.Pool, mods ...func(*controlplane.Options)) *testBundle {
+func setupOn(t testing.TB, pool *pgxpool.Pool, mods ...func(*controlplane.Options)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{pool: pool}
@@ -98,7 +98,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, mods ...func(*controlplane.Option
 // unauditedFails drops every log record, and fails the test on the one
 // that says a mutation succeeded without its audit entry in its own
 // transaction: every change made through the admin API is audited with it.
-type unauditedFails struct{ t *testing.T }
+type unauditedFails struct{ t testing.TB }
 
 func (h unauditedFails) Enabled(context.Context, slog.Level) bool { return true }
 func (h unauditedFails) Handle(_ context.Context, r slog.Record) error {
@@ -110,7 +110,7 @@ func (h unauditedFails) Handle(_ context.Context, r slog.Record) error {
 func (h unauditedFails) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h unauditedFails) WithGroup(string) slog.Handler      { return h }
 
-func (b *testBundle) newAdmin(t *testing.T, role store.Role, org *uuid.UUID) string {
+func (b *testBundle) newAdmin(t testing.TB, role store.Role, org *uuid.UUID) string {
 	token, digest := tokens.Admin.New()
 	_, err := b.store.CreateAdminWithToken(context.Background(), store.NewAdmin{Name: string(role), Role: role, OrganisationID: org, TokenHash: digest})
 	require.NoError(t, err)
@@ -118,7 +118,7 @@ func (b *testBundle) newAdmin(t *testing.T, role store.Role, org *uuid.UUID) str
 }
 
 // gql runs an admin operation and returns data and the first error code.
-func (b *testBundle) gql(t *testing.T, token, query string, vars map[string]any) (map[string]any, string) {
+func (b *testBundle) gql(t testing.TB, token, query string, vars map[string]any) (map[string]any, string) {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"query": query, "variables": vars})
 	req, _ := http.NewRequest(http.MethodPost, b.adminURL+"/graphql", bytes.NewReader(body))
@@ -138,7 +138,7 @@ func (b *testBundle) gql(t *testing.T, token, query string, vars map[string]any)
 	return out.Data, ""
 }
 
-func (b *testBundle) enrolmentToken(t *testing.T, poolID uuid.UUID) string {
+func (b *testBundle) enrolmentToken(t testing.TB, poolID uuid.UUID) string {
 	t.Helper()
 	data, code := b.gql(t, b.platform, `mutation($p: ID!) { createEnrolmentToken(poolId: $p) { token } }`, map[string]any{"p": poolID})
 	require.Empty(t, code)
@@ -170,7 +170,7 @@ type reply struct {
 	Close  bool // the server said Connection: close
 }
 
-func (b *testBundle) call(t *testing.T, c *http.Client, method, path string, body []byte) reply {
+func (b *testBundle) call(t testing.TB, c *http.Client, method, path string, body []byte) reply {
 	t.Helper()
 	req, err := http.NewRequest(method, b.runnerURL+path, bytes.NewReader(body))
 	require.NoError(t, err)
@@ -189,7 +189,7 @@ type runnerKey struct {
 	csr  string
 }
 
-func newRunnerKey(t *testing.T) runnerKey {
+func newRunnerKey(t testing.TB) runnerKey {
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "x"}}, priv)
@@ -205,7 +205,7 @@ func enrolBody(token, name string, pub []byte, csr string) []byte {
 }
 
 // enrol enrols a runner and returns its id.
-func (b *testBundle) enrol(t *testing.T, k runnerKey, poolID uuid.UUID, name string) string {
+func (b *testBundle) enrol(t testing.TB, k runnerKey, poolID uuid.UUID, name string) string {
 	t.Helper()
 	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathEnrol, enrolBody(b.enrolmentToken(t, poolID), name, k.pub(), k.csr))
 	require.Equal(t, http.StatusCreated, r.Status, r.Body)
@@ -216,7 +216,7 @@ func (b *testBundle) enrol(t *testing.T, k runnerKey, poolID uuid.UUID, name str
 	return resp.RunnerID
 }
 
-func (b *testBundle) approve(t *testing.T, id string, k runnerKey) {
+func (b *testBundle) approve(t testing.TB, id string, k runnerKey) {
 	t.Helper()
 	_, code := b.gql(t, b.platform, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`,
 		map[string]any{"id": id, "fp": pki.KeyFingerprint(k.pub())})
@@ -230,7 +230,7 @@ func waitBody(k runnerKey, id string, seconds int) []byte {
 }
 
 // certificate waits for the decision and returns the client certificate.
-func (b *testBundle) certificate(t *testing.T, k runnerKey, id string) *tls.Certificate {
+func (b *testBundle) certificate(t testing.TB, k runnerKey, id string) *tls.Certificate {
 	t.Helper()
 	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathWait(id), waitBody(k, id, 5))
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
@@ -240,7 +240,7 @@ func (b *testBundle) certificate(t *testing.T, k runnerKey, id string) *tls.Cert
 	return tlsCert(t, k, resp.CertificateChain)
 }
 
-func tlsCert(t *testing.T, k runnerKey, chainPEM string) *tls.Certificate {
+func tlsCert(t testing.TB, k runnerKey, chainPEM string) *tls.Certificate {
 	chain, err := pki.ParseCertificates([]byte(chainPEM))
 	require.NoError(t, err)
 	c := &tls.Certificate{PrivateKey: k.priv, Leaf: chain[0]}
@@ -250,7 +250,7 @@ func tlsCert(t *testing.T, k runnerKey, chainPEM string) *tls.Certificate {
 	return c
 }
 
-func (b *testBundle) count(t *testing.T, sql string, args ...any) int {
+func (b *testBundle) count(t testing.TB, sql string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), sql, args...).Scan(&n))
@@ -258,7 +258,7 @@ func (b *testBundle) count(t *testing.T, sql string, args ...any) int {
 }
 
 // rows is what bad input must never change.
-func (b *testBundle) rows(t *testing.T) [4]int {
+func (b *testBundle) rows(t testing.TB) [4]int {
 	return [4]int{
 		b.count(t, "SELECT count(*) FROM runners"),
 		b.count(t, "SELECT count(*) FROM enrolment_tokens WHERE used_at IS NOT NULL"),

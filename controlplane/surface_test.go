@@ -25,7 +25,7 @@ type stepAnswer struct {
 	Bytes   int
 }
 
-func (b *testBundle) step(t *testing.T, c *http.Client, method, path string, body io.Reader) stepAnswer {
+func (b *testBundle) step(t testing.TB, c *http.Client, method, path string, body io.Reader) stepAnswer {
 	t.Helper()
 	req, err := http.NewRequest(method, b.runnerURL+path, body)
 	require.NoError(t, err)

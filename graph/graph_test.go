@@ -34,7 +34,7 @@ type testBundle struct {
 	platform, adminA, memberA, adminB string
 }
 
-func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
+func setup(t testing.TB, opts ...func(*graph.Options)) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{pool: controlplanetest.NewPool(t)}
@@ -62,7 +62,7 @@ func setup(t *testing.T, opts ...func(*graph.Options)) *testBundle {
 	return b
 }
 
-func newAdmin(t *testing.T, s *tenancy.Service, name string, role record.Role, org *uuid.UUID) string {
+func newAdmin(t testing.TB, s *tenancy.Service, name string, role record.Role, org *uuid.UUID) string {
 	t.Helper()
 	made, err := s.CreateAdmin(context.Background(), tenancy.NewAdmin{Name: name, Role: role, OrganisationID: org})
 	require.NoError(t, err)
@@ -88,14 +88,14 @@ func (r gqlResponse) code() string {
 	return c
 }
 
-func (b *testBundle) do(t *testing.T, token, query string, vars map[string]any) gqlResponse {
+func (b *testBundle) do(t testing.TB, token, query string, vars map[string]any) gqlResponse {
 	t.Helper()
 	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
 	require.NoError(t, err)
 	return b.doRaw(t, token, body)
 }
 
-func (b *testBundle) doRaw(t *testing.T, token string, body []byte) gqlResponse {
+func (b *testBundle) doRaw(t testing.TB, token string, body []byte) gqlResponse {
 	t.Helper()
 	req := httptest.NewRequest(http.MethodPost, "/graphql", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -110,7 +110,7 @@ func (b *testBundle) doRaw(t *testing.T, token string, body []byte) gqlResponse 
 }
 
 // counts is how many rows each table holds: bad input must change none.
-func (b *testBundle) counts(t *testing.T) map[string]int {
+func (b *testBundle) counts(t testing.TB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, table := range []string{"organisations", "admins", "admin_tokens", "pools"} {
@@ -121,7 +121,7 @@ func (b *testBundle) counts(t *testing.T) map[string]int {
 	return out
 }
 
-func (b *testBundle) auditRows(t *testing.T) []map[string]string {
+func (b *testBundle) auditRows(t testing.TB) []map[string]string {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(),
 		"SELECT actor_name, action, outcome, coalesce(organisation_id::text, '') FROM audit_log ORDER BY id")
@@ -149,7 +149,7 @@ func dig(m map[string]any, path ...string) any {
 	return cur
 }
 
-func testLogger(t *testing.T) *slogLogger { return newTestLogger(t) }
+func testLogger(t testing.TB) *slogLogger { return newTestLogger(t) }
 
 func TestUnauthenticatedRequestsGet401WithNoDetail(t *testing.T) {
 	t.Parallel()

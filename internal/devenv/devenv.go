@@ -18,7 +18,8 @@ const FileName = "dev.env"
 var Keys = []string{"RUNMESH_ADMIN_URL", "RUNMESH_RUNNER_URL", "RUNMESH_ADMIN_TOKEN", "RUNMESH_CA_FINGERPRINT"}
 
 // Read parses KEY=value lines; blank lines, comments and an "export "
-// prefix are allowed, so the file can be hand-edited and sourced.
+// prefix are allowed, so the file can be hand-edited and sourced. Any other
+// line is an error that names it.
 func Read(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -27,16 +28,34 @@ func Read(path string) (map[string]string, error) {
 	defer f.Close()
 	env := map[string]string{}
 	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "="); ok {
-			env[k] = strings.Trim(v, `"'`)
+		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
+		if !ok || !validKey(k) {
+			return nil, fmt.Errorf("%s:%d: not a KEY=value line", path, n)
+		}
+		env[k] = strings.Trim(v, `"'`)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return env, nil
+}
+
+// validKey: an environment variable's name.
+func validKey(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, r := range k {
+		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
+			return false
 		}
 	}
-	return env, sc.Err()
+	return true
 }
 
 // Write replaces path with env's known keys, mode 0600 (it holds a token),
