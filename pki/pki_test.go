@@ -4,10 +4,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -63,4 +67,40 @@ func TestWriteFileAtomicMode(t *testing.T) {
 	fi, err := os.Stat(path)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+}
+
+func TestFingerprintHintIsTheLastEightCharacters(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "abcdefgh", pki.FingerprintHint("abcdefgh"))
+	require.Equal(t, "bcdefghi", pki.FingerprintHint("abcdefghi"))
+	require.Equal(t, "abc", pki.FingerprintHint("abc"))
+}
+
+// ParseCertificates reads the CERTIFICATE blocks of a document and passes
+// over others (a key in the same file); a CERTIFICATE block that does not
+// parse is an error, not skipped.
+func TestParseCertificatesReadsOnlyCertificateBlocks(t *testing.T) {
+	t.Parallel()
+	selfSigned := func(name string) *x509.Certificate {
+		pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotAfter: time.Now().Add(time.Hour)}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+		require.NoError(t, err)
+		c, err := x509.ParseCertificate(der)
+		require.NoError(t, err)
+		return c
+	}
+	root, other := selfSigned("root"), selfSigned("other")
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte("not a certificate")})
+	doc := append(keyPEM, pki.EncodeCertificates(root, other)...)
+	certs, err := pki.ParseCertificates(doc)
+	require.NoError(t, err)
+	require.Len(t, certs, 2)
+	require.True(t, certs[0].Equal(root))
+
+	broken := append(pki.EncodeCertificates(root), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte("junk")})...)
+	_, err = pki.ParseCertificates(broken)
+	require.ErrorContains(t, err, "parse certificate")
+	_, err = pki.ParseCertificates(keyPEM)
+	require.ErrorContains(t, err, "no certificate")
 }

@@ -100,21 +100,25 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 // no longer holds, or one that says otherwise than what was recorded: the
 // first is answered with the job's state, as it was accepted.
 func (f *Finisher) recognise(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome, out []Finished) error {
-	var stale []store.Outcome
+	var stale []int
 	for i, o := range outcomes {
 		if errors.Is(out[i].Err, store.ErrStaleAttempt) && o.RunnerID == runnerID {
-			stale = append(stale, o)
+			stale = append(stale, i)
 		}
 	}
 	if len(stale) == 0 {
 		return nil
 	}
-	recorded, err := f.Store.RecordedAttempts(ctx, runnerID, stale)
+	asked := make([]store.Outcome, len(stale))
+	for k, i := range stale {
+		asked[k] = outcomes[i]
+	}
+	recorded, err := f.Store.RecordedAttempts(ctx, runnerID, asked)
 	if err != nil {
 		return fmt.Errorf("finish attempts: %w", err)
 	}
-	for i, o := range outcomes {
-		if rec, ok := recorded[o.JobID]; ok && rec.Same(o) && errors.Is(out[i].Err, store.ErrStaleAttempt) {
+	for _, i := range stale {
+		if rec, ok := recorded[outcomes[i].JobID]; ok && rec.Same(outcomes[i]) {
 			out[i] = Finished{State: rec.JobState, AlreadyRecorded: true}
 		}
 	}

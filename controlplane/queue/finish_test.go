@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
@@ -69,4 +71,102 @@ func TestFailuresFollowTheOutcomesInOrder(t *testing.T) {
 		b := &batch{transitions: c.ts}
 		require.Equal(t, c.want, b.failures(), c.name)
 	}
+}
+
+// fixture is a pool with one approved runner, and a job leased to it.
+type fixture struct {
+	pool   *pgxpool.Pool
+	store  *store.Store
+	runner uuid.UUID
+	job    store.Job
+}
+
+func leased(t *testing.T) fixture {
+	t.Helper()
+	ctx := context.Background()
+	db := storetest.NewPool(t)
+	s := store.New(db)
+	org, err := s.CreateOrganisation(ctx, "org")
+	require.NoError(t, err)
+	pool, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "p"})
+	require.NoError(t, err)
+	r := storetest.ApprovedRunner(t, s, pool.ID, 8, 65536, 0)
+	_, _, err = s.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{PoolID: pool.ID, Image: "busybox",
+		Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"})
+	require.NoError(t, err)
+	big := store.Claim{Cores: 8, MemoryMiB: 65536}
+	held, ok, err := s.ClaimJob(ctx, store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30})
+	require.NoError(t, err)
+	require.True(t, ok)
+	return fixture{pool: db, store: s, runner: r, job: held}
+}
+
+func (x fixture) failuresInARow(t *testing.T) (n int, quarantined bool) {
+	t.Helper()
+	require.NoError(t, x.pool.QueryRow(context.Background(), `SELECT failures_in_a_row, quarantined_at IS NOT NULL FROM runners WHERE id = $1`, x.runner).Scan(&n, &quarantined))
+	return n, quarantined
+}
+
+// The runner's failures in a row follow a result decided again under its
+// lock (the cancel race) as they follow any other.
+func TestFailuresFollowAResultDecidedAgain(t *testing.T) {
+	t.Parallel()
+	x := leased(t)
+	_, err := x.pool.Exec(context.Background(), `UPDATE runners SET failures_in_a_row = 1 WHERE id = $1`, x.runner)
+	require.NoError(t, err)
+	f := &Finisher{Store: x.store, afterRead: func(context.Context) {
+		_, err := x.store.CancelJob(context.Background(), store.AllOrganisations(), x.job.ID)
+		require.NoError(t, err)
+	}}
+	zero := 0
+	_, err = f.Finish(context.Background(), store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
+	require.NoError(t, err)
+	n, _ := x.failuresInARow(t)
+	require.Zero(t, n, "an exit code resets the count")
+}
+
+// QuarantineAfter host faults in a row quarantine the runner; left zero,
+// DefaultQuarantineAfter do.
+func TestQuarantineAfter(t *testing.T) {
+	t.Parallel()
+	fault := func(f *Finisher, x fixture) {
+		reason := "the image could not be pulled"
+		_, err := f.Finish(context.Background(), store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ReturnReason: &reason, HostFault: true})
+		require.NoError(t, err)
+	}
+	x := leased(t)
+	fault(&Finisher{Store: x.store}, x)
+	n, quarantined := x.failuresInARow(t)
+	require.Equal(t, 1, n)
+	require.False(t, quarantined, "one of the default three")
+
+	x = leased(t)
+	fault(&Finisher{Store: x.store, QuarantineAfter: 1}, x)
+	_, quarantined = x.failuresInARow(t)
+	require.True(t, quarantined)
+}
+
+// A result sent again after it was recorded is answered as recorded; the
+// same result claimed for another runner, or a different one, is stale.
+func TestAResultSentAgainIsRecognised(t *testing.T) {
+	t.Parallel()
+	x := leased(t)
+	f := &Finisher{Store: x.store}
+	zero, one := 0, 1
+	o := store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero}
+	ctx := context.Background()
+	_, err := f.Finish(ctx, o)
+	require.NoError(t, err)
+	done, err := f.FinishAll(ctx, x.runner, []store.Outcome{o})
+	require.NoError(t, err)
+	require.Equal(t, Finished{State: store.JobSucceeded, AlreadyRecorded: true}, done[0])
+
+	other := o
+	other.RunnerID = uuid.New()
+	different := o
+	different.ExitCode = &one
+	done, err = f.FinishAll(ctx, x.runner, []store.Outcome{other, different})
+	require.NoError(t, err)
+	require.ErrorIs(t, done[0].Err, store.ErrStaleAttempt)
+	require.ErrorIs(t, done[1].Err, store.ErrStaleAttempt)
 }

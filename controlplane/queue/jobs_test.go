@@ -40,3 +40,39 @@ func TestAnExpiredLeaseRequeuesUntilTheLastTry(t *testing.T) {
 		require.Equal(t, queue.Backoff(c.attempt-c.undelivered), c.wait, "%+v", c)
 	}
 }
+
+// What each outcome does to its job: exit codes end it, a reason given
+// back without the host's fault fails it with that reason, and a host
+// fault requeues it after the backoff until its last try, which fails it.
+func TestDecide(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	zero, three := 0, 3
+	reason := "the image could not be pulled"
+	held := func(attempt, max int) store.HeldJob {
+		return store.HeldJob{State: store.JobRunning, Attempt: attempt, MaxAttempts: max}
+	}
+	for _, c := range []struct {
+		name   string
+		o      store.Outcome
+		h      store.HeldJob
+		state  store.JobState
+		reason string
+	}{
+		{"exit 0", store.Outcome{ExitCode: &zero}, held(1, 3), store.JobSucceeded, ""},
+		{"exit 3", store.Outcome{ExitCode: &three}, held(1, 3), store.JobFailed, "exited with code 3"},
+		{"out of memory", store.Outcome{ExitCode: &three, OOM: true}, held(1, 3), store.JobFailed, "ran out of memory (exit code 3)"},
+		{"given back, not the host's fault", store.Outcome{ReturnReason: &reason}, held(1, 3), store.JobFailed, reason},
+		{"given back without a reason", store.Outcome{}, held(1, 3), store.JobFailed, "given back"},
+		{"a host fault before the last try", store.Outcome{ReturnReason: &reason, HostFault: true}, held(2, 3), store.JobQueued, "host fault: " + reason},
+		{"a host fault on the last try", store.Outcome{ReturnReason: &reason, HostFault: true}, held(3, 3), store.JobFailed, "host fault: " + reason + "; 3 of 3 attempts used"},
+		{"cancelled while it ran", store.Outcome{ExitCode: &zero}, store.HeldJob{State: store.JobRunning, Attempt: 1, MaxAttempts: 3, CancelRequested: true}, store.JobCancelled, "cancelled while it ran"},
+	} {
+		got := queue.Decide(c.o, c.h, now)
+		require.Equal(t, c.state, got.State, c.name)
+		require.Equal(t, c.reason, got.Reason, c.name)
+		if c.state == store.JobQueued {
+			require.Equal(t, now.Add(queue.Backoff(c.h.Attempt)), *got.AvailableAt, c.name)
+		}
+	}
+}

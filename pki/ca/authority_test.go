@@ -73,3 +73,36 @@ func TestRunnerCertificatesIgnoreWhatTheCSRAsks(t *testing.T) {
 	_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	require.Error(t, err)
 }
+
+// A runner certificate is valid from Backdate before its issue (clocks a
+// little behind still accept it) for its lifetime; the CA's root lasts 20
+// years and its intermediate 10, both valid from a minute before creation.
+func TestValidityPeriods(t *testing.T) {
+	t.Parallel()
+	before := time.Now()
+	keys, created, err := ca.Init(t.TempDir(), "test")
+	require.NoError(t, err)
+	require.True(t, created)
+	after := time.Now()
+	year := 365 * 24 * time.Hour
+	for _, c := range []struct {
+		cert  *x509.Certificate
+		lasts time.Duration
+	}{{keys.Root, 20 * year}, {keys.Intermediate, 10 * year}} {
+		require.WithinRange(t, c.cert.NotBefore, before.Add(-time.Minute-time.Second), after.Add(-time.Minute))
+		require.WithinDuration(t, c.cert.NotBefore.Add(c.lasts), c.cert.NotAfter, time.Second)
+	}
+
+	a, err := ca.NewAuthority(keys, memDB{})
+	require.NoError(t, err)
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, priv)
+	require.NoError(t, err)
+	csr, err := x509.ParseCertificateRequest(der)
+	require.NoError(t, err)
+	issued := time.Now()
+	chain, err := a.IssueRunner(context.Background(), csr, "6f1c3d2e-0000-4000-8000-000000000003", time.Hour)
+	require.NoError(t, err)
+	require.WithinDuration(t, issued.Add(-ca.Backdate), chain[0].NotBefore, 2*time.Second)
+	require.WithinDuration(t, issued.Add(time.Hour), chain[0].NotAfter, 2*time.Second)
+}
