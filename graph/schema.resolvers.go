@@ -24,6 +24,14 @@ func (r *adminResolver) Organisation(ctx context.Context, obj *record.Admin) (*r
 	return loadOrganisation(ctx, obj.OrganisationID)
 }
 
+// ActorRole is the resolver for the actorRole field.
+func (r *auditEntryResolver) ActorRole(ctx context.Context, obj *record.AuditEntry) (*record.Role, error) {
+	if obj.ActorRole.Rank() == 0 {
+		return nil, nil // no admin
+	}
+	return &obj.ActorRole, nil
+}
+
 // Detail is the resolver for the detail field.
 func (r *auditEntryResolver) Detail(ctx context.Context, obj *record.AuditEntry) (string, error) {
 	return string(obj.Detail), nil

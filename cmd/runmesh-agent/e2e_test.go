@@ -105,6 +105,20 @@ func TestIdentityEndToEnd(t *testing.T) {
 	status = agentStatus(t, agentBin, agentDir)
 	require.NotEqual(t, stepSerial, status.Certificate.Serial)
 	require.Equal(t, runnerID, status.ServerView.WhoAmI.RunnerID, status.ServerView.Error)
+
+	// step's daemon renewing the running agent's files every few seconds,
+	// for longer than a certificate lives: the agent presents each new
+	// certificate (its kept-alive connections are dropped as the file
+	// changes), so its heartbeats never meet an expired one.
+	daemonWhileRunning := e2e.Start(t, stepEnv, step, "ca", "renew", "--daemon", "--renew-period", "5s", filepath.Join(agentDir, "cert.pem"), filepath.Join(agentDir, "key.pem"))
+	longer := time.Now().Add(75 * time.Second) // the one-minute certificate in use when it began has expired
+	for time.Now().Before(longer) {
+		time.Sleep(5 * time.Second)
+		require.False(t, agent.Stderr.HasLog("heartbeat failed"), "a heartbeat failed while step renewed:\n%s", agent.Stderr.String())
+	}
+	_ = daemonWhileRunning.Cmd.Process.Kill()
+	online := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { online lastHeartbeatAt } }`, map[string]any{"id": runnerID})
+	require.Equal(t, true, online["runner"].(map[string]any)["online"], online)
 	agent.Stop(t)
 
 	// step's own daemon renews in place too (alone: two renewers of one file
@@ -127,6 +141,19 @@ func TestIdentityEndToEnd(t *testing.T) {
 	e2e.MustRun(t, stepEnv, step, "ca", "revoke", "--cert", certPath, "--key", keyPath, "--reason", "rotation drill")
 	status = agentStatus(t, agentBin, agentDir)
 	require.Contains(t, status.ServerView.Error, "bad certificate", "the revoked certificate fails the handshake")
+	// GraphQL shows the serial revoked and the runner as it was; the
+	// revocation is audited, the runner its actor.
+	seen := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { status certificate { serial revokedAt revocationReason } } auditLog(first: 5) { action actorName actorRole detail } }`,
+		map[string]any{"id": runnerID})
+	runner := seen["runner"].(map[string]any)
+	require.Equal(t, "APPROVED", runner["status"])
+	require.NotNil(t, runner["certificate"].(map[string]any)["revokedAt"], runner)
+	require.Equal(t, "rotation drill", runner["certificate"].(map[string]any)["revocationReason"])
+	entry := seen["auditLog"].([]any)[0].(map[string]any)
+	require.Equal(t, "revokeCertificate", entry["action"], seen["auditLog"])
+	require.Contains(t, entry["actorName"], "runner e2e-runner")
+	require.Nil(t, entry["actorRole"])
+	require.Contains(t, entry["detail"], "rotation drill")
 	require.NoError(t, os.WriteFile(certPath, kept, 0o644))
 	status = agentStatus(t, agentBin, agentDir)
 	require.Equal(t, runnerID, status.ServerView.WhoAmI.RunnerID, status.ServerView.Error)

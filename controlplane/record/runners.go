@@ -104,6 +104,10 @@ type Certificate struct {
 	NotBefore time.Time
 	NotAfter  time.Time
 	IssuedAt  time.Time
+	// RevokedAt and RevocationReason: this serial was revoked on its own
+	// (step ca revoke), whatever its runner's standing.
+	RevokedAt        *time.Time
+	RevocationReason *string
 }
 
 // EnrolmentToken is a stored enrolment token (its digest, never the token).

@@ -78,9 +78,11 @@ type ComplexityRoot struct {
 	}
 
 	Certificate struct {
-		NotAfter  func(childComplexity int) int
-		NotBefore func(childComplexity int) int
-		Serial    func(childComplexity int) int
+		NotAfter         func(childComplexity int) int
+		NotBefore        func(childComplexity int) int
+		RevocationReason func(childComplexity int) int
+		RevokedAt        func(childComplexity int) int
+		Serial           func(childComplexity int) int
 	}
 
 	CertificateAuthority struct {
@@ -329,6 +331,8 @@ type AdminResolver interface {
 	Organisation(ctx context.Context, obj *record.Admin) (*record.Organisation, error)
 }
 type AuditEntryResolver interface {
+	ActorRole(ctx context.Context, obj *record.AuditEntry) (*record.Role, error)
+
 	Detail(ctx context.Context, obj *record.AuditEntry) (string, error)
 }
 type HoldResolver interface {
@@ -565,6 +569,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Certificate.NotBefore(childComplexity), true
+	case "Certificate.revocationReason":
+		if e.ComplexityRoot.Certificate.RevocationReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Certificate.RevocationReason(childComplexity), true
+	case "Certificate.revokedAt":
+		if e.ComplexityRoot.Certificate.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Certificate.RevokedAt(childComplexity), true
 	case "Certificate.serial":
 		if e.ComplexityRoot.Certificate.Serial == nil {
 			break
@@ -2008,7 +2024,8 @@ type AuditEntry {
   at: Time!
   actorId: ID
   actorName: String!
-  actorRole: Role!
+  "The admin's role; null when the actor is no admin (a runner revoking one of its certificates with step)."
+  actorRole: Role
   "The organisation the actor belonged to; null for platform admins."
   organisationId: ID
   "The mutation, e.g. createPool."
@@ -2392,6 +2409,14 @@ type Certificate {
   serial: String!
   notBefore: Time!
   notAfter: Time!
+  """
+  When this serial was revoked on its own (` + "`" + `step ca revoke` + "`" + `, by the runner with its key, or by a token): this
+  certificate no longer works, while the runner keeps its standing and its other certificates. Null if it was not.
+  (Revoking the runner, ` + "`" + `revokeRunner` + "`" + `, ends every certificate it has and shows in its status instead.)
+  """
+  revokedAt: Time
+  "The reason given with that revocation."
+  revocationReason: String
 }
 
 type CertificateAuthority {
@@ -2475,6 +2500,10 @@ func (ec *executionContext) childFields_Certificate(ctx context.Context, field g
 		return ec.fieldContext_Certificate_notBefore(ctx, field)
 	case "notAfter":
 		return ec.fieldContext_Certificate_notAfter(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_Certificate_revokedAt(ctx, field)
+	case "revocationReason":
+		return ec.fieldContext_Certificate_revocationReason(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Certificate", field.Name)
 }
@@ -3810,18 +3839,18 @@ func (ec *executionContext) _AuditEntry_actorRole(ctx context.Context, field gra
 			return ec.fieldContext_AuditEntry_actorRole(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.ActorRole, nil
+			return ec.Resolvers.AuditEntry().ActorRole(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v record.Role) graphql.Marshaler {
-			return ec.marshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Role) graphql.Marshaler {
+			return ec.marshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, selections, v)
 		},
 		true,
-		true,
+		false,
 	)
 }
 func (ec *executionContext) fieldContext_AuditEntry_actorRole(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("AuditEntry", field, false, false, "Role")
+	return graphql.NewScalarFieldContext("AuditEntry", field, true, true, "Role")
 }
 
 func (ec *executionContext) _AuditEntry_organisationId(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
@@ -4075,6 +4104,52 @@ func (ec *executionContext) _Certificate_notAfter(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_Certificate_notAfter(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Certificate", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Certificate_revokedAt(ctx context.Context, field graphql.CollectedField, obj *record.Certificate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Certificate_revokedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Certificate_revokedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Certificate", field, false, false, "Time")
+}
+
+func (ec *executionContext) _Certificate_revocationReason(ctx context.Context, field graphql.CollectedField, obj *record.Certificate) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Certificate_revocationReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevocationReason, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Certificate_revocationReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Certificate", field, false, false, "String")
 }
 
 func (ec *executionContext) _CertificateAuthority_rootFingerprint(ctx context.Context, field graphql.CollectedField, obj *model.CertificateAuthority) (ret graphql.Marshaler) {
@@ -10916,10 +10991,11 @@ func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSe
 				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "actorRole":
-			out.Values[i] = ec._AuditEntry_actorRole(ctx, field, obj)
-			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
-			}
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AuditEntry_actorRole(ctx, field, obj)
+				})
 		case "organisationId":
 			out.Values[i] = ec._AuditEntry_organisationId(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
@@ -11030,6 +11106,16 @@ func (ec *executionContext) _Certificate(ctx context.Context, sel ast.SelectionS
 		case "notAfter":
 			out.Values[i] = ec._Certificate_notAfter(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokedAt":
+			out.Values[i] = ec._Certificate_revokedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "revocationReason":
+			out.Values[i] = ec._Certificate_revocationReason(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
 		default:
@@ -13913,6 +13999,38 @@ func (ec *executionContext) marshalORecoveryProof2ᚖgithubᚗcomᚋrunmeshᚋru
 	}
 	return ec._RecoveryProof(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx context.Context, v any) (*record.Role, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx context.Context, sel ast.SelectionSet, v *record.Role) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole[*v])
+	return res
+}
+
+var (
+	unmarshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole = map[string]record.Role{
+		"PLATFORM_ADMIN": record.RolePlatformAdmin,
+		"ORG_ADMIN":      record.RoleOrgAdmin,
+		"ORG_MEMBER":     record.RoleOrgMember,
+	}
+	marshalORole2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole = map[record.Role]string{
+		record.RolePlatformAdmin: "PLATFORM_ADMIN",
+		record.RoleOrgAdmin:      "ORG_ADMIN",
+		record.RoleOrgMember:     "ORG_MEMBER",
+	}
+)
 
 func (ec *executionContext) marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx context.Context, sel ast.SelectionSet, v *record.Runner) graphql.Marshaler {
 	if v == nil {

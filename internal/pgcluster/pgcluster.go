@@ -274,6 +274,18 @@ func (c *Cluster) Halt() error {
 	return errors.New("postgres did not stop within 30s; sent SIGQUIT")
 }
 
+// Crash shuts the server down at once (immediate shutdown: no checkpoint;
+// it recovers from its WAL at the next start), keeping its socket and port
+// for Restart.
+func (c *Cluster) Crash() error {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return nil
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGQUIT)
+	<-c.exited
+	return nil
+}
+
 // Restart starts a halted server again, on the same socket and port.
 func (c *Cluster) Restart(ctx context.Context) error {
 	select {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/identity"
@@ -104,7 +105,7 @@ func (r *Renewer) renew(ctx context.Context) error {
 	r.Client.CloseIdle()
 	chain, err := r.Client.Renew(ctx)
 	if err != nil {
-		return err
+		return refusedAdvice(err, r.ID.Leaf())
 	}
 	if err := r.ID.Replace(chain); err != nil {
 		return err
@@ -153,3 +154,15 @@ func Valid(now time.Time, leaf *x509.Certificate, readErr error) (bool, string) 
 }
 
 func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// refusedAdvice says what to do when the server refuses the certificate
+// itself at the handshake: that serial was revoked (step ca revoke), or its
+// runner was (revokeRunner), and waiting will not mend it.
+func refusedAdvice(err error, leaf *x509.Certificate) error {
+	if !strings.Contains(err.Error(), "tls: bad certificate") && !strings.Contains(err.Error(), "certificate revoked") {
+		return err
+	}
+	return fmt.Errorf("%w: the server refuses certificate %s: it was revoked on its own (step ca revoke), or the runner was. "+
+		"If the runner is still APPROVED (runmesh runner <id>), put another valid certificate of it in place (step ca renew --force with that "+
+		"certificate's files) and restart the agent; otherwise enrol the host again", err, leaf.SerialNumber)
+}

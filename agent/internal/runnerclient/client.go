@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/identity"
@@ -24,9 +25,20 @@ import (
 )
 
 // Client talks to one runner listener.
+//
+// A connection presents the certificate current when it was made, for as
+// long as it is kept alive. So that a certificate renewed by anyone (the
+// agent, or step ca renew --daemon on its files) is what the next request
+// presents, the connections made with an older one are dropped as soon as
+// they are idle: before a request that sees the certificate changed, and
+// after one during which it changed.
 type Client struct {
 	base string
 	http *http.Client
+	cert func(*tls.CertificateRequestInfo) (*tls.Certificate, error) // nil: anonymous
+
+	mu   sync.Mutex
+	seen *tls.Certificate // the certificate the pool's connections were made with
 }
 
 // New is a client that authenticates as id.
@@ -56,7 +68,28 @@ func newClient(server string, root *x509.Certificate, getCert func(*tls.Certific
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &Client{base: u.String(), http: &http.Client{Transport: tr}}, nil
+	return &Client{base: u.String(), http: &http.Client{Transport: tr}, cert: getCert}, nil
+}
+
+// current is the certificate a new connection would present.
+func (c *Client) current() *tls.Certificate {
+	if c.cert == nil {
+		return nil
+	}
+	cert, _ := c.cert(nil)
+	return cert
+}
+
+// dropOlder closes the idle connections when the certificate is no longer
+// the one they were made with.
+func (c *Client) dropOlder(now *tls.Certificate) {
+	c.mu.Lock()
+	changed := c.seen != now
+	c.seen = now
+	c.mu.Unlock()
+	if changed {
+		c.http.CloseIdleConnections()
+	}
 }
 
 // APIError is a refusal from the runner API, with its stable code.
@@ -96,10 +129,20 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, limit
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	start := c.current()
+	c.dropOlder(start)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return err
 	}
+	// Deferred first, so it runs after the body is closed and the
+	// connection is idle: one made before a renewal during the request
+	// (a long poll) is not used again.
+	defer func() {
+		if now := c.current(); now != start {
+			c.dropOlder(now)
+		}
+	}()
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err == nil && len(raw) > limit {

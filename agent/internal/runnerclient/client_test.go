@@ -2,11 +2,21 @@ package runnerclient
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -36,4 +46,79 @@ func TestAnswersAreBoundedByWhatWasAskedFor(t *testing.T) {
 	if _, err := c.Lease(ctx, runnerapi.LeaseRequest{Max: 1}); err == nil || !strings.Contains(err.Error(), "bytes") {
 		t.Fatalf("a 5 MiB answer to a request for one lease: %v, want refused", err)
 	}
+}
+
+// A certificate swapped under a client (renewed by the agent, or by step
+// on its files) is what the next request presents: a connection kept alive
+// from before, idle or in a request at the time, is not used again.
+func TestARenewedCertificateIsPresentedAtTheNextRequest(t *testing.T) {
+	var mu sync.Mutex
+	var presented []string
+	release := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		presented = append(presented, r.TLS.PeerCertificates[0].Subject.CommonName)
+		mu.Unlock()
+		if r.URL.Path == "/long" {
+			<-release
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	defer srv.Close()
+
+	var cert atomic.Pointer[tls.Certificate]
+	cert.Store(selfSigned(t, "first"))
+	c, err := newClient(srv.URL, srv.Certificate(), func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert.Load(), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var out struct{}
+	get := func(path string) {
+		if err := c.Do(ctx, http.MethodGet, path, nil, &out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get("/a")
+	get("/b") // kept alive
+	cert.Store(selfSigned(t, "second"))
+	get("/c")
+
+	// Renewed while a long poll holds its connection.
+	done := make(chan struct{})
+	go func() { get("/long"); close(done) }()
+	for {
+		mu.Lock()
+		n := len(presented)
+		mu.Unlock()
+		if n == 4 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cert.Store(selfSigned(t, "third"))
+	close(release)
+	<-done
+	get("/d")
+
+	want := []string{"first", "first", "second", "second", "third"}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(presented, want) {
+		t.Fatalf("presented %v, want %v", presented, want)
+	}
+}
+
+func selfSigned(t *testing.T, name string) *tls.Certificate {
+	t.Helper()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, NotBefore: time.Now().Add(-time.Minute),
+		NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
 }

@@ -6,6 +6,7 @@ package castore
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,7 +47,11 @@ func (d *DB) IsRevoked(serial string) (bool, error) {
 // IsSSHRevoked: runmesh issues no SSH certificates.
 func (d *DB) IsSSHRevoked(string) (bool, error) { return true, nil }
 
-// Revoke records a revocation (step ca revoke, over mTLS).
+// Revoke records a revocation (step ca revoke: the runner with its
+// certificate and key over mTLS, or a token), and audits it in the same
+// transaction. Revoking a serial so ends that certificate alone: its
+// runner keeps its standing and its other certificates (revokeRunner is
+// what ends a runner).
 func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
 	ctx, cancel := d.ctx()
 	defer cancel()
@@ -54,9 +59,21 @@ func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
 	if !rci.ExpiresAt.IsZero() {
 		expires = &rci.ExpiresAt
 	}
-	added, err := d.store.RevokeCertificate(ctx, store.Revocation{
-		Serial: rci.Serial, ReasonCode: rci.ReasonCode, Reason: rci.Reason, RevokedAt: rci.RevokedAt,
-		ExpiresAt: expires, MTLS: rci.MTLS, ProvisionerID: rci.ProvisionerID,
+	var added bool
+	err := d.store.WithTx(ctx, func(tx *store.Tx) error {
+		var err error
+		added, err = tx.RevokeCertificate(ctx, store.Revocation{
+			Serial: rci.Serial, ReasonCode: rci.ReasonCode, Reason: rci.Reason, RevokedAt: rci.RevokedAt,
+			ExpiresAt: expires, MTLS: rci.MTLS, ProvisionerID: rci.ProvisionerID,
+		})
+		if err != nil || !added {
+			return err
+		}
+		e, err := revocationEntry(ctx, tx, rci)
+		if err != nil {
+			return err
+		}
+		return tx.Audit(ctx, e)
 	})
 	if err != nil {
 		return err
@@ -65,6 +82,29 @@ func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
 		return db.ErrAlreadyExists
 	}
 	return nil
+}
+
+// revocationEntry is the audit entry of a serial's revocation: the runner
+// as the actor when it revoked its own certificate over mTLS, the CA's
+// provisioner when a token did.
+func revocationEntry(ctx context.Context, tx *store.Tx, rci *db.RevokedCertificateInfo) (store.AuditEntry, error) {
+	detail, _ := json.Marshal(map[string]any{"serial": rci.Serial, "reasonCode": rci.ReasonCode, "reason": rci.Reason, "mtls": rci.MTLS})
+	e := store.AuditEntry{Action: "revokeCertificate", Outcome: "OK", Detail: detail, ActorName: "step-ca token (provisioner " + rci.ProvisionerID + ")"}
+	standing, err := tx.StandingOf(ctx, rci.Serial)
+	if err != nil {
+		return e, err
+	}
+	if standing.RunnerID != nil {
+		r, err := tx.Runner(ctx, store.AllOrganisations(), *standing.RunnerID)
+		if err != nil {
+			return e, err
+		}
+		e.OrganisationID = r.OrganisationID
+		if rci.MTLS {
+			e.ActorName = fmt.Sprintf("runner %s (%s)", r.Name, r.ID)
+		}
+	}
+	return e, nil
 }
 
 // RevokeSSH: runmesh issues no SSH certificates.

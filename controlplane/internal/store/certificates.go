@@ -52,7 +52,10 @@ func (s *Querier) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID)
 	}
 	out := make(map[uuid.UUID]Certificate, len(rows))
 	for _, r := range rows {
-		c := certificateFromRow(r)
+		c := Certificate{
+			Serial: r.Serial, RunnerID: uuidPtr(r.RunnerID), DER: r.Der, NotBefore: r.NotBefore, NotAfter: r.NotAfter,
+			IssuedAt: r.IssuedAt, RevokedAt: r.RevokedAt, RevocationReason: r.RevocationReason,
+		}
 		out[*c.RunnerID] = c
 	}
 	return out, nil

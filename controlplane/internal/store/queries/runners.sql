@@ -70,10 +70,13 @@ LIMIT 1;
 -- Each runner's newest certificate, one index probe per runner: a runner
 -- renews every two thirds of a lifetime and old certificates are kept, so
 -- reading all of them (DISTINCT ON) grew with every renewal.
-SELECT c.* FROM unnest(@runner_ids::uuid[]) AS r (id)
+-- A serial revoked on its own (step ca revoke) comes with its revocation.
+SELECT c.serial, c.runner_id, c.der, c.not_before, c.not_after, c.issued_at, rv.revoked_at, rv.reason AS revocation_reason
+FROM unnest(@runner_ids::uuid[]) AS r (id)
 CROSS JOIN LATERAL (
     SELECT * FROM certificates WHERE runner_id = r.id ORDER BY not_after DESC LIMIT 1
-) c;
+) c
+LEFT JOIN certificate_revocations rv ON rv.serial = c.serial;
 
 -- name: InsertRevocation :execrows
 INSERT INTO certificate_revocations (serial, reason_code, reason, revoked_at, expires_at, mtls, provisioner_id)

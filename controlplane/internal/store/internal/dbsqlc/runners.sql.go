@@ -342,24 +342,38 @@ func (q *Queries) InsertRevocation(ctx context.Context, db DBTX, arg InsertRevoc
 }
 
 const latestCertificatesForRunners = `-- name: LatestCertificatesForRunners :many
-SELECT c.serial, c.runner_id, c.der, c.not_before, c.not_after, c.issued_at FROM unnest($1::uuid[]) AS r (id)
+SELECT c.serial, c.runner_id, c.der, c.not_before, c.not_after, c.issued_at, rv.revoked_at, rv.reason AS revocation_reason
+FROM unnest($1::uuid[]) AS r (id)
 CROSS JOIN LATERAL (
     SELECT serial, runner_id, der, not_before, not_after, issued_at FROM certificates WHERE runner_id = r.id ORDER BY not_after DESC LIMIT 1
 ) c
+LEFT JOIN certificate_revocations rv ON rv.serial = c.serial
 `
+
+type LatestCertificatesForRunnersRow struct {
+	Serial           string
+	RunnerID         uuid.NullUUID
+	Der              []byte
+	NotBefore        time.Time
+	NotAfter         time.Time
+	IssuedAt         time.Time
+	RevokedAt        *time.Time
+	RevocationReason *string
+}
 
 // Each runner's newest certificate, one index probe per runner: a runner
 // renews every two thirds of a lifetime and old certificates are kept, so
 // reading all of them (DISTINCT ON) grew with every renewal.
-func (q *Queries) LatestCertificatesForRunners(ctx context.Context, db DBTX, runnerIds []uuid.UUID) ([]Certificate, error) {
+// A serial revoked on its own (step ca revoke) comes with its revocation.
+func (q *Queries) LatestCertificatesForRunners(ctx context.Context, db DBTX, runnerIds []uuid.UUID) ([]LatestCertificatesForRunnersRow, error) {
 	rows, err := db.Query(ctx, latestCertificatesForRunners, runnerIds)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Certificate
+	var items []LatestCertificatesForRunnersRow
 	for rows.Next() {
-		var i Certificate
+		var i LatestCertificatesForRunnersRow
 		if err := rows.Scan(
 			&i.Serial,
 			&i.RunnerID,
@@ -367,6 +381,8 @@ func (q *Queries) LatestCertificatesForRunners(ctx context.Context, db DBTX, run
 			&i.NotBefore,
 			&i.NotAfter,
 			&i.IssuedAt,
+			&i.RevokedAt,
+			&i.RevocationReason,
 		); err != nil {
 			return nil, err
 		}
