@@ -15,7 +15,7 @@ GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/m
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e fuzz mutation build demo check bench bench-pki bench-heartbeat bench-lease bench-start
+.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,6 +43,7 @@ test: ## run all tests against a throwaway PostgreSQL (started and stopped here)
 	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
 	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(GO) -C bench test $(GOTESTFLAGS) ./... && \
 		$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) && \
+		$(MAKE) --no-print-directory chaos CHAOSFLAGS=-short && \
 		$(MAKE) --no-print-directory test-e2e; else echo "bench/, the fuzzers and test-e2e left out of a narrowed run"; fi
 
 # Every parser of untrusted input has a fuzz target (package:target). Their
@@ -114,6 +115,9 @@ bench-pki: ## approval → certificate latency and mTLS handshakes per second
 
 bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS with p99 < 100 ms
 	$(BENCH) heartbeat -server $(CURDIR)/bin/runmesh-server
+
+chaos: build ## faults under load against two real replicas: a replica killed, PostgreSQL restarted and down past the lease, a runner frozen, results twice, forged results
+	$(BENCH) chaos -server $(CURDIR)/bin/runmesh-server $(CHAOSFLAGS)
 
 bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
 	$(BENCH) lease

@@ -170,7 +170,8 @@ type replicas struct {
 	keys    *ca.Keys
 	servers []*exec.Cmd
 	addrs   []string // their runner listeners
-	admin   admin
+	admins  []string // their admin listeners' base URLs
+	admin   admin    // the first one's
 	poolID  string
 }
 
@@ -200,7 +201,7 @@ func startReplicas(ctx context.Context, o heartbeatOptions, dir, dbURL string) (
 		if err != nil {
 			return f, err
 		}
-		f.servers, f.addrs = append(f.servers, srv), append(f.addrs, addr)
+		f.servers, f.addrs, f.admins = append(f.servers, srv), append(f.addrs, addr), append(f.admins, "http://"+adminAddr)
 		if f.admin.url == "" {
 			f.admin.url = "http://" + adminAddr
 		}

@@ -30,6 +30,8 @@ benchmarks:
   heartbeat  the most runners heartbeating every 10 s with p99 < 100 ms, and the CPU they cost
   lease      queue throughput and submit-to-lease latency, against River on the same PostgreSQL
   start      lease held → job container running, against a plain podman run (inside agent/sandbox)
+  chaos      faults under load (a replica killed, PostgreSQL restarted and down past the lease, a runner frozen,
+             results twice, forged results) against two real replicas; prints what came of every job
 
 Every benchmark takes -o FILE to write its result to FILE as well as to stdout.
 `
@@ -63,6 +65,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bench = func(out io.Writer) error { return benchStart(ctx, *rounds, *podman, *image, out) }
 	case "lease":
 		bench = leaseFlags(ctx, fs)
+	case "chaos":
+		o := chaosOptions{}
+		fs.StringVar(&o.server, "server", "bin/runmesh-server", "the runmesh-server binary to run")
+		fs.IntVar(&o.runners, "runners", 16, "simulated runners")
+		fs.BoolVar(&o.short, "short", false, "the short form (CI's): a shorter outage")
+		bench = func(out io.Writer) error { return benchChaos(ctx, o, out) }
 	case "heartbeat-worker": // started by heartbeat, not by people
 		file := fs.String("file", "", "")
 		root := fs.String("root", "", "")
