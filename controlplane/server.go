@@ -108,8 +108,8 @@ type Server struct {
 	queue      *queue.Service
 }
 
-// New builds a server; it binds nothing until Start.
-func New(o Options) (*Server, error) {
+// withDefaults is o with what it leaves zero filled in.
+func (o Options) withDefaults() Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -131,6 +131,12 @@ func New(o Options) (*Server, error) {
 	if o.Store == nil {
 		o.Store = store.New(o.Pool)
 	}
+	return o
+}
+
+// New builds a server; it binds nothing until Start.
+func New(o Options) (*Server, error) {
+	o = o.withDefaults()
 	s := &Server{opts: o, log: o.Log.With("component", "controlplane"), metrics: newMetrics(Version, o.Store, o.Defaults.LeaseSeconds, o.Log.With("component", "metrics"))}
 	s.health = newServerHealth(o.Health)
 	s.upkeep = newMaintenance(o)
