@@ -358,6 +358,10 @@ func TestReportedLimitsGateMemoryClaims(t *testing.T) {
 	report.Limits = &runnerapi.LimitEnforcement{Reason: "cgroup v1: rootless Podman ignores resource limits"}
 	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report}).Status)
 	require.Empty(t, b.lease(t, c, anyWork(0)), "a memory claim never goes to a runner that cannot hold a job to it")
+	// The blocked check finds it unplaceable (as it may at any time).
+	_, err := b.store.BlockUnplaceable(context.Background(), time.Time{}, 0)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM jobs WHERE id = $1 AND state = 'BLOCKED'", jobID))
 	require.Equal(t, "cgroup v1: rootless Podman ignores resource limits", view()["capacity"].(map[string]any)["limits"].(map[string]any)["reason"])
 
 	// A pool may allow it; the first job goes, and the rule is put back.

@@ -80,7 +80,13 @@ func (s *Service) UpdatePool(ctx context.Context, scope record.Scope, id uuid.UU
 		if err := mayChange(scope, p); err != nil {
 			return err
 		}
-		out, err = tx.SavePool(ctx, c.applyTo(p))
+		if out, err = tx.SavePool(ctx, c.applyTo(p)); err != nil {
+			return err
+		}
+		// A setting may have made blocked jobs placeable (memory claims
+		// allowed on runners that do not enforce them): they go back to
+		// the queue now, not at the next blocked check.
+		_, err = tx.UnblockPlaceable(ctx, 0)
 		return err
 	})
 	return out, err
