@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -308,4 +309,50 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.Equal(t, true, r["isolated"])
 		require.NotContains(t, sb.must("user", "podman", "ps", "-a", "--format", "{{.Names}}"), stray)
 	})
+
+	t.Run("100 kill -9s of the agent at random points of its jobs' lives: every job ends, once", func(t *testing.T) {
+		killDrill(t, sb, submit, waitState, busybox)
+	})
+}
+
+// killDrill kills the agent 100 times (kill -9, then started at once, as
+// Restart= would after its pause) while jobs keep coming, each kill at a
+// random moment of whichever jobs are then being leased, started, run or
+// reported. Every job must succeed, with its output exactly once: none
+// lost, none run twice to its end, none stuck.
+func killDrill(t *testing.T, sb sandbox, submit func(string, []string, int, map[string]any) string,
+	waitState func(string, time.Duration, ...string) map[string]any, image string,
+) {
+	const kills = 100
+	rng := rand.New(rand.NewPCG(20261202, 1))
+	var ids []string
+	start := time.Now()
+	for k := range kills {
+		ids = append(ids, submit(image, []string{"sh", "-c", fmt.Sprintf("sleep 0.%d; echo done", rng.IntN(10))}, 120, nil))
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		// reset-failed: systemd would stop restarting a unit killed this often.
+		sb.must("exec", "sh", "-c", "systemctl kill -s KILL runmesh-agent; systemctl reset-failed runmesh-agent; systemctl restart runmesh-agent")
+		if k%20 == 19 {
+			t.Logf("%d kills in %v", k+1, time.Since(start).Round(time.Second))
+		}
+	}
+	succeeded, duplicates, retried := 0, 0, 0
+	for _, id := range ids {
+		j := waitState(id, 3*time.Minute, "SUCCEEDED", "FAILED", "CANCELLED")
+		switch {
+		case j["state"] != "SUCCEEDED":
+			t.Errorf("job %s ended %v: %v", id, j["state"], j["stateReason"])
+		case j["logs"] != "done\n":
+			duplicates++
+			t.Errorf("job %s's output %q: run twice, or lost", id, j["logs"])
+		default:
+			succeeded++
+		}
+		if j["attempt"].(float64) > 1 {
+			retried++
+		}
+	}
+	t.Logf("kill drill: %d kills in %v; %d jobs, %d succeeded with their output once, %d with output lost or repeated, "+
+		"%d lost or stuck, %d needed another attempt (a kill between lease and start)",
+		kills, time.Since(start).Round(time.Second), len(ids), succeeded, duplicates, len(ids)-succeeded-duplicates, retried)
 }
