@@ -310,6 +310,22 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.NotContains(t, sb.must("user", "podman", "ps", "-a", "--format", "{{.Names}}"), stray)
 	})
 
+	t.Run("the agent frozen past its lease (SIGSTOP): the job runs again, once, and the frozen attempt is stopped", func(t *testing.T) {
+		id := submit(busybox, []string{"sh", "-c", "sleep 20; echo finished"}, 120, nil)
+		waitState(id, 60*time.Second, "RUNNING")
+		sb.must("exec", "systemctl", "kill", "-s", "STOP", "runmesh-agent")
+		e2e.Eventually(t, 30*time.Second, "the frozen runner's lease taken back", func() bool { return job(id)["state"] == "QUEUED" })
+		sb.must("exec", "systemctl", "kill", "-s", "CONT", "runmesh-agent")
+		j := waitState(id, 90*time.Second, "SUCCEEDED")
+		require.EqualValues(t, 2, j["attempt"])
+		require.Equal(t, "finished\n", j["logs"], "the frozen attempt was stopped before its end; the second ran once")
+		runs := j["runs"].([]any)
+		require.Len(t, runs, 2)
+		require.Equal(t, "lease expired", runs[0].(map[string]any)["returnReason"])
+		require.EqualValues(t, 0, runs[1].(map[string]any)["exitCode"])
+		require.NotContains(t, sb.jobUnits(), "runmesh-job-"+id+"-1.service", "the thawed agent stopped the attempt it no longer held")
+	})
+
 	t.Run("100 kill -9s of the agent at random points of its jobs' lives: every job ends, once", func(t *testing.T) {
 		killDrill(t, sb, submit, waitState, busybox)
 	})
