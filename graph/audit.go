@@ -14,32 +14,50 @@ import (
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 )
 
-// auditMutations records every root mutation field in the audit log: on
-// success in the same transaction as the change (the domain package that
-// makes it writes the entry the context carries, see package audit, so an
-// audited change and its record commit or vanish together), on failure
-// after the rollback, with the error code as the outcome. A mutation that
-// succeeded without a transaction writing its entry gets it written after.
+// auditMutations checks and records the root fields. Arguments holding a
+// NUL are refused on any of them (BAD_INPUT): PostgreSQL keeps no NUL in
+// text or jsonb, so nothing given one could be kept as given. Mutations are
+// recorded in the audit log: on success in the same transaction as the
+// change (the domain package that makes it writes the entry the context
+// carries, see package audit, so an audited change and its record commit
+// or vanish together), on failure after the rollback, with the error code
+// as the outcome. A mutation that succeeded without a transaction writing
+// its entry gets it written after.
 //
-// Mutation arguments are recorded as given, so no mutation may take a
-// secret as an argument (secrets are only ever returned, once).
+// Mutation arguments are recorded as given, env values aside, so no
+// mutation may take a secret as an argument (secrets are only ever
+// returned, once).
 func auditMutations(t *tenancy.Service, log *slog.Logger) graphql.FieldMiddleware {
 	return func(ctx context.Context, next graphql.Resolver) (any, error) {
 		fc := graphql.GetFieldContext(ctx)
-		if fc == nil || fc.Object != "Mutation" {
+		if fc == nil || !isRoot(fc.Object) || len(fc.Args) == 0 && fc.Object != "Mutation" {
 			return next(ctx)
 		}
-		entry := auditEntry(ctx, fc)
-		done := entry
-		done.Outcome = outcomeSuccess
-		actx, pending := audit.Expect(ctx, done)
-		res, err := next(actx)
-		if err != nil {
+		args := jsonTree(fc.Args)
+		refused := refuseNUL(args, fc.Field.Name)
+		if fc.Object != "Mutation" {
+			if refused != nil {
+				return nil, refused
+			}
+			return next(ctx)
+		}
+		entry := auditEntry(ctx, fc.Field.Name, args)
+		refuse := func(err error) (any, error) {
 			entry.Outcome = errorCode(err)
 			if aerr := t.Audit(context.WithoutCancel(ctx), entry); aerr != nil {
 				log.ErrorContext(ctx, "audit log write failed", "action", entry.Action, "err", aerr)
 			}
 			return nil, err
+		}
+		if refused != nil {
+			return refuse(refused)
+		}
+		done := entry
+		done.Outcome = outcomeSuccess
+		actx, pending := audit.Expect(ctx, done)
+		res, err := next(actx)
+		if err != nil {
+			return refuse(err)
 		}
 		if !pending.Written() {
 			// A domain change made outside audit.Change: a defect, but
@@ -53,13 +71,20 @@ func auditMutations(t *tenancy.Service, log *slog.Logger) graphql.FieldMiddlewar
 	}
 }
 
-func auditEntry(ctx context.Context, fc *graphql.FieldContext) record.AuditEntry {
-	e := record.AuditEntry{Action: fc.Field.Name}
+func isRoot(object string) bool {
+	return object == "Mutation" || object == "Query" || object == "Subscription"
+}
+
+// auditEntry is the entry of the mutation action with args (as jsonTree
+// gives them), env values redacted and NUL shown as U+2400 SYMBOL FOR NULL
+// (the entry of a mutation refused for one must still be written).
+func auditEntry(ctx context.Context, action string, args any) record.AuditEntry {
+	e := record.AuditEntry{Action: action}
 	if a, ok := principal(ctx); ok {
 		id := a.ID
 		e.ActorID, e.ActorName, e.ActorRole, e.OrganisationID = &id, a.Name, a.Role, a.OrganisationID
 	}
-	detail, err := json.Marshal(scrubNUL(redact(fc.Args)))
+	detail, err := json.Marshal(scrub(args, false))
 	if err != nil {
 		detail = []byte(`{"unrecordable_args":true}`)
 	}
@@ -67,56 +92,73 @@ func auditEntry(ctx context.Context, fc *graphql.FieldContext) record.AuditEntry
 	return e
 }
 
-// scrubNUL replaces NUL in the strings of v (a tree of JSON values) with
-// U+2400 SYMBOL FOR NULL: jsonb stores no NUL, and the entry of a refused
-// mutation whose arguments held one must still be written.
-func scrubNUL(v any) any {
-	switch t := v.(type) {
+// jsonTree is v (a field's arguments: generated input structs) as a tree
+// of JSON values, maps, slices and scalars.
+func jsonTree(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return map[string]any{}
+	}
+	var tree any
+	if json.Unmarshal(b, &tree) != nil {
+		return map[string]any{}
+	}
+	return tree
+}
+
+// scrub is tree with every NUL in its strings and keys shown as U+2400,
+// and the values of env entries ({"env": [{"name", "value"}]}, jobs carry
+// their secrets there) replaced, wherever they stand: a job alone or in a
+// batch. inEnv: tree is an env entry.
+func scrub(tree any, inEnv bool) any {
+	switch t := tree.(type) {
 	case string:
 		return strings.ReplaceAll(t, "\x00", "\u2400")
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, x := range t {
-			out[strings.ReplaceAll(k, "\x00", "\u2400")] = scrubNUL(x)
+			switch {
+			case inEnv && k == "value":
+				out[k] = "(redacted)"
+			case k == "env":
+				out[k] = scrubEnv(x)
+			default:
+				out[strings.ReplaceAll(k, "\x00", "\u2400")] = scrub(x, false)
+			}
 		}
 		return out
 	case []any:
 		out := make([]any, len(t))
 		for i, x := range t {
-			out[i] = scrubNUL(x)
+			out[i] = scrub(x, inEnv)
 		}
 		return out
 	}
-	return v
+	return tree
 }
 
-// refuseNUL refuses, as BAD_INPUT, a field whose arguments hold a NUL
-// anywhere (in a variable or a literal): PostgreSQL stores none in text or
-// jsonb, so nothing given one could be kept as given.
-func refuseNUL(ctx context.Context, next graphql.Resolver) (any, error) {
-	fc := graphql.GetFieldContext(ctx)
-	if fc != nil && len(fc.Args) > 0 {
-		if path, ok := findNUL(redactNothing(fc.Args), fc.Field.Name); ok {
-			return nil, badInputf("%s: NUL (U+0000) cannot be stored", path)
-		}
+func scrubEnv(env any) any {
+	list, ok := env.([]any)
+	if !ok {
+		return scrub(env, false)
 	}
-	return next(ctx)
+	out := make([]any, len(list))
+	for i, e := range list {
+		out[i] = scrub(e, true)
+	}
+	return out
 }
 
-// redactNothing is v as a tree of JSON values.
-func redactNothing(v any) any {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return v
+// refuseNUL is BAD_INPUT naming the first argument of field holding a NUL,
+// or nil.
+func refuseNUL(args any, field string) error {
+	if path, ok := findNUL(args, field); ok {
+		return badInputf("%s: NUL (U+0000) cannot be stored", path)
 	}
-	var m any
-	if json.Unmarshal(b, &m) != nil {
-		return v
-	}
-	return m
+	return nil
 }
 
-// findNUL is the path to the first string in v holding a NUL.
+// findNUL is the path to the first string or key in v holding a NUL.
 func findNUL(v any, path string) (string, bool) {
 	switch t := v.(type) {
 	case string:
@@ -135,46 +177,4 @@ func findNUL(v any, path string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// redact replaces the values of environment variables with a marker: jobs
-// carry their secrets (API keys, passwords) in env, and the audit log is
-// read by people who need not see them.
-func redact(v any) any {
-	switch t := v.(type) {
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, x := range t {
-			out[k] = redact(x)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = redact(x)
-		}
-		return out
-	default:
-		// Arguments arrive as generated input structs: go through JSON to
-		// see them as maps.
-		b, err := json.Marshal(v)
-		if err != nil {
-			return v
-		}
-		var m any
-		if json.Unmarshal(b, &m) != nil {
-			return v
-		}
-		if obj, ok := m.(map[string]any); ok {
-			if env, ok := obj["env"].([]any); ok {
-				for _, e := range env {
-					if kv, ok := e.(map[string]any); ok {
-						kv["value"] = "(redacted)"
-					}
-				}
-			}
-			return obj
-		}
-		return m
-	}
 }

@@ -82,3 +82,21 @@ func TestAnIdempotencyKeyNamesOneJob(t *testing.T) {
 	require.Contains(t, other.Errors[0].Message, "idempotencyKey")
 	require.Equal(t, jobs, b.jobCount(t))
 }
+
+// Env values are kept out of the audit log however the job came: alone or
+// in a batch.
+func TestEnvValuesAreRedactedFromTheAuditLog(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	in := map[string]any{"poolId": b.poolA.ID, "image": "busybox", "command": []string{"true"},
+		"claim": map[string]any{"cores": 1, "wallClockSeconds": 60}, "env": []map[string]any{{"name": "API_KEY", "value": "s3cret-value"}}}
+	r := b.do(t, b.memberA, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})
+	require.Empty(t, r.Errors, r.Raw)
+	r = b.do(t, b.memberA, `mutation($in: [SubmitJobInput!]!) { submitJobs(inputs: $in) { id } }`, map[string]any{"in": []any{in}})
+	require.Empty(t, r.Errors, r.Raw)
+	var entries, leaked int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT count(*), count(*) FILTER (WHERE detail::text LIKE '%s3cret-value%') FROM audit_log WHERE action IN ('submitJob', 'submitJobs')").Scan(&entries, &leaked))
+	require.Equal(t, 2, entries)
+	require.Zero(t, leaked, "no env value in the audit log")
+}
