@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/controlplanetest"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -24,14 +23,7 @@ import (
 func ownPostgres(t *testing.T) (*pgcluster.Cluster, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "runmesh-outage-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755)) // the server may run as another user
-	c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), LogFile: filepath.Join(dir, "postgres.log")})
-	require.NoError(t, err)
-	t.Cleanup(func() { c.Stop() })
-	require.NoError(t, c.CreateDatabase(ctx, "runmesh"))
+	c := controlplanetest.OwnPostgres(t)
 	pool, err := controlplane.Connect(ctx, c.URL("runmesh"))
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)

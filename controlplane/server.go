@@ -32,10 +32,10 @@ import (
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
-// DefaultRunnerReadTimeout: the runner API's largest body (a batch of
-// results, under 1 MiB) takes well under a second on any link a runner
-// works over.
-const DefaultRunnerReadTimeout = 30 * time.Second
+// DefaultReadTimeout: the largest body either listener takes (a batch of
+// results, 4 MiB; an admin request, 1 MiB) arrives well within it on any
+// link a runner or an administrator works over.
+const DefaultReadTimeout = 30 * time.Second
 
 // Version is set at build time (-ldflags "-X ...controlplane.Version=...").
 var Version = "dev"
@@ -69,9 +69,9 @@ type Options struct {
 	// expiry waits on (default 1 s). The other maintenance services keep
 	// their multiples of it (see newMaintenance).
 	SweepInterval time.Duration
-	// RunnerReadTimeout bounds reading one request on the runner listener,
-	// body included (0: DefaultRunnerReadTimeout).
-	RunnerReadTimeout time.Duration
+	// ReadTimeout bounds reading one request, body included, on both
+	// listeners (0: DefaultReadTimeout).
+	ReadTimeout time.Duration
 	// JobRetention is how long finished jobs are kept (0:
 	// maintenance.JobRetentionDefault).
 	JobRetention time.Duration
@@ -122,8 +122,8 @@ func (o Options) withDefaults() Options {
 	if o.SweepInterval == 0 {
 		o.SweepInterval = time.Second
 	}
-	if o.RunnerReadTimeout == 0 {
-		o.RunnerReadTimeout = DefaultRunnerReadTimeout
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = DefaultReadTimeout
 	}
 	if o.HealthInterval == 0 {
 		o.HealthInterval = DefaultHealthInterval
@@ -172,7 +172,7 @@ func New(o Options) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		// The whole request, as on the runner listener (a websocket's
 		// upgrade is hijacked, and the deadline cleared with it).
-		ReadTimeout: o.RunnerReadTimeout,
+		ReadTimeout: o.ReadTimeout,
 		IdleTimeout: 2 * time.Minute,
 		TLSConfig:   o.AdminTLS,
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -194,7 +194,7 @@ func New(o Options) (*Server, error) {
 		// A whole request, body included: every body of the runner API is
 		// bounded and small, and a peer trickling one must not hold a
 		// connection (the answers to long polls are not bounded by it).
-		ReadTimeout: o.RunnerReadTimeout,
+		ReadTimeout: o.ReadTimeout,
 		IdleTimeout: 2 * time.Minute,
 		TLSConfig:   s.runnerAPI.TLSConfig(s.cert.get),
 		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),

@@ -95,7 +95,7 @@ func TestTheStepRoutesAreBoundedBeforeTheyParse(t *testing.T) {
 // flight without a client certificate.
 func TestUnauthenticatedPeersHoldLittle(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *controlplane.Options) { o.RunnerReadTimeout = 2 * time.Second })
+	b := setup(t, func(o *controlplane.Options) { o.ReadTimeout = 2 * time.Second })
 	host := strings.TrimPrefix(b.runnerURL, "https://")
 	trickle := func() *tls.Conn {
 		conn, err := tls.Dial("tcp", host, &tls.Config{RootCAs: b.roots(), ServerName: "127.0.0.1"})

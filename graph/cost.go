@@ -2,7 +2,6 @@ package graph
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
@@ -108,5 +107,3 @@ func selectionDepth(set ast.SelectionSet, onPath map[string]bool) int {
 	}
 	return deepest
 }
-
-func (d depthLimit) String() string { return fmt.Sprintf("depth limit %d", d.max) }

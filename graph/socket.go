@@ -174,7 +174,6 @@ type loginLimit struct {
 	mu     sync.Mutex
 	max    int
 	window time.Duration
-	now    func() time.Time
 	seen   map[string]*failures
 }
 
@@ -187,7 +186,7 @@ type failures struct {
 const DefaultFailedLogins = 20
 
 func newLoginLimit(max int, window time.Duration) *loginLimit {
-	return &loginLimit{max: max, window: window, now: time.Now, seen: map[string]*failures{}}
+	return &loginLimit{max: max, window: window, seen: map[string]*failures{}}
 }
 
 func (l *loginLimit) allowed(addr string) bool {
@@ -197,7 +196,7 @@ func (l *loginLimit) allowed(addr string) bool {
 	if !ok {
 		return true
 	}
-	if l.now().Sub(f.since) >= l.window {
+	if time.Since(f.since) >= l.window {
 		delete(l.seen, addr)
 		return true
 	}
@@ -207,7 +206,7 @@ func (l *loginLimit) allowed(addr string) bool {
 func (l *loginLimit) failed(addr string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := time.Now()
 	if len(l.seen) > 10000 { // forget the stale ones first
 		for a, f := range l.seen {
 			if now.Sub(f.since) >= l.window {

@@ -34,10 +34,14 @@ func CheckArg(a string) error {
 	return nil
 }
 
-// ValidEnvName: a portable environment name. (podman reads NAME* as a
-// prefix to copy from its own environment, which a job must never reach.)
+// MaxEnvName bounds an environment variable's name.
+const MaxEnvName = 128
+
+// ValidEnvName: a portable environment name, at most MaxEnvName bytes.
+// (podman reads NAME* as a prefix to copy from its own environment, which
+// a job must never reach.)
 func ValidEnvName(s string) bool {
-	if s == "" {
+	if s == "" || len(s) > MaxEnvName {
 		return false
 	}
 	for i, r := range s {

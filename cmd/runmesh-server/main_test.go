@@ -22,7 +22,6 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/controlplanetest"
 	"github.com/runmesh/runmesh/internal/devenv"
-	"github.com/runmesh/runmesh/internal/pgcluster"
 )
 
 const serverPkg = "github.com/runmesh/runmesh/cmd/runmesh-server"
@@ -180,21 +179,14 @@ func TestServeChecksTheSchemaAndMigrateUpgrades(t *testing.T) {
 func TestServeWaitsForItsDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "runmesh-serve-wait-")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	require.NoError(t, os.Chmod(dir, 0o755)) // the server may run as another user
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), LogFile: filepath.Join(dir, "postgres.log")})
-	require.NoError(t, err)
-	t.Cleanup(func() { pg.Stop() })
-	require.NoError(t, pg.CreateDatabase(ctx, "runmesh"))
+	pg := controlplanetest.OwnPostgres(t)
 	cfg := writeConfig(t, pg.URL("runmesh"))
 	e2e.MustRun(t, nil, server(t), "migrate", "--config", cfg)
 	require.NoError(t, pg.Halt())
 
 	notify := e2e.NewNotify(t)
 	p := e2e.Start(t, []string{notify.Env()}, server(t), "serve", "--config", cfg)
-	require.True(t, strings.HasPrefix(notify.WaitForPrefix(t, "STATUS=waiting for the database (attempt 1)", 60*time.Second), "STATUS="))
+	notify.WaitForPrefix(t, "STATUS=waiting for the database (attempt 1)", 60*time.Second)
 	notify.WaitForPrefix(t, "EXTEND_TIMEOUT_USEC=", 10*time.Second)
 	notify.WaitForPrefix(t, "STATUS=waiting for the database (attempt 3)", 10*time.Second)
 	require.True(t, p.Stderr.HasLog("waiting for the database"))

@@ -12,6 +12,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/pgcluster"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
@@ -154,4 +157,29 @@ func (s *Services) ExpiredAdminToken(t testing.TB, name string) string {
 		t.Fatalf("expired admin token: %v", err)
 	}
 	return token
+}
+
+// OwnPostgres is a PostgreSQL server of the test's own, with an empty
+// database "runmesh", for tests that stop and start it (Halt, Crash,
+// Restart); the shared one of NewPool must stay up.
+func OwnPostgres(t testing.TB) *pgcluster.Cluster {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "runmesh-own-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil { // the server may run as another user
+		t.Fatal(err)
+	}
+	c, err := pgcluster.Start(ctx, pgcluster.Options{DataDir: filepath.Join(dir, "data"), LogFile: filepath.Join(dir, "postgres.log")})
+	if err != nil {
+		t.Fatalf("own PostgreSQL: %v", err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	if err := c.CreateDatabase(ctx, "runmesh"); err != nil {
+		t.Fatalf("own PostgreSQL: %v", err)
+	}
+	return c
 }

@@ -19,33 +19,20 @@ import (
 func TestACancelDuringAResultIsNotLost(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := store.New(storetest.NewPool(t))
-	org, err := s.CreateOrganisation(ctx, "org")
-	require.NoError(t, err)
-	pool, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "p"})
-	require.NoError(t, err)
-	r := storetest.ApprovedRunner(t, s, pool.ID, 8, 65536, 0)
-	j, _, err := s.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{PoolID: pool.ID, Image: "busybox",
-		Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"})
-	require.NoError(t, err)
-	big := store.Claim{Cores: 8, MemoryMiB: 65536}
-	held, ok, err := s.ClaimJob(ctx, store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30})
-	require.NoError(t, err)
-	require.True(t, ok)
-
+	x := leased(t)
 	reads := 0
-	f := &Finisher{Store: s, afterRead: func(context.Context) {
+	f := &Finisher{Store: x.store, afterRead: func(context.Context) {
 		reads++
 		// Another replica's transaction: not the one the result runs in.
-		_, err := s.CancelJob(context.Background(), store.AllOrganisations(), j.ID)
+		_, err := x.store.CancelJob(context.Background(), store.AllOrganisations(), x.job.ID)
 		require.NoError(t, err)
 	}}
 	zero := 0
-	done, err := f.Finish(ctx, store.Outcome{JobID: j.ID, Attempt: held.Attempt, RunnerID: r, ExitCode: &zero})
+	done, err := f.Finish(ctx, store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
 	require.NoError(t, err)
 	require.Equal(t, 1, reads)
 	require.Equal(t, store.JobCancelled, done.State, "the cancel that came between the read and the update")
-	got, err := s.Job(ctx, store.AllOrganisations(), j.ID)
+	got, err := x.store.Job(ctx, store.AllOrganisations(), x.job.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobCancelled, got.State)
 }

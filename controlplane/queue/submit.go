@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"regexp"
 	"slices"
 
 	"github.com/google/uuid"
@@ -112,7 +111,7 @@ func check(in Submission) (store.NewJob, string) {
 	}
 	env := make(map[string]string, len(in.Env))
 	for _, e := range in.Env {
-		if !envName.MatchString(e.Name) || !runnerapi.ValidEnvName(e.Name) {
+		if !runnerapi.ValidEnvName(e.Name) {
 			return store.NewJob{}, fmt.Sprintf("env: %q is not a variable name", e.Name)
 		}
 		if err := runnerapi.CheckEnvValue(e.Value); err != nil {
@@ -131,10 +130,11 @@ func check(in Submission) (store.NewJob, string) {
 
 // checkSpec checks the bounds of every field but the env's names.
 func checkSpec(in Submission) string {
+	if err := runnerapi.CheckImage(in.Image); err != nil {
+		return err.Error()
+	}
 	c := in.Claim
 	switch {
-	case runnerapi.CheckImage(in.Image) != nil:
-		return runnerapi.CheckImage(in.Image).Error()
 	case c.Cores <= 0 || c.Cores > 4096 || math.IsNaN(c.Cores):
 		return "claim.cores: more than 0, at most 4096"
 	case c.MemoryMiB < 0:
@@ -178,5 +178,3 @@ func checkSpec(in Submission) string {
 	}
 	return ""
 }
-
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)

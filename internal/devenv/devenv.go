@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // FileName is dev.env's name in the dev state directory.
@@ -34,7 +36,7 @@ func Read(path string) (map[string]string, error) {
 			continue
 		}
 		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok || !validKey(k) {
+		if !ok || !runnerapi.ValidEnvName(k) {
 			return nil, fmt.Errorf("%s:%d: not a KEY=value line", path, n)
 		}
 		env[k] = strings.Trim(v, `"'`)
@@ -43,19 +45,6 @@ func Read(path string) (map[string]string, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return env, nil
-}
-
-// validKey: an environment variable's name.
-func validKey(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i, r := range k {
-		if !(r == '_' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || i > 0 && r >= '0' && r <= '9') {
-			return false
-		}
-	}
-	return true
 }
 
 // Write replaces path with env's known keys, mode 0600 (it holds a token),

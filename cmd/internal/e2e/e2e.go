@@ -112,40 +112,34 @@ func NewNotify(t testing.TB) *Notify {
 func (n *Notify) Env() string { return "NOTIFY_SOCKET=" + n.Path }
 
 // WaitFor waits for the message want (e.g. "READY=1").
+func (n *Notify) WaitFor(t testing.TB, want string, within time.Duration) {
+	t.Helper()
+	n.wait(t, want, within, func(m string) bool { return m == want })
+}
+
 // WaitForPrefix waits for a message that starts with prefix, and returns it.
 func (n *Notify) WaitForPrefix(t testing.TB, prefix string, within time.Duration) string {
 	t.Helper()
-	timeout := time.After(within)
-	for {
-		select {
-		case m, ok := <-n.msgs:
-			if !ok {
-				t.Fatalf("notify socket closed before %s…", prefix)
-			}
-			if strings.HasPrefix(m, prefix) {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("no %s… within %v", prefix, within)
-			return ""
-		}
-	}
+	return n.wait(t, prefix+"…", within, func(m string) bool { return strings.HasPrefix(m, prefix) })
 }
 
-func (n *Notify) WaitFor(t testing.TB, want string, within time.Duration) {
+// wait returns the first message match takes, passing over the others, or
+// fails the test after within.
+func (n *Notify) wait(t testing.TB, what string, within time.Duration, match func(string) bool) string {
 	t.Helper()
 	timeout := time.After(within)
 	for {
 		select {
 		case m, ok := <-n.msgs:
 			if !ok {
-				t.Fatalf("notify socket closed before %s", want)
+				t.Fatalf("notify socket closed before %s", what)
 			}
-			if m == want {
-				return
+			if match(m) {
+				return m
 			}
 		case <-timeout:
-			t.Fatalf("no %s within %v", want, within)
+			t.Fatalf("no %s within %v", what, within)
+			return ""
 		}
 	}
 }
