@@ -136,35 +136,36 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return withSocket(limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, logins, onlyUTF8(o.MaxBodyBytes, unavailableIs503(o.MaxResponseBytes, srv)))))
+	return withSocket(limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, logins, onlyUTF8(o.MaxBodyBytes, answerShaping(o.MaxResponseBytes, srv)))))
 }
 
 type unavailableKey struct{}
 
 // markUnavailable notes that an error of the request's answer is
-// CodeUnavailable (see unavailableIs503).
+// CodeUnavailable (see answerShaping).
 func markUnavailable(ctx context.Context) {
 	if flag, ok := ctx.Value(unavailableKey{}).(*atomic.Bool); ok {
 		flag.Store(true)
 	}
 }
 
-// unavailableIs503 answers 503 with Retry-After, instead of 200, a request
-// whose answer holds an UNAVAILABLE error: one retryable answer for every
-// transient failure, whichever part of the request met it. (Errors are
-// presented before the answer is written.)
-func unavailableIs503(maxAnswer int, next http.Handler) http.Handler {
+// answerShaping writes an answer as the request's errors say it should go:
+// 503 with Retry-After, instead of 200, when one is UNAVAILABLE (one
+// retryable answer for every transient failure, whichever part of the
+// request met it; errors are presented before the answer is written), and
+// a TOO_LARGE error instead of an answer over maxAnswer bytes.
+func answerShaping(maxAnswer int, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebsocketUpgrade(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
 		flag := new(atomic.Bool)
-		next.ServeHTTP(&statusFromFlag{ResponseWriter: w, flag: flag, maxAnswer: maxAnswer}, r.WithContext(context.WithValue(r.Context(), unavailableKey{}, flag)))
+		next.ServeHTTP(&shapedAnswer{ResponseWriter: w, flag: flag, maxAnswer: maxAnswer}, r.WithContext(context.WithValue(r.Context(), unavailableKey{}, flag)))
 	})
 }
 
-type statusFromFlag struct {
+type shapedAnswer struct {
 	http.ResponseWriter
 	flag      *atomic.Bool
 	written   bool
@@ -172,7 +173,7 @@ type statusFromFlag struct {
 	sent      int
 }
 
-func (w *statusFromFlag) WriteHeader(code int) {
+func (w *shapedAnswer) WriteHeader(code int) {
 	if !w.written {
 		w.written = true
 		if w.flag.Load() && code < 300 {
@@ -185,7 +186,7 @@ func (w *statusFromFlag) WriteHeader(code int) {
 
 // Write sends the answer, unless it is over maxAnswer: then (gqlgen writes
 // an answer whole, in one Write) a TOO_LARGE error goes instead.
-func (w *statusFromFlag) Write(p []byte) (int, error) {
+func (w *shapedAnswer) Write(p []byte) (int, error) {
 	if w.sent+len(p) > w.maxAnswer {
 		if w.sent > 0 {
 			return 0, errors.New("answer over its bound")

@@ -18,7 +18,7 @@ import (
 func TestAnUnavailableDatabaseIsOneRetryableAnswer(t *testing.T) {
 	t.Parallel()
 	present := presentError(nil)
-	h := unavailableIs503(1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := answerShaping(1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		err := present(r.Context(), fmt.Errorf("list jobs: %w: 57P03", record.ErrUnavailable))
 		if err.Extensions["code"] != CodeUnavailable {
 			t.Errorf("code %v", err.Extensions["code"])
@@ -33,7 +33,7 @@ func TestAnUnavailableDatabaseIsOneRetryableAnswer(t *testing.T) {
 	}
 
 	// Any other error leaves the answer a 200.
-	h = unavailableIs503(1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h = answerShaping(1<<20, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = present(r.Context(), record.ErrNotFound)
 		_, _ = w.Write([]byte(`{}`))
 	}))
