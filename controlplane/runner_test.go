@@ -28,6 +28,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/tokens"
+	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -102,7 +103,7 @@ type unauditedFails struct{ t testing.TB }
 
 func (h unauditedFails) Enabled(context.Context, slog.Level) bool { return true }
 func (h unauditedFails) Handle(_ context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, "not audited in its own transaction") {
+	if r.Message == graph.UnauditedMutation {
 		h.t.Errorf("%s", r.Message)
 	}
 	return nil

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/runmesh/runmesh/graph"
 )
 
 type slogLogger = slog.Logger
@@ -19,7 +21,7 @@ type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
-	if strings.Contains(string(p), "not audited in its own transaction") {
+	if strings.Contains(string(p), graph.UnauditedMutation) {
 		w.t.Errorf("a mutation was audited apart from its change: %s", p)
 	}
 	return len(p), nil
