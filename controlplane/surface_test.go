@@ -95,7 +95,10 @@ func TestTheStepRoutesAreBoundedBeforeTheyParse(t *testing.T) {
 // flight without a client certificate.
 func TestUnauthenticatedPeersHoldLittle(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(o *controlplane.Options) { o.ReadTimeout = 2 * time.Second })
+	// Long enough that all 16 are in flight together on a loaded machine,
+	// short enough to wait out.
+	const readTimeout = 8 * time.Second
+	b := setup(t, func(o *controlplane.Options) { o.ReadTimeout = readTimeout })
 	host := strings.TrimPrefix(b.runnerURL, "https://")
 	trickle := func() *tls.Conn {
 		conn, err := tls.Dial("tcp", host, &tls.Config{RootCAs: b.roots(), ServerName: "127.0.0.1"})
@@ -105,6 +108,7 @@ func TestUnauthenticatedPeersHoldLittle(t *testing.T) {
 		return conn
 	}
 	var held []*tls.Conn
+	opened := time.Now()
 	for range 16 { // runnerhttp.MaxUnauthenticatedPerPeer
 		held = append(held, trickle())
 	}
@@ -119,10 +123,9 @@ func TestUnauthenticatedPeersHoldLittle(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "a seventeenth is refused")
 
 	// The trickled requests end at the read timeout, and their slots with them.
-	start := time.Now()
-	held[0].SetReadDeadline(time.Now().Add(10 * time.Second))
+	held[0].SetReadDeadline(time.Now().Add(3 * readTimeout))
 	_, _ = io.ReadAll(held[0])
-	require.Less(t, time.Since(start), 5*time.Second, "the server let go of a trickled body")
+	require.Less(t, time.Since(opened), readTimeout+4*time.Second, "the server let go of a trickled body")
 	require.Eventually(t, func() bool {
 		r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathEnrol, bytes.Repeat([]byte(" "), 1))
 		return r.Status == http.StatusBadRequest
