@@ -19,6 +19,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -215,6 +216,28 @@ func TestSubmittingWakesAWaitingRunner(t *testing.T) {
 	at, ok := <-got
 	require.True(t, ok, "no lease")
 	require.Less(t, at.Sub(submitted), time.Second)
+}
+
+// A job given back waits out its backoff (2 s after a first host fault);
+// a runner already waiting for work gets it when the backoff ends, not
+// when its long-poll would have ended (30 s here).
+func TestAJobGivenBackReachesAWaitingRunnerWhenItsBackoffEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	b.submit(t, b.platform, jobInput(b.poolA.ID))
+	first := b.lease(t, c, anyWork(0))
+	require.Len(t, first, 1)
+	r := b.result(t, c, first[0], runnerapi.ResultRequest{Attempt: 1, ReturnReason: ptr("runtime went away"), HostFault: true})
+	require.JSONEq(t, `{"state":"QUEUED"}`, r.Body)
+	back := time.Now()
+
+	again := b.lease(t, c, anyWork(30))
+	waited := time.Since(back)
+	require.Len(t, again, 1, "the long-poll ended empty")
+	require.Equal(t, 2, again[0].Attempt)
+	require.GreaterOrEqual(t, waited, queue.Backoff(1)-200*time.Millisecond, "leased before its backoff ended")
+	require.Less(t, waited, queue.Backoff(1)+time.Second, "the backoff's end did not wake the waiting runner")
 }
 
 func TestCancellingARunningJob(t *testing.T) {

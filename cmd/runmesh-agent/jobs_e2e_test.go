@@ -47,12 +47,13 @@ func (s sandbox) jobUnits() string {
 	return s.must("user", "systemctl", "--user", "list-units", "--all", "--plain", "--no-legend", "runmesh-job-*")
 }
 
-// TestJobsInTheSandbox runs the real server on the host's loopback and
+// TestJobsInTheSandbox runs the real server on the host and
 // the real agent as a systemd service inside the sandbox, and walks a
 // runner's life with jobs: a job's exit code and output, a kill -9 of the
 // agent mid-job (adopted), an agent down longer than the lease (the job
 // runs again, the survivor is stopped), cancellation, the wall clock,
-// images that cannot be had, and a drain.
+// images that cannot be had, a drain, and the chaos drills: the agent
+// frozen (SIGSTOP) and cut off the network past its lease, and 100 kill -9s.
 func TestJobsInTheSandbox(t *testing.T) {
 	dir := os.Getenv("RUNMESH_SANDBOX_DIR")
 	if os.Getenv("RUNMESH_SANDBOX_UP") == "" || dir == "" {
@@ -64,7 +65,9 @@ func TestJobsInTheSandbox(t *testing.T) {
 	agentBin := filepath.Join(dir, "bin", "runmesh-agent")
 	require.FileExists(t, agentBin, "make test-e2e builds the agent there")
 
-	srv := e2e.StartDev(t, serverBin)
+	// The runner listener is where the cut drill's network namespace can
+	// reach it, and so can the rest of the sandbox.
+	srv := e2e.StartDev(t, serverBin, "--runner-addr", cutNetwork(t, sb))
 	dev := srv.Env
 	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
 	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
@@ -154,7 +157,7 @@ func TestJobsInTheSandbox(t *testing.T) {
 	}
 	job := func(id string) map[string]any {
 		return srv.GraphQL(t, `query($id: ID!) { job(id: $id) { state stateReason attempt logs
-			runs { attempt runnerName finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion } } }`,
+			runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion } } }`,
 			map[string]any{"id": id})["job"].(map[string]any)
 	}
 	waitState := func(id string, within time.Duration, states ...string) map[string]any {
@@ -324,6 +327,16 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.Equal(t, "lease expired", runs[0].(map[string]any)["returnReason"])
 		require.EqualValues(t, 0, runs[1].(map[string]any)["exitCode"])
 		require.NotContains(t, sb.jobUnits(), "runmesh-job-"+id+"-1.service", "the thawed agent stopped the attempt it no longer held")
+	})
+
+	t.Run("the agent cut off the network past its lease (a network namespace): each job runs again, once", func(t *testing.T) {
+		lastHeartbeat := func() time.Time {
+			at, _ := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { lastHeartbeatAt } }`,
+				map[string]any{"id": runnerID})["runner"].(map[string]any)["lastHeartbeatAt"].(string)
+			ts, _ := time.Parse(time.RFC3339Nano, at)
+			return ts
+		}
+		cutDrill(t, sb, submit, job, waitState, lastHeartbeat, busybox)
 	})
 
 	t.Run("100 kill -9s of the agent at random points of its jobs' lives: every job ends, once", func(t *testing.T) {

@@ -3,6 +3,7 @@ package heartbeat
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -149,4 +150,30 @@ func TestNoDriverIsAHealthyCPUHost(t *testing.T) {
 	require.Equal(t, "healthy (1 condition)", reg.Summary())
 	l.measured(runnerapi.Capacity{GPUsUnavailable: "the NVIDIA kernel driver is not loaded"})
 	require.Contains(t, reg.Summary(), "degraded: nvml: the NVIDIA kernel driver is not loaded")
+}
+
+// A beat stuck on a connection that died without a word fails within an
+// interval (a third of the lease; 2 s at the least), so that the retry
+// can still save the lease, instead of waiting out a fixed 30 s.
+func TestABeatStuckOnADeadConnectionFailsWithinAnInterval(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server sees the client leave
+		<-r.Context().Done()               // and never answers
+	}))
+	defer srv.Close()
+	client, err := runnerclient.Anonymous(srv.URL, srv.Certificate())
+	require.NoError(t, err)
+	lib, _ := nvmltest.XIDServer()
+	l := &Loop{Client: client, Collector: &capacity.Collector{Host: capacity.HostProbe{WorkDir: t.TempDir()}, GPUs: capacity.NewGPUs(lib)},
+		Log: slog.New(slog.DiscardHandler)}
+	l.every.Store(int64(3 * time.Second)) // a 9 s lease
+	start := time.Now()
+	require.Error(t, l.Once(context.Background()))
+	took := time.Since(start)
+	require.GreaterOrEqual(t, took, 3*time.Second)
+	require.Less(t, took, 5*time.Second, "a stuck beat outlived its interval")
+
+	require.Equal(t, 2*time.Second, beatTimeout(time.Second), "at the least")
+	require.Equal(t, 30*time.Second, beatTimeout(time.Minute), "at the most")
 }

@@ -167,11 +167,20 @@ func (l *Loop) beat(ctx context.Context) Beat {
 	if l.Recovery != nil {
 		req.Recovery = l.Recovery()
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, beatTimeout(l.interval()))
 	defer cancel()
 	var resp runnerapi.HeartbeatResponse
 	err = l.Client.Do(ctx, http.MethodPost, runnerapi.PathHeartbeat, req, &resp)
 	return Beat{Capacity: c, Proof: req.Recovery, Response: resp, Err: err}
+}
+
+// beatTimeout is how long one beat may take: an interval (a third of the
+// lease), 2 s at the least and 30 s at the most. A beat stuck on a
+// connection that died without a word (a partition, a replica's host gone)
+// must fail while the lease can still be saved: the retry goes out on a
+// fresh connection at once, before two more intervals end the lease.
+func beatTimeout(interval time.Duration) time.Duration {
+	return min(max(interval, 2*time.Second), 30*time.Second)
 }
 
 // measured sets the conditions a measurement answers.

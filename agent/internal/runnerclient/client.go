@@ -92,6 +92,13 @@ func (c *Client) dropOlder(now *tls.Certificate) {
 	}
 }
 
+// dropAll closes the idle connections after a request failed in transit
+// (timed out, reset, unreachable): they may be as dead as its own, which
+// the transport has closed, and a retry must not wait on one of them.
+func (c *Client) dropAll() {
+	c.http.CloseIdleConnections()
+}
+
 // APIError is a refusal from the runner API, with its stable code.
 type APIError struct {
 	Status int
@@ -133,6 +140,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, limit
 	c.dropOlder(start)
 	resp, err := c.http.Do(req)
 	if err != nil {
+		c.dropAll()
 		return err
 	}
 	// Deferred first, so it runs after the body is closed and the
@@ -149,6 +157,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any, limit
 		return fmt.Errorf("%s %s: the answer is over %d bytes", method, path, limit)
 	}
 	if err != nil {
+		c.dropAll()
 		return err
 	}
 	if resp.StatusCode >= 300 {
@@ -203,8 +212,16 @@ func (c *Client) Renew(ctx context.Context) ([]*x509.Certificate, error) {
 // with the current certificate.
 func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
 
+// leaseGrace is how long past its wait a lease request may take.
+var leaseGrace = 10 * time.Second
+
 // Lease asks for work; it long-polls up to req.WaitSeconds.
 func (c *Client) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error) {
+	// The server answers by the end of the wait; one that cannot (its
+	// host gone, the network cut) must not hold the agent's only request
+	// for work until TCP gives up, minutes later.
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds))*time.Second+leaseGrace)
+	defer cancel()
 	var out runnerapi.LeaseResponse
 	// Up to req.Max full job specs, which can outgrow other answers.
 	err := c.do(ctx, http.MethodPost, runnerapi.PathLeases, req, &out, max(runnerapi.LeaseAnswerBytes(req.Max), maxAnswerBytes))

@@ -8,7 +8,9 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -121,4 +123,82 @@ func selfSigned(t *testing.T, name string) *tls.Certificate {
 		t.Fatal(err)
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv}
+}
+
+// A request that fails in transit (here: timed out) leaves no pooled
+// connection behind for the retry: the others may be as dead as its own.
+func TestARequestFailedInTransitLeavesNoConnectionToReuse(t *testing.T) {
+	var opened atomic.Int32
+	both := make(chan struct{})
+	var arrived atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/hang":
+			<-r.Context().Done()
+		case "/pair": // holds the first until the second arrives: two connections
+			if arrived.Add(1) == 2 {
+				close(both)
+			}
+			<-both
+		}
+		_, _ = w.Write([]byte("{}"))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			opened.Add(1)
+		}
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	c, err := Anonymous(srv.URL, srv.Certificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			if err := c.Do(ctx, http.MethodGet, "/pair", nil, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := opened.Load(); n != 2 {
+		t.Fatalf("%d connections for two requests at once, want 2", n)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if err := c.Do(short, http.MethodGet, "/hang", nil, nil); err == nil {
+		t.Fatal("a request past its deadline succeeded")
+	}
+	if err := c.Do(ctx, http.MethodGet, "/ok", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := opened.Load(); n != 3 {
+		t.Fatalf("%d connections: the retry went out on one pooled before the failure, want a fresh one", n)
+	}
+}
+
+// A request for work that the server never answers ends shortly after its
+// wait would have.
+func TestARequestForWorkEndsPastItsWait(t *testing.T) {
+	defer func(g time.Duration) { leaseGrace = g }(leaseGrace)
+	leaseGrace = 300 * time.Millisecond
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	c, err := Anonymous(srv.URL, srv.Certificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := c.Lease(context.Background(), runnerapi.LeaseRequest{Max: 1, WaitSeconds: 1}); err == nil {
+		t.Fatal("an unanswered request for work succeeded")
+	}
+	if took := time.Since(start); took < time.Second || took > 3*time.Second {
+		t.Fatalf("an unanswered request for work with a 1 s wait ended after %v", took)
+	}
 }

@@ -93,8 +93,10 @@ func (s *Querier) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings [
 		return map[uuid.UUID]EndedJob{}, nil
 	}
 	var p finishParams
+	availableAt := make(map[uuid.UUID]*time.Time, len(endings))
 	for _, e := range endings {
 		p.add(e.Outcome, e.Transition, e.CancelRequested)
+		availableAt[e.Outcome.JobID] = e.Transition.AvailableAt
 	}
 	p.RunnerID = uuid.NullUUID{UUID: runnerID, Valid: true}
 	rows, err := s.q.FinishAttempts(ctx, s.hashJoins(ctx), dbsqlc.FinishAttemptsParams(p))
@@ -111,6 +113,7 @@ func (s *Querier) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings [
 		if JobState(row.State) == JobQueued {
 			events["REQUEUED"]++
 			requeued[row.PoolID] = true
+			s.wakeWhenAvailable(row.PoolID, availableAt[row.ID])
 		} else {
 			events[row.State]++
 		}

@@ -50,6 +50,8 @@ type shared struct {
 	hooksMu     sync.Mutex // guards runnerHooks and jobEvents
 	runnerHooks []func(channel, payload string)
 	jobEvents   []func(typ string, n int)
+
+	wakes wakes // long-polls to wake when a backoff ends (see wakeWhenAvailable)
 }
 
 // OnRunnerChange registers f to run after every commit that changed a

@@ -83,6 +83,7 @@ func (s *Tx) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLe
 		}
 		res.Requeued++
 		pools[j.PoolID] = true
+		s.wakeWhenAvailable(j.PoolID, t.AvailableAt)
 		if err := s.jobEvent(ctx, j.ID, "LEASE_EXPIRED", j.Attempt, j.RunnerID, detail); err != nil {
 			return res, err
 		}
