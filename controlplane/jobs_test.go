@@ -299,6 +299,57 @@ func TestAnExpiredLeaseIsRequeuedWithinLeasePlusSweep(t *testing.T) {
 	require.GreaterOrEqual(t, took, 5*time.Second, "not before the lease ran out")
 }
 
+// A lease whose answer never reached its runner (the replica that granted
+// it died first) is seen in the runner's heartbeats, which go on without
+// naming it: it is given back as not delivered, with no try charged. A
+// lease a heartbeat named once did reach the runner: losing it costs a try.
+func TestALeaseItsRunnerNeverNamedIsGivenBackWithoutATry(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 5}) { id } }`, map[string]any{"id": b.poolA.ID})
+	require.Empty(t, code)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	lost, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	named, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	leases := append(b.lease(t, c, anyWork(0)), b.lease(t, c, anyWork(0))...)
+	require.Len(t, leases, 2)
+	var namedLease runnerapi.Lease
+	for _, l := range leases {
+		if l.LeaseID == named {
+			namedLease = l
+		}
+	}
+	// One heartbeat names one of them (starting); then the runner forgets
+	// both and goes on heartbeating, as one that never had the other would.
+	b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0),
+		Leases: []runnerapi.HeldLease{{LeaseID: named, Attempt: namedLease.Attempt, Phase: runnerapi.PhaseStarting}}})
+	job := func(id string) map[string]any {
+		data, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state attempt events { type detail } runs { returnReason } } }`, map[string]any{"id": id})
+		return data["job"].(map[string]any)
+	}
+	require.Eventually(t, func() bool {
+		b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0)})
+		return job(lost)["state"] == "QUEUED" && job(named)["state"] == "QUEUED"
+	}, 15*time.Second, time.Second)
+
+	types := func(j map[string]any) (out []string) {
+		for _, e := range j["events"].([]any) {
+			out = append(out, e.(map[string]any)["type"].(string))
+		}
+		return out
+	}
+	l := job(lost)
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "REQUEUED"}, types(l), "no LEASE_EXPIRED: no try charged")
+	require.Equal(t, "lease not delivered: its runner heartbeated through the lease without naming it", l["events"].([]any)[2].(map[string]any)["detail"])
+	require.Equal(t, "not delivered", l["runs"].([]any)[0].(map[string]any)["returnReason"])
+	require.Equal(t, []string{"SUBMITTED", "LEASED", "LEASE_EXPIRED"}, types(job(named)), "a lease named once reached the runner")
+
+	// Given back at once, not after a backoff: the next request gets it.
+	again := b.lease(t, c, anyWork(0))
+	require.NotEmpty(t, again)
+	require.Equal(t, lost, again[0].LeaseID)
+}
+
 // Two replicas on one database: runners lease from either, and every job
 // is accepted exactly once.
 func TestTwoReplicasCompleteEveryJobOnce(t *testing.T) {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
 )
@@ -80,7 +82,7 @@ func (r *LeaseRescuer) pass(ctx context.Context) {
 	}
 	r.testSignals.rescued.signal(res)
 	if res != (store.RescuedLeases{}) {
-		r.log.Info("rescued expired leases", "requeued", res.Requeued, "failed", res.Failed)
+		r.log.Info("rescued expired leases", "requeued", res.Requeued, "failed", res.Failed, "not_delivered", res.Undelivered)
 	}
 }
 
@@ -102,16 +104,29 @@ func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) 
 				return err
 			}
 		}
-		jobs, err := tx.ExpiredLeases(ctx, nil, r.batch)
-		if err != nil || len(jobs) == 0 {
+		expired, err := tx.ExpiredLeases(ctx, nil, r.batch)
+		if err != nil || len(expired) == 0 {
 			return err
 		}
 		now := time.Now()
-		rescues := make([]store.LeaseRescue, len(jobs))
-		for i, j := range jobs {
-			rescues[i] = store.LeaseRescue{Job: j, Transition: queue.DecideExpiredLease(j, now)}
+		var rescues []store.LeaseRescue
+		unheard := map[uuid.UUID][]store.Job{} // by runner
+		for _, j := range expired {
+			if j.Unheard && j.RunnerID != nil {
+				unheard[*j.RunnerID] = append(unheard[*j.RunnerID], j.Job)
+				continue
+			}
+			rescues = append(rescues, store.LeaseRescue{Job: j.Job, Transition: queue.DecideExpiredLease(j.Job, now)})
 		}
-		res, err = tx.RescueLeases(ctx, rescues)
+		for runner, jobs := range unheard {
+			n, err := tx.ReturnUndelivered(ctx, runner, jobs, "its runner heartbeated through the lease without naming it")
+			if err != nil {
+				return err
+			}
+			res.Undelivered += n
+		}
+		rescued, err := tx.RescueLeases(ctx, rescues)
+		res.Requeued, res.Failed = rescued.Requeued, rescued.Failed
 		return err
 	})
 	if err != nil {

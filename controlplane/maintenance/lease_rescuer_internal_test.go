@@ -103,7 +103,7 @@ func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
 	b.claim(t, r)
 	b.expire(t, j.ID)
 
-	var jobs []store.Job
+	var jobs []store.ExpiredLease
 	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
 		var err error
 		jobs, err = tx.ExpiredLeases(ctx, nil, 0)
@@ -116,7 +116,7 @@ func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
 	err := b.store.WithTx(ctx, func(tx *store.Tx) error {
 		jobs, err := tx.ExpiredLeases(ctx, nil, 0)
 		require.NoError(t, err)
-		_, err = tx.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0], Transition: store.Transition{State: store.JobSucceeded}}})
+		_, err = tx.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0].Job, Transition: store.Transition{State: store.JobSucceeded}}})
 		return err
 	})
 	require.ErrorIs(t, err, store.ErrInvalid)

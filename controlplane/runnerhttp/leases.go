@@ -153,7 +153,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), claimTimeout)
 	defer cancel()
-	n, err := s.o.Store.ReturnUndelivered(ctx, c.runner.ID, jobs)
+	n, err := s.o.Store.ReturnUndelivered(ctx, c.runner.ID, jobs, "the runner's request ended before the answer")
 	if err != nil {
 		s.o.Log.Error("leases not delivered, and not given back: they expire", "runner", c.runner.ID, "leases", len(jobs), "err", err)
 		return

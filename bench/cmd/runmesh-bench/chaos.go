@@ -197,10 +197,11 @@ func (c *chaosRun) drain(within time.Duration) bool {
 
 // report reads every submitted job back and prints the table.
 func (c *chaosRun) report(out io.Writer, sub *submitter, worst time.Duration, drained bool) error {
-	states, charged, err := c.outcomes(sub.ids())
+	states, chargedJobs, err := c.outcomes(sub.ids())
 	if err != nil {
 		return err
 	}
+	charged := len(chargedJobs)
 	jobs := len(sub.ids())
 	succeeded := states["SUCCEEDED"]
 	stuck := states["QUEUED"] + states["LEASED"] + states["RUNNING"] + states["BLOCKED"]
@@ -212,42 +213,58 @@ func (c *chaosRun) report(out io.Writer, sub *submitter, worst time.Duration, dr
 	fmt.Fprintf(out, "errors by kind (the simulated runners'): %s\n", strings.Join(c.sim.errorKinds(), ", "))
 	met := dups == 0 && lost == 0 && stuck == 0 && charged == 0 && worst < 2*time.Second && c.sim.forged.accepted == 0 && drained
 	fmt.Fprintf(out, "goals (0 duplicates, 0 lost, 0 stuck, 0 tries charged by an outage, 0 forged accepted, resume < 2 s): %s\n", verdict(met))
+	for _, j := range chargedJobs[:min(len(chargedJobs), 3)] {
+		fmt.Fprintf(out, "charged a try: job %s:", j.ID)
+		for _, e := range j.Events {
+			fmt.Fprintf(out, " %s %s (attempt %d%s)", e.At.Format("15:04:05.000"), e.Type, e.Attempt, strings.TrimSuffix(", "+e.Detail, ", "))
+		}
+		fmt.Fprintln(out)
+	}
 	if !met {
 		return fmt.Errorf("chaos: goals not met")
 	}
 	return nil
 }
 
+// chaosJob is a job as read back, with its events.
+type chaosJob struct {
+	ID     string
+	State  string
+	Events []struct {
+		At      time.Time
+		Type    string
+		Attempt int
+		Detail  string
+	}
+}
+
 // outcomes reads the jobs back through GraphQL, a hundred a query, and
-// counts them by state, and those that lost a try to an expired lease
-// without being the frozen runner's (an outage's doing).
-func (c *chaosRun) outcomes(ids []string) (map[string]int, int, error) {
-	states, charged := map[string]int{}, 0
+// counts them by state, and returns those that lost a try to an expired
+// lease without being the frozen runner's (an outage's doing).
+func (c *chaosRun) outcomes(ids []string) (map[string]int, []chaosJob, error) {
+	states := map[string]int{}
+	var charged []chaosJob
 	frozenLeases := c.sim.leasesOf(c.frozen)
 	for i := 0; i < len(ids); i += 100 {
 		var q strings.Builder
 		q.WriteString("{ ")
 		for k, id := range ids[i:min(i+100, len(ids))] {
-			fmt.Fprintf(&q, "j%d: job(id: %q) { id state events { type } } ", k, id)
+			fmt.Fprintf(&q, "j%d: job(id: %q) { id state events { at type attempt detail } } ", k, id)
 		}
 		q.WriteString("}")
 		data, err := c.f.admin.gql(c.ctx, q.String(), nil)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
-		var got map[string]struct {
-			ID     string
-			State  string
-			Events []struct{ Type string }
-		}
+		var got map[string]chaosJob
 		if err := json.Unmarshal(data, &got); err != nil {
-			return nil, 0, err
+			return nil, nil, err
 		}
 		for _, j := range got {
 			states[j.State]++
 			for _, e := range j.Events {
 				if e.Type == "LEASE_EXPIRED" && !frozenLeases[j.ID] {
-					charged++
+					charged = append(charged, j)
 					break
 				}
 			}

@@ -143,11 +143,11 @@ func (b jobsBundle) sweep(ctx context.Context, o sweepOptions) (sweepResult, err
 		}
 		rescues := make([]store.LeaseRescue, len(jobs))
 		for i, j := range jobs {
-			t := queue.DecideExpiredLease(j, now)
+			t := queue.DecideExpiredLease(j.Job, now)
 			if t.AvailableAt != nil {
 				t.AvailableAt = &now
 			}
-			rescues[i] = store.LeaseRescue{Job: j, Transition: t}
+			rescues[i] = store.LeaseRescue{Job: j.Job, Transition: t}
 		}
 		rescued, err := tx.RescueLeases(ctx, rescues)
 		res.Requeued, res.Failed = rescued.Requeued, rescued.Failed
@@ -734,7 +734,7 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 		runner uuid.UUID
 		job    store.Job
 	}{{other, leased}, {r, stale}} {
-		n, err := b.store.ReturnUndelivered(ctx, try.runner, []store.Job{try.job})
+		n, err := b.store.ReturnUndelivered(ctx, try.runner, []store.Job{try.job}, "test")
 		require.NoError(t, err)
 		require.Zero(t, n)
 	}
@@ -751,18 +751,18 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	require.Equal(t, running.ID, delivered.ID)
 	_, err = b.store.ExtendLeases(ctx, r, 60, []store.LeaseReport{{LeaseID: delivered.ID, Attempt: 1, Phase: "RUNNING"}})
 	require.NoError(t, err)
-	back, err := b.store.ReturnUndelivered(ctx, r, []store.Job{delivered})
+	back, err := b.store.ReturnUndelivered(ctx, r, []store.Job{delivered}, "test")
 	require.NoError(t, err)
 	require.Zero(t, back)
 	got, err = b.store.Job(ctx, store.AllOrganisations(), running.ID)
 	require.NoError(t, err)
 	require.Equal(t, store.JobRunning, got.State)
 
-	n, err := b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	n, err := b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	// Twice is once.
-	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Zero(t, n)
 	got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
@@ -808,7 +808,7 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	require.Equal(t, c.ID, leased.ID)
 	_, err = b.store.CancelJob(ctx, store.AllOrganisations(), c.ID)
 	require.NoError(t, err)
-	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased})
+	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	got, err = b.store.Job(ctx, store.AllOrganisations(), c.ID)

@@ -61,13 +61,14 @@ func (s *Querier) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSec
 	return out, nil
 }
 
-// ReturnUndelivered gives back leases (as ClaimJobs returned them) granted
-// to a request that ended before the answer reached the runner: each job is QUEUED again at once
+// ReturnUndelivered gives back leases (as ClaimJobs returned them) that
+// never reached the runner, why says how it is known (the request ended
+// before its answer; no heartbeat named the lease): each job is QUEUED again at once
 // (CANCELLED if a cancel came meanwhile), its run ends "not delivered",
 // and the attempt is not counted as a try. Only the runner's own leases
 // at exactly the attempt, still LEASED, are returned; it reports how many
 // were. The runner's failures in a row are left alone: it ran nothing.
-func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job) (int, error) {
+func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job, why string) (int, error) {
 	if len(leased) == 0 {
 		return 0, nil
 	}
@@ -79,7 +80,7 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 	var n int
 	err := s.atomically(ctx, func(tx *Tx) error {
 		back, err := tx.q.ReturnUndelivered(ctx, tx.db, dbsqlc.ReturnUndeliveredParams{
-			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
+			Ids: ids, Attempts: attempts, RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}, Detail: "lease not delivered: " + why})
 		if err != nil {
 			return mapErr(err)
 		}

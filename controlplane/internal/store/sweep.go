@@ -30,16 +30,26 @@ func batchOr(max int) int32 {
 // transaction ends. Rows another transaction holds are skipped.
 // What becomes of them is policy's to decide and RescueLeases' to apply, in
 // the same transaction.
-func (s *Tx) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]Job, error) {
+func (s *Tx) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]ExpiredLease, error) {
 	rows, err := s.q.ExpiredLeases(ctx, s.db, dbsqlc.ExpiredLeasesParams{Now: now, MaxRows: batchOr(max)})
 	if err != nil {
 		return nil, fmt.Errorf("read expired leases: %w", mapErr(err))
 	}
-	jobs := make([]Job, len(rows))
+	leases := make([]ExpiredLease, len(rows))
 	for i, row := range rows {
-		jobs[i] = jobFromRow(row)
+		leases[i] = ExpiredLease{Job: jobFromRow(row.Job), Unheard: row.Unheard}
 	}
-	return jobs, nil
+	return leases, nil
+}
+
+// ExpiredLease is a job whose lease ran out. Unheard: no heartbeat named
+// the lease while its runner went on heartbeating, well past when the answer
+// would have reached it; the runner never had it (the replica that
+// granted it went down before the answer went out), and it is given back as
+// not delivered rather than charged a try.
+type ExpiredLease struct {
+	Job
+	Unheard bool
 }
 
 // LeaseRescue is what policy decided for a job ExpiredLeases returned: back
@@ -49,8 +59,9 @@ type LeaseRescue struct {
 	Transition
 }
 
-// RescuedLeases counts what RescueLeases did.
-type RescuedLeases struct{ Requeued, Failed int }
+// RescuedLeases counts what a pass of the lease rescuer did: jobs requeued
+// or failed by RescueLeases, and leases given back as never delivered.
+type RescuedLeases struct{ Requeued, Failed, Undelivered int }
 
 // RescueLeases applies rescues in the transaction whose ExpiredLeases
 // locked their jobs: each attempt's run ends ("lease expired"), the job

@@ -162,7 +162,7 @@ fitting AS (
 leased AS (
     UPDATE jobs j
     SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
-        leased_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+        leased_at = coalesce(sqlc.narg('now')::timestamptz, now()), lease_heard_at = NULL,
         lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM r
     WHERE j.id = ANY(ARRAY(SELECT id FROM fitting))
@@ -200,7 +200,8 @@ UPDATE runners SET recovery = @recovery, recovery_at = now() WHERE id = @id;
 WITH extended AS (
     UPDATE jobs j
     SET lease_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lease_seconds::int),
-        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
+        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END,
+        lease_heard_at = coalesce(old.lease_heard_at, coalesce(sqlc.narg('now')::timestamptz, now()))
     FROM jsonb_to_recordset(@leases::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
     WHERE j.id = ANY(@ids::uuid[]) AND j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = @runner_id
       AND old.id = ANY(@ids::uuid[]) AND old.id = j.id
@@ -309,11 +310,18 @@ SELECT * FROM job_events WHERE job_id = @job_id AND id > @after_id ORDER BY id;
 -- name: ExpiredLeases :many
 -- Leases past their expiry, locked for the sweeper; SKIP LOCKED lets
 -- several replicas' sweepers share the work instead of colliding.
-SELECT * FROM jobs
-WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
-ORDER BY lease_expires_at
+-- unheard: no heartbeat named the lease, though its runner heartbeated in
+-- the second half of it, long after the answer would have reached it had it
+-- gone out: the runner never had it. (lease_expires_at - leased_at is the
+-- lease as granted, with any outage credit: no heartbeat extended it.)
+SELECT sqlc.embed(j),
+       (j.state = 'LEASED' AND j.lease_heard_at IS NULL
+        AND coalesce(r.last_heartbeat_at > j.leased_at + (j.lease_expires_at - j.leased_at) / 2, false))::boolean AS unheard
+FROM jobs j LEFT JOIN runners r ON r.id = j.runner_id
+WHERE j.state IN ('LEASED', 'RUNNING') AND j.lease_expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+ORDER BY j.lease_expires_at
 LIMIT @max_rows
-FOR UPDATE SKIP LOCKED;
+FOR UPDATE OF j SKIP LOCKED;
 
 -- name: TimedOutJobs :many
 -- Queued jobs past their pool's queue timeout, locked for the sweeper.
@@ -397,7 +405,7 @@ run_rows AS (
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
     SELECT id, CASE WHEN state = 'CANCELLED' THEN 'CANCELLED' ELSE 'REQUEUED' END, attempt, @runner_id,
-           'lease not delivered: the runner''s request ended before the answer'
+           @detail::text
     FROM back
 )
 SELECT id, pool_id, state FROM back;

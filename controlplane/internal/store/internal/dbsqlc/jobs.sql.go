@@ -79,17 +79,17 @@ fitting AS (
 leased AS (
     UPDATE jobs j
     SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
-        leased_at = coalesce($3::timestamptz, now()),
+        leased_at = coalesce($3::timestamptz, now()), lease_heard_at = NULL,
         lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM r
     WHERE j.id = ANY(ARRAY(SELECT id FROM fitting))
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM leased ORDER BY priority DESC, submitted_at, id
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM leased ORDER BY priority DESC, submitted_at, id
 `
 
 type ClaimJobsParams struct {
@@ -134,6 +134,7 @@ type ClaimJobsRow struct {
 	FinishedAt       *time.Time
 	Undelivered      int32
 	LeasedAt         *time.Time
+	LeaseHeardAt     *time.Time
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -211,6 +212,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -322,11 +324,14 @@ func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunP
 }
 
 const expiredLeases = `-- name: ExpiredLeases :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs
-WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at < coalesce($1::timestamptz, now())
-ORDER BY lease_expires_at
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at,
+       (j.state = 'LEASED' AND j.lease_heard_at IS NULL
+        AND coalesce(r.last_heartbeat_at > j.leased_at + (j.lease_expires_at - j.leased_at) / 2, false))::boolean AS unheard
+FROM jobs j LEFT JOIN runners r ON r.id = j.runner_id
+WHERE j.state IN ('LEASED', 'RUNNING') AND j.lease_expires_at < coalesce($1::timestamptz, now())
+ORDER BY j.lease_expires_at
 LIMIT $2
-FOR UPDATE SKIP LOCKED
+FOR UPDATE OF j SKIP LOCKED
 `
 
 type ExpiredLeasesParams struct {
@@ -334,43 +339,54 @@ type ExpiredLeasesParams struct {
 	MaxRows int32
 }
 
+type ExpiredLeasesRow struct {
+	Job     Job
+	Unheard bool
+}
+
 // Leases past their expiry, locked for the sweeper; SKIP LOCKED lets
 // several replicas' sweepers share the work instead of colliding.
-func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesParams) ([]Job, error) {
+// unheard: no heartbeat named the lease, though its runner heartbeated in
+// the second half of it, long after the answer would have reached it had it
+// gone out: the runner never had it. (lease_expires_at - leased_at is the
+// lease as granted, with any outage credit: no heartbeat extended it.)
+func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesParams) ([]ExpiredLeasesRow, error) {
 	rows, err := db.Query(ctx, expiredLeases, arg.Now, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []ExpiredLeasesRow
 	for rows.Next() {
-		var i Job
+		var i ExpiredLeasesRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
-			&i.State,
-			&i.StateReason,
-			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
-			&i.FinishedAt,
-			&i.Undelivered,
-			&i.LeasedAt,
+			&i.Job.ID,
+			&i.Job.PoolID,
+			&i.Job.SubmittedBy,
+			&i.Job.Image,
+			&i.Job.Command,
+			&i.Job.Env,
+			&i.Job.Cores,
+			&i.Job.MemoryMib,
+			&i.Job.Gpus,
+			&i.Job.WallClockSeconds,
+			&i.Job.Priority,
+			&i.Job.MaxAttempts,
+			&i.Job.IdempotencyKey,
+			&i.Job.Kind,
+			&i.Job.State,
+			&i.Job.StateReason,
+			&i.Job.Attempt,
+			&i.Job.RunnerID,
+			&i.Job.LeaseExpiresAt,
+			&i.Job.AvailableAt,
+			&i.Job.CancelRequested,
+			&i.Job.SubmittedAt,
+			&i.Job.FinishedAt,
+			&i.Job.Undelivered,
+			&i.Job.LeasedAt,
+			&i.Job.LeaseHeardAt,
+			&i.Unheard,
 		); err != nil {
 			return nil, err
 		}
@@ -386,7 +402,8 @@ const extendLeases = `-- name: ExtendLeases :many
 WITH extended AS (
     UPDATE jobs j
     SET lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::int),
-        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END
+        state = CASE WHEN v.phase = 'RUNNING' THEN 'RUNNING' ELSE j.state END,
+        lease_heard_at = coalesce(old.lease_heard_at, coalesce($1::timestamptz, now()))
     FROM jsonb_to_recordset($5::jsonb) AS v (lease_id uuid, attempt int, phase text), jobs old
     WHERE j.id = ANY($3::uuid[]) AND j.id = v.lease_id AND j.attempt = v.attempt AND j.runner_id = $4
       AND old.id = ANY($3::uuid[]) AND old.id = j.id
@@ -590,7 +607,7 @@ func (q *Queries) GetHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, 
 }
 
 const getJob = `-- name: GetJob :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
 `
@@ -630,12 +647,13 @@ func (q *Queries) GetJob(ctx context.Context, db DBTX, arg GetJobParams) (Job, e
 		&i.FinishedAt,
 		&i.Undelivered,
 		&i.LeasedAt,
+		&i.LeaseHeardAt,
 	)
 	return i, err
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
 FOR UPDATE OF j
@@ -676,6 +694,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, db DBTX, arg GetJobForUpd
 		&i.FinishedAt,
 		&i.Undelivered,
 		&i.LeasedAt,
+		&i.LeaseHeardAt,
 	)
 	return i, err
 }
@@ -870,7 +889,7 @@ func (q *Queries) InsertLogChunk(ctx context.Context, db DBTX, arg InsertLogChun
 }
 
 const jobByIdempotencyKey = `-- name: JobByIdempotencyKey :one
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs WHERE pool_id = $1 AND idempotency_key = $2
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs WHERE pool_id = $1 AND idempotency_key = $2
 `
 
 type JobByIdempotencyKeyParams struct {
@@ -907,6 +926,7 @@ func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIde
 		&i.FinishedAt,
 		&i.Undelivered,
 		&i.LeasedAt,
+		&i.LeaseHeardAt,
 	)
 	return i, err
 }
@@ -1134,7 +1154,7 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
 WHERE $1::text IS NULL OR state = $1
 ORDER BY id DESC
 LIMIT $2
@@ -1184,6 +1204,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1196,9 +1217,9 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 }
 
 const listJobsInPools = `-- name: ListJobsInPools :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM pools p
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM pools p
 CROSS JOIN LATERAL (
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
      -- The pool as a range and in the order: with an equality the planner
      -- drops the pool from the order and may walk the primary key instead,
      -- past every other pool's jobs (it guesses each pool holds an even
@@ -1209,7 +1230,7 @@ CROSS JOIN LATERAL (
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT $2)
     UNION ALL
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
      WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
        AND ($1::text IS NULL OR jobs.state = $1)
      ORDER BY jobs.id DESC
@@ -1277,6 +1298,7 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1644,7 +1666,7 @@ run_rows AS (
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
     SELECT id, CASE WHEN state = 'CANCELLED' THEN 'CANCELLED' ELSE 'REQUEUED' END, attempt, $2,
-           'lease not delivered: the runner''s request ended before the answer'
+           $4::text
     FROM back
 )
 SELECT id, pool_id, state FROM back
@@ -1654,6 +1676,7 @@ type ReturnUndeliveredParams struct {
 	Ids      []uuid.UUID
 	RunnerID uuid.NullUUID
 	Attempts []int32
+	Detail   string
 }
 
 type ReturnUndeliveredRow struct {
@@ -1669,7 +1692,12 @@ type ReturnUndeliveredRow struct {
 // result: only the runner's own lease at exactly that attempt, still
 // LEASED (a job it reported RUNNING was delivered), is returned.
 func (q *Queries) ReturnUndelivered(ctx context.Context, db DBTX, arg ReturnUndeliveredParams) ([]ReturnUndeliveredRow, error) {
-	rows, err := db.Query(ctx, returnUndelivered, arg.Ids, arg.RunnerID, arg.Attempts)
+	rows, err := db.Query(ctx, returnUndelivered,
+		arg.Ids,
+		arg.RunnerID,
+		arg.Attempts,
+		arg.Detail,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1790,7 +1818,7 @@ func (q *Queries) TickMaintenanceClock(ctx context.Context, db DBTX, duty string
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
       < coalesce($2::timestamptz, now())
@@ -1846,6 +1874,7 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1880,7 +1909,7 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const unblockable = `-- name: Unblockable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
 WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -1926,6 +1955,7 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1974,7 +2004,7 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 }
 
 const unplaceable = `-- name: Unplaceable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2023,6 +2053,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}
@@ -2035,7 +2066,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unplaceableSince = `-- name: UnplaceableSince :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2089,6 +2120,7 @@ func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg Unplaceable
 			&i.FinishedAt,
 			&i.Undelivered,
 			&i.LeasedAt,
+			&i.LeaseHeardAt,
 		); err != nil {
 			return nil, err
 		}

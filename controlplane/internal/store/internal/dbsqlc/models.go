@@ -106,6 +106,7 @@ type Job struct {
 	FinishedAt       *time.Time
 	Undelivered      int32
 	LeasedAt         *time.Time
+	LeaseHeardAt     *time.Time
 }
 
 type JobEvent struct {
