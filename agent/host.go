@@ -17,13 +17,12 @@ import (
 
 // newCollector measures this host: GPUs through NVML, the rest from
 // /proc and cgroups; limits, from podman, go with every report. The
-// collector's GPUs must be closed.
+// collector's GPUs must be closed. It creates nothing: free disk is
+// measured at the work directory or, before the first run made it, the
+// nearest directory above it.
 func newCollector(cfg Config, limits *runnerapi.LimitEnforcement) *capacity.Collector {
-	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
-		cfg.WorkDir = os.TempDir()
-	}
 	return &capacity.Collector{
-		Host: capacity.HostProbe{WorkDir: cfg.WorkDir}, GPUs: capacity.NewGPUs(cfg.nvml()), Declared: cfg.Labels, Limits: limits,
+		Host: capacity.HostProbe{WorkDir: measuredAt(cfg.WorkDir)}, GPUs: capacity.NewGPUs(cfg.nvml()), Declared: cfg.Labels, Limits: limits,
 	}
 }
 
@@ -81,6 +80,9 @@ func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Run
 		return nil, errors.New("podman is not rootless for this user (run the agent as its own unprivileged user)")
 	case os.Getenv("XDG_RUNTIME_DIR") == "":
 		return nil, errors.New("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
+	}
+	if err := ownDirs(cfg.WorkDir, filepath.Join(cfg.WorkDir, "logs")); err != nil {
+		return nil, err
 	}
 	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
 	return jobrun.Connect(ctx, host)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/capacity"
@@ -34,8 +35,9 @@ import (
 // Each value from stop asks it to stop (give it signal.Notify's channel).
 // Once it is ready the first one drains it: no more work is asked for, the
 // jobs it holds go on being heartbeated and reported, and Run returns once
-// none is left. Any other, or the end of ctx, returns at once; the jobs go
-// on in their units and the next start adopts them. Stopping is success:
+// none is left. Any other, SIGUSR2 at any time (a restart for an upgrade),
+// or the end of ctx returns at once; the jobs go on in their units and the
+// next start adopts them. Stopping is success:
 // Run returns an error only when the agent cannot start.
 func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 	ctx, cancel := context.WithCancel(ctx)
@@ -57,7 +59,18 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 				<-started
 			}
 			return nil
-		case <-stop:
+		case sig := <-stop:
+			if sig == syscall.SIGUSR2 {
+				// A restart (a package upgrade): no drain; the next start,
+				// of the new binary, adopts the running jobs.
+				d.log.Info("SIGUSR2: exiting now for a restart; running jobs go on in their units")
+				if life.phase == starting {
+					cancel()
+					<-started
+				}
+				sdnotify.Stopping()
+				return nil
+			}
 			was := life.phase
 			if life.stop() == draining {
 				d.drain()
@@ -217,7 +230,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	go r.Run(ctx)
 
 	leases := filepath.Join(d.cfg.StateDir, "leases")
-	if err := os.MkdirAll(leases, 0o700); err != nil {
+	if err := ownDirs(leases); err != nil {
 		return fmt.Errorf("lease records: %w", err)
 	}
 	var measured atomic.Pointer[runnerapi.Capacity]

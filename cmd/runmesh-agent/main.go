@@ -103,9 +103,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		// The agent reads the signals itself: the first one drains it.
+		// The agent reads the signals itself: the first one drains it;
+		// SIGUSR2 exits at once, for a restart.
 		signals := make(chan os.Signal, 2)
-		signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGUSR2)
 		defer signal.Stop(signals)
 		stop()
 		return agent.Run(context.Background(), cfg, signals)
