@@ -15,7 +15,7 @@ GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/m
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build demo check bench bench-pki bench-heartbeat bench-lease bench-start
+.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,12 +39,13 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 	$(GO) vet ./...
 	$(GO) -C bench vet ./...
 
-test: ## run all tests against a throwaway PostgreSQL (started and stopped here), then the fuzzers briefly, then test-e2e
+test: ## all tests against a throwaway PostgreSQL (started and stopped here), the fuzzers briefly, chaos -short, test-e2e, the packages
 	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
 	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(GO) -C bench test $(GOTESTFLAGS) ./... && \
 		$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) && \
 		$(MAKE) --no-print-directory chaos CHAOSFLAGS=-short && \
-		$(MAKE) --no-print-directory test-e2e; else echo "bench/, the fuzzers and test-e2e left out of a narrowed run"; fi
+		$(MAKE) --no-print-directory test-e2e && \
+		$(MAKE) --no-print-directory lint-packages test-packages; else echo "bench/, the fuzzers and test-e2e left out of a narrowed run"; fi
 
 # Every parser of untrusted input has a fuzz target (package:target). Their
 # seeds run with the tests; `make fuzz` fuzzes each for FUZZTIME (make test:
@@ -100,6 +101,23 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 
 build: ## build the binaries into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+packages: ## the runmesh-agent and runmesh-server packages, .deb and .rpm, into dist/ (the version from git)
+	packaging/build.sh dist
+
+# Debian's lintian, rpm and shellcheck: installed here when missing and we are root, else named.
+PACKAGE_TOOLS = lintian rpm shellcheck
+MAINTAINER_SCRIPTS = $(wildcard packaging/*/postinst packaging/*/prerm packaging/*/postrm)
+
+lint-packages: packages ## lintian on the .debs (no errors; overrides explained), the .rpms' files and scripts, shellcheck
+	@need=; for p in $(PACKAGE_TOOLS); do dpkg -s $$p >/dev/null 2>&1 || need="$$need $$p"; done; 		if [ -n "$$need" ]; then 		if [ "$$(id -u)" = 0 ]; then echo "installing$$need"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need >/dev/null || exit 1; 		else echo "lint-packages needs:$$need (apt-get install$$need)"; exit 1; fi; fi
+	lintian --fail-on error,warning dist/*.deb
+	@for r in dist/*.rpm; do echo "== $$r"; rpm -qp --list --scripts $$r || exit 1; done
+	shellcheck -s sh $(MAINTAINER_SCRIPTS) packaging/build.sh packaging/version.sh
+	shellcheck packaging/test.sh
+
+test-packages: ## install, use, upgrade under a running job, remove and purge the .debs in the systemd sandbox (needs root)
+	packaging/test.sh
 
 demo: build ## the whole path on this machine: dev server, an agent in the systemd sandbox, one job (needs root)
 	scripts/demo.sh

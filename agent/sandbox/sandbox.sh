@@ -5,6 +5,8 @@
 #
 #   sandbox.sh up            boot, create the runmesh user with lingering, prepare rootless Podman and the
 #                            local image localhost/busybox:latest (no registry is needed)
+#   sandbox.sh up --bare     boot only: no runmesh user (a package's install makes it); then
+#   sandbox.sh podman-ready  what the sandbox needs for the runmesh user's Podman, and the image
 #   sandbox.sh run CMD...    up, CMD as runmesh (as `user` does), then down whatever happened; CMD's status
 #   sandbox.sh exec CMD...   run CMD in the sandbox as root
 #   sandbox.sh user CMD...   run CMD in the sandbox as runmesh, with its user manager's bus
@@ -80,10 +82,12 @@ running() {
 
 gexec() { nsenter -t "$(pid1)" -m -u -i -p -C -r -w -- "$@"; }
 
+home() { gexec getent passwd $RU | cut -d: -f6; }
+
 uexec() {
   local uid gid
   uid=$(gexec id -u $RU) gid=$(gexec id -g $RU)
-  gexec setpriv --reuid="$uid" --regid="$gid" --init-groups -- env -i HOME=/home/$RU USER=$RU LOGNAME=$RU \
+  gexec setpriv --reuid="$uid" --regid="$gid" --init-groups -- env -i HOME="$(home)" USER=$RU LOGNAME=$RU \
     PATH=/usr/local/bin:/usr/bin:/bin XDG_RUNTIME_DIR=/run/user/$uid \
     DBUS_SESSION_BUS_ADDRESS=unix:path=/run/user/$uid/bus "$@"
 }
@@ -218,12 +222,15 @@ boot() {
   log "systemd $(gexec systemctl --version | head -1 | cut -d' ' -f2) is up (host pid $(pid1), $state)"
 }
 
-prepare_user() {
+prepare_host() {
   # podman needs / shared to pass mounts into its user namespace; systemd leaves it private in a container.
   gexec mount --make-rshared /
   # The read-only /proc/sys overmount makes /proc "not fully visible", and the kernel then refuses a new
   # procfs inside a user namespace; one complete procfs mount elsewhere (root-only) satisfies it.
   gexec sh -c 'install -d -m 0700 /run/runmesh-fullproc && mount -t proc -o nosuid,nodev,noexec proc /run/runmesh-fullproc'
+}
+
+prepare_user() {
   gexec id $RU >/dev/null 2>&1 || gexec useradd --system --create-home --home-dir /home/$RU --shell /usr/sbin/nologin $RU
   local f uid
   for f in subuid subgid; do
@@ -238,12 +245,12 @@ prepare_user() {
 }
 
 prepare_podman() {
-  local uid runtime engine="" extra=""
-  uid=$(gexec id -u $RU)
+  local uid h runtime engine="" extra=""
+  uid=$(gexec id -u $RU) h=$(home)
   # The sandbox's / is an overlay, on which podman's overlay driver falls back to fuse; a tmpfs store
   # supports the xattrs native rootless overlay needs, as an ext4 host would.
-  gexec sh -c "install -d -o $RU -g $RU /home/$RU/.local /home/$RU/.local/share /home/$RU/.local/share/containers &&
-    mount -t tmpfs -o size=2G,mode=0700,uid=$uid,gid=$uid $RU-storage /home/$RU/.local/share/containers"
+  gexec sh -c "install -d -o $RU -g $RU $h/.local $h/.local/share $h/.local/share/containers &&
+    mount -t tmpfs -o size=2G,mode=0700,uid=$uid,gid=$uid $RU-storage $h/.local/share/containers"
   # crun refuses hybrid cgroups while the v2 hierarchy holds controllers; runc copes.
   runtime=crun
   [ -n "$(gexec cat /sys/fs/cgroup/unified/cgroup.controllers 2>/dev/null || true)" ] && runtime=runc
@@ -252,12 +259,12 @@ prepare_podman() {
   else
     engine='cgroup_manager = "cgroupfs"' # the systemd manager fails on v1
   fi
-  uexec mkdir -p /home/$RU/.config/containers
+  uexec mkdir -p $h/.config/containers
   # The driver is set explicitly: podman 4.3 would pick vfs here. /proc/sys is read-only in the sandbox,
   # so podman must not set sysctls.
-  printf '[storage]\ndriver = "overlay"\n' | uexec tee /home/$RU/.config/containers/storage.conf >/dev/null
+  printf '[storage]\ndriver = "overlay"\n' | uexec tee $h/.config/containers/storage.conf >/dev/null
   printf '[containers]\ndefault_sysctls = []\n%s\n\n[engine]\nruntime = "%s"\n%s\n' "$extra" "$runtime" "$engine" |
-    uexec tee /home/$RU/.config/containers/containers.conf >/dev/null
+    uexec tee $h/.config/containers/containers.conf >/dev/null
   # The image: busybox-static's binary in an empty root, imported; no registry is reachable.
   local R=$D/busybox-root
   rm -rf $R && mkdir -p $R/bin $R/etc $R/tmp $R/proc $R/sys $R/dev $R/root
@@ -295,12 +302,14 @@ down() {
   rm -f $D/pid1 $D/unshare.pid $D/cgroups
 }
 
-up() {
+up() { # up [--bare]
   local m
   m=$(missing)
   [ -z "$m" ] || { printf 'sandbox: this host lacks:\n%s\n' "$m" >&2; exit 1; }
   install_packages
   boot
+  prepare_host
+  [ "${1:-}" = --bare ] && { log "bare: no $RU user; once a package made it, podman-ready prepares its Podman"; return 0; }
   prepare_user
   prepare_podman
 }
@@ -318,9 +327,10 @@ up)
   running && die "already up (PID 1 is host pid $(pid1)); sandbox.sh down first"
   # die exits, which an ERR trap does not see: tear down on any exit until up has succeeded.
   trap 'down' EXIT
-  up
+  up "${2:-}"
   trap - EXIT
   ;;
+podman-ready) prepare_podman ;;
 run)
   shift
   down
@@ -332,5 +342,5 @@ run)
 exec) shift; gexec "$@" ;;
 user) shift; uexec "$@" ;;
 down) down ;;
-*) sed -n '2,14p' "$SELF" | sed 's/^# \{0,1\}//'; exit 2 ;;
+*) sed -n '2,16p' "$SELF" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
