@@ -51,7 +51,7 @@ func ownDirs(dirs ...string) error {
 
 func fixOwnership(dir string, uid int) string {
 	name := userName(uid)
-	return fmt.Sprintf("fix it with: chown -R %s:%s %s, or on a packaged host: systemd-tmpfiles --create runmesh-agent.conf", name, name, dir)
+	return fmt.Sprintf("fix it with: chown -R %s:%s %s, or on a packaged host: systemd-tmpfiles --create runmesh-agent.conf; then restart the agent", name, name, dir)
 }
 
 // userName is uid's name, or the number when it has none.

@@ -86,7 +86,16 @@ wait $enrolling || { cat "$D/enrol.log"; fail "enrol did not end with a certific
 cat "$D/enrol.log"
 in_sb 'rm /var/lib/runmesh-agent/enrol.token'
 $SB podman-ready >/dev/null # the sandbox's own needs (a tmpfs image store, its cgroups); a real host has them
+
+step "state ownership: a look as root changes nothing; a work directory root made is named, and tmpfiles gives it back"
+in_sb 'runmesh-agent capacity >/dev/null && runmesh-agent status >/dev/null; test ! -e /var/lib/runmesh-agent/work' ||
+  fail "a read-only command created the work directory"
+in_sb 'mkdir -p /var/lib/runmesh-agent/work/logs' # as root: what an operator's slip leaves
 in_sb 'systemctl start runmesh-agent && systemctl is-active runmesh-agent'
+cli runner "$runner" | grep -o '"title": *"job runtime: cannot run jobs: [^"]*"' | tee "$D/owned.txt"
+grep -q 'is owned by root, not by runmesh.*systemd-tmpfiles --create runmesh-agent.conf' "$D/owned.txt" ||
+  fail "the agent's health does not name the directory root owns"
+in_sb 'systemd-tmpfiles --create runmesh-agent.conf && systemctl restart runmesh-agent && stat -c "%n %U" /var/lib/runmesh-agent/work/logs'
 
 step "a job runs to SUCCEEDED"
 job=$(cli submit-job --pool default --image localhost/busybox:latest --cores 0.5 -- echo hello from the package | field id)
@@ -130,14 +139,20 @@ fi
 in_sb "cd /usr/lib/systemd/system && systemd-analyze verify $units" || fail "systemd-analyze verify"
 echo "systemd-analyze verify: $units"
 
-step "remove: the services stop; state and config stay"
-in_sb 'umount /var/lib/runmesh/.local/share/containers 2>/dev/null || true' # the sandbox's tmpfs store
-in_sb 'DEBIAN_FRONTEND=noninteractive apt-get remove -y -q runmesh-agent runmesh-server' | grep -E 'runmesh-(agent|server):' || true
+step "remove, with a job running: the services stop, and the job, which says so; state and config stay"
+job=$(cli submit-job --pool default --image localhost/busybox:latest --cores 0.5 -- sleep 300 | field id)
+wait_state "$job" RUNNING 60
+in_sb 'DEBIAN_FRONTEND=noninteractive apt-get remove -y -q runmesh-agent runmesh-server' | grep -E 'runmesh-(agent|server):' |
+  tee "$D/remove.txt" || true
+grep -q 'runmesh-agent: stopped 1 running jobs' "$D/remove.txt" || fail "remove did not stop the running job, or did not say"
+[ -z "$(in_sb "runuser -u runmesh -- env XDG_RUNTIME_DIR=/run/user/\$(id -u runmesh) systemctl --user list-units --plain --no-legend --state=active 'runmesh-job-*'")" ] ||
+  fail "a job unit still runs after remove"
 in_sb '! systemctl is-active runmesh-agent && ! systemctl is-active runmesh-server' || fail "a service still runs after remove"
 in_sb 'test -e /var/lib/runmesh-agent/cert.pem && test -e /var/lib/runmesh-server/ca && test -e /etc/runmesh/agent.yaml' ||
   fail "remove took state or config"
 
 step "purge: nothing of runmesh is left but the runmesh accounts and the operator's database"
+in_sb 'umount /var/lib/runmesh/.local/share/containers 2>/dev/null || true' # the sandbox's tmpfs image store
 in_sb 'DEBIAN_FRONTEND=noninteractive apt-get purge -y -q runmesh-agent runmesh-server' | grep -E 'runmesh-(agent|server):' || true
 left=$(in_sb 'ls -d /etc/runmesh /var/lib/runmesh /var/lib/runmesh-agent /var/lib/runmesh-server /var/lib/systemd/linger/runmesh \
   /usr/lib/systemd/system/runmesh-* /usr/bin/runmesh* 2>/dev/null; grep -l "^runmesh:" /etc/subuid /etc/subgid; dpkg -l "runmesh*" 2>/dev/null | grep "^.i"' || true)

@@ -295,8 +295,8 @@ down() {
   [ -n "$u" ] && [ "$(readlink /proc/$u/exe 2>/dev/null)" = /usr/bin/unshare ] && wait_for 5 test ! -d /proc/$u || true
   if [ -f $D/cgroups ]; then
     while read -r cg; do
-      [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} \; 2>/dev/null
-      [ -d "$cg" ] && log "could not remove $cg"
+      # The last processes may still be on their way out: a few tries.
+      wait_for 5 sh -c "find '$cg' -depth -type d -exec rmdir {} \; 2>/dev/null; test ! -d '$cg'" || log "could not remove $cg"
     done <$D/cgroups
   fi
   rm -f $D/pid1 $D/unshare.pid $D/cgroups
