@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/agent/internal/capacity/nvmltest"
 )
 
 // Measuring creates nothing: before the first run made the work
@@ -14,10 +16,18 @@ import (
 func TestMeasuringCreatesNoDirectory(t *testing.T) {
 	root := t.TempDir()
 	work := filepath.Join(root, "state", "work")
-	require.Equal(t, root, measuredAt(work))
+	lib, _ := nvmltest.XIDServer()
+	measure := func() string {
+		c := newCollector(Config{WorkDir: work, NVML: lib}, nil)
+		defer c.GPUs.Close()
+		_, err := c.Measure()
+		require.NoError(t, err)
+		return c.Host.WorkDir
+	}
+	require.Equal(t, root, measure())
 	require.NoDirExists(t, filepath.Join(root, "state"))
 	require.NoError(t, os.MkdirAll(work, 0o700))
-	require.Equal(t, work, measuredAt(work))
+	require.Equal(t, work, measure())
 }
 
 // A directory the agent writes that another user owns is named, with its

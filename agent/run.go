@@ -60,19 +60,10 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 			}
 			return nil
 		case sig := <-stop:
-			if sig == syscall.SIGUSR2 {
-				// A restart (a package upgrade): no drain; the next start,
-				// of the new binary, adopts the running jobs.
-				d.log.Info("SIGUSR2: exiting now for a restart; running jobs go on in their units")
-				if life.phase == starting {
-					cancel()
-					<-started
-				}
-				sdnotify.Stopping()
-				return nil
-			}
 			was := life.phase
-			if life.stop() == draining {
+			// SIGUSR2 is a restart (a package upgrade): no drain; the next
+			// start, of the new binary, adopts the running jobs.
+			if sig != syscall.SIGUSR2 && life.stop() == draining {
 				d.drain()
 				d.showStatus(life.phase)
 				continue
@@ -82,7 +73,7 @@ func Run(ctx context.Context, cfg Config, stop <-chan os.Signal) error {
 				<-started
 				return nil
 			}
-			d.log.Info("second signal: exiting now; running jobs go on in their units")
+			d.log.Info("exiting now; running jobs go on in their units", "signal", sig.String())
 			sdnotify.Stopping()
 			return nil
 		case err := <-started:

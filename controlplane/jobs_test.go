@@ -66,6 +66,14 @@ func (b *testBundle) result(t testing.TB, c *http.Client, l runnerapi.Lease, req
 
 func intp(v int) *int { return &v }
 
+// leaseSeconds sets pool A's lease.
+func (b *testBundle) leaseSeconds(t testing.TB, n int) {
+	t.Helper()
+	_, code := b.gql(t, b.platform, `mutation($id: ID!, $n: Int!) { updatePool(input: {id: $id, leaseSeconds: $n}) { id } }`,
+		map[string]any{"id": b.poolA.ID, "n": n})
+	require.Empty(t, code)
+}
+
 // leasedJob submits a job to pool A and leases it to a new approved runner:
 // the job's id, the runner's client and the lease.
 func (b *testBundle) leasedJob(t testing.TB) (string, *http.Client, runnerapi.Lease) {
@@ -277,8 +285,7 @@ func TestHostFaultsInARowQuarantine(t *testing.T) {
 func TestAnExpiredLeaseIsRequeuedWithinLeasePlusSweep(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, code := b.gql(t, b.platform, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 5}) { id } }`, map[string]any{"id": b.poolA.ID})
-	require.Empty(t, code)
+	b.leaseSeconds(t, 5)
 	_, c, _ := b.approvedRunner(t, measured(0))
 	id, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	l := b.lease(t, c, anyWork(0))
@@ -306,8 +313,7 @@ func TestAnExpiredLeaseIsRequeuedWithinLeasePlusSweep(t *testing.T) {
 func TestALeaseItsRunnerNeverNamedIsGivenBackWithoutATry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, code := b.gql(t, b.platform, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 5}) { id } }`, map[string]any{"id": b.poolA.ID})
-	require.Empty(t, code)
+	b.leaseSeconds(t, 5)
 	_, c, _ := b.approvedRunner(t, measured(0))
 	lost, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	named, _ := b.submit(t, b.platform, jobInput(b.poolA.ID))

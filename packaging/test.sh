@@ -112,7 +112,7 @@ took=$(($(date +%s) - start))
 after=$(in_sb 'systemctl show -p MainPID --value runmesh-agent')
 [ "$before" != "$after" ] || fail "the agent was not restarted"
 [ "$(in_sb 'runmesh-agent version')" = "$v2" ] || fail "not the new agent"
-[ "$(cli job "$job" | field state)" = RUNNING ] || fail "the job did not survive the upgrade"
+[ "$(cli job "$job" | field state)" = RUNNING ] || fail "the job was not still running after the upgrade: killed, or waited for (a drain)"
 echo "upgraded in ${took}s (agent pid $before -> $after), the job still RUNNING"
 [ "$took" -lt 15 ] || fail "the upgrade waited ${took}s: a drain?"
 wait_state "$job" SUCCEEDED 60

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -98,7 +97,7 @@ func cutDrill(t *testing.T, sb sandbox, submit func(string, []string, int, map[s
 	// backoff woke the waiting runner, they waited for its long-poll to end
 	// (23 s here).
 	require.Less(t, released, 10*time.Second, "the jobs waited long after the network came back")
-	require.False(t, strings.Contains(sb.jobUnits(), "runmesh-job-"+runs+"-1.service"), "the agent stopped the attempt it no longer held")
+	require.NotContains(t, sb.jobUnits(), "runmesh-job-"+runs+"-1.service", "the agent stopped the attempt it no longer held")
 	t.Logf("network cut: leases taken back %v after the cut; after the network came back, the first heartbeat in %v "+
 		"and both jobs leased again in %v", requeued.Round(100*time.Millisecond), resumed.Round(100*time.Millisecond),
 		released.Round(100*time.Millisecond))

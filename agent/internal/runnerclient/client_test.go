@@ -23,6 +23,16 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
+// anonymous is a client of srv without a client certificate.
+func anonymous(t *testing.T, srv *httptest.Server) *Client {
+	t.Helper()
+	c, err := Anonymous(srv.URL, srv.Certificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // A lease answer may be as large as the leases asked for; every other
 // answer is bounded to 4 MiB.
 func TestAnswersAreBoundedByWhatWasAskedFor(t *testing.T) {
@@ -32,10 +42,7 @@ func TestAnswersAreBoundedByWhatWasAskedFor(t *testing.T) {
 		_ = json.NewEncoder(w).Encode(big)
 	}))
 	defer srv.Close()
-	c, err := Anonymous(srv.URL, srv.Certificate())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := anonymous(t, srv)
 	ctx := context.Background()
 	var out runnerapi.LeaseResponse
 	if err := c.Do(ctx, http.MethodGet, "/other", nil, &out); err == nil || !strings.Contains(err.Error(), "over 4194304 bytes") {
@@ -150,10 +157,7 @@ func TestARequestFailedInTransitLeavesNoConnectionToReuse(t *testing.T) {
 	}
 	srv.StartTLS()
 	defer srv.Close()
-	c, err := Anonymous(srv.URL, srv.Certificate())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := anonymous(t, srv)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for range 2 {
@@ -190,10 +194,7 @@ func TestARequestForWorkEndsPastItsWait(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	c, err := Anonymous(srv.URL, srv.Certificate())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := anonymous(t, srv)
 	start := time.Now()
 	if _, err := c.Lease(context.Background(), runnerapi.LeaseRequest{Max: 1, WaitSeconds: 1}); err == nil {
 		t.Fatal("an unanswered request for work succeeded")

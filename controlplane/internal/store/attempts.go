@@ -93,10 +93,15 @@ func (s *Querier) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings [
 		return map[uuid.UUID]EndedJob{}, nil
 	}
 	var p finishParams
-	availableAt := make(map[uuid.UUID]*time.Time, len(endings))
+	var availableAt map[uuid.UUID]*time.Time // backoffs only: most endings have none
 	for _, e := range endings {
 		p.add(e.Outcome, e.Transition, e.CancelRequested)
-		availableAt[e.Outcome.JobID] = e.Transition.AvailableAt
+		if e.Transition.AvailableAt != nil {
+			if availableAt == nil {
+				availableAt = map[uuid.UUID]*time.Time{}
+			}
+			availableAt[e.Outcome.JobID] = e.Transition.AvailableAt
+		}
 	}
 	p.RunnerID = uuid.NullUUID{UUID: runnerID, Valid: true}
 	rows, err := s.q.FinishAttempts(ctx, s.hashJoins(ctx), dbsqlc.FinishAttemptsParams(p))
