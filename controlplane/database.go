@@ -48,7 +48,7 @@ func SchemaVersion() int { return store.LatestVersion() }
 // audited, and returns its token: shown once, only its digest kept. With
 // an admin in place it refuses (tenancy.ErrAdminsExist).
 func BootstrapAdmin(ctx context.Context, pool *pgxpool.Pool, name string) (token string, err error) {
-	return tenancy.New(store.New(pool)).Bootstrap(ctx, name)
+	return tenancy.New(store.New(pool), nil).Bootstrap(ctx, name)
 }
 
 // OpenQueue is the queue over pool alone, without a server around it: for

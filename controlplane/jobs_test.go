@@ -123,7 +123,7 @@ func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	require.Equal(t, http.StatusOK, rr.Status, rr.Body)
 	require.JSONEq(t, `{"state":"SUCCEEDED"}`, rr.Body)
 
-	const q = `query($id: ID!) { job(id: $id) { state envNames logs events { type attempt } runs { attempt runnerName exitCode imageDigest } } }`
+	const q = `query($id: ID!) { job(id: $id) { state envNames logs events { nodes { type attempt } } runs { attempt runnerName exitCode imageDigest } } }`
 	data, code := b.gql(t, b.platform, q, map[string]any{"id": id})
 	require.Empty(t, code)
 	job := data["job"].(map[string]any)
@@ -131,7 +131,7 @@ func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	require.Equal(t, []any{"API_KEY"}, job["envNames"])
 	require.Equal(t, "hello world\n", job["logs"])
 	var types []string
-	for _, e := range job["events"].([]any) {
+	for _, e := range job["events"].(map[string]any)["nodes"].([]any) {
 		types = append(types, e.(map[string]any)["type"].(string))
 	}
 	require.Equal(t, []string{"SUBMITTED", "LEASED", "RUNNING", "SUCCEEDED"}, types, "every state change is an event")
@@ -330,7 +330,7 @@ func TestALeaseItsRunnerNeverNamedIsGivenBackWithoutATry(t *testing.T) {
 	b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(0),
 		Leases: []runnerapi.HeldLease{{LeaseID: named, Attempt: namedLease.Attempt, Phase: runnerapi.PhaseStarting}}})
 	job := func(id string) map[string]any {
-		data, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state attempt events { type detail } runs { returnReason } } }`, map[string]any{"id": id})
+		data, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state attempt events { nodes { type detail } } runs { returnReason } } }`, map[string]any{"id": id})
 		return data["job"].(map[string]any)
 	}
 	require.Eventually(t, func() bool {
@@ -339,14 +339,14 @@ func TestALeaseItsRunnerNeverNamedIsGivenBackWithoutATry(t *testing.T) {
 	}, 15*time.Second, time.Second)
 
 	types := func(j map[string]any) (out []string) {
-		for _, e := range j["events"].([]any) {
+		for _, e := range j["events"].(map[string]any)["nodes"].([]any) {
 			out = append(out, e.(map[string]any)["type"].(string))
 		}
 		return out
 	}
 	l := job(lost)
 	require.Equal(t, []string{"SUBMITTED", "LEASED", "REQUEUED"}, types(l), "no LEASE_EXPIRED: no try charged")
-	require.Equal(t, "lease not delivered: its runner heartbeated through the lease without naming it", l["events"].([]any)[2].(map[string]any)["detail"])
+	require.Equal(t, "lease not delivered: its runner heartbeated through the lease without naming it", l["events"].(map[string]any)["nodes"].([]any)[2].(map[string]any)["detail"])
 	require.Equal(t, "not delivered", l["runs"].([]any)[0].(map[string]any)["returnReason"])
 	require.Equal(t, []string{"SUBMITTED", "LEASED", "LEASE_EXPIRED"}, types(job(named)), "a lease named once reached the runner")
 
@@ -630,7 +630,7 @@ func TestBatchResults(t *testing.T) {
 	require.Equal(t, 3, exitCodes, "three runs ended")
 	require.Equal(t, 1, runningElsewhere, "another runner's lease is untouched")
 	require.Equal(t, 0, failures, "a host fault then an exit code: the count is reset")
-	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state stateReason events { type } } }`, map[string]any{"id": mine[1].LeaseID})
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state stateReason events { nodes { type } } } }`, map[string]any{"id": mine[1].LeaseID})
 	require.Empty(t, code)
 	require.Equal(t, "exited with code 7", data["job"].(map[string]any)["stateReason"])
 }
@@ -958,10 +958,10 @@ func TestAResultSentAgainIsAnsweredAsRecorded(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.Status, r.Body)
 	require.Equal(t, runnerapi.CodeStaleAttempt, r.Code)
 	require.Equal(t, before, written(), "nothing changed")
-	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state events { type } } }`, map[string]any{"id": jobID})
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state events { nodes { type } } } }`, map[string]any{"id": jobID})
 	require.Empty(t, code)
 	got, _ := json.Marshal(data["job"])
-	require.JSONEq(t, `{"state": "SUCCEEDED", "events": [{"type": "SUBMITTED"}, {"type": "LEASED"}, {"type": "SUCCEEDED"}]}`, string(got))
+	require.JSONEq(t, `{"state": "SUCCEEDED", "events": {"nodes": [{"type": "SUBMITTED"}, {"type": "LEASED"}, {"type": "SUCCEEDED"}]}}`, string(got))
 }
 
 // Attempts the server cannot number (past 32 bits) are refused on every

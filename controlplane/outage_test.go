@@ -84,12 +84,12 @@ func TestADatabaseOutageLongerThanTheLeaseCostsNoWork(t *testing.T) {
 	r = b.beat(t, c, held)
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
 	require.Contains(t, r.Body, runnerapi.LeaseContinue, "the lease is still the runner's")
-	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state attempt events { type } } }`, map[string]any{"id": jobID})
+	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state attempt events { nodes { type } } } }`, map[string]any{"id": jobID})
 	require.Empty(t, code)
 	job := data["job"].(map[string]any)
 	require.Equal(t, "RUNNING", job["state"])
 	require.EqualValues(t, 1, job["attempt"])
-	for _, e := range job["events"].([]any) {
+	for _, e := range job["events"].(map[string]any)["nodes"].([]any) {
 		require.NotEqual(t, "LEASE_EXPIRED", e.(map[string]any)["type"])
 	}
 }

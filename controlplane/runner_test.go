@@ -353,6 +353,13 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 	unknown, _ := tokens.Enrolment.New()
 	adminAsEnrol := b.platform
 
+	revoked := b.enrolmentToken(t, b.poolA.ID)
+	var revokedID string
+	revokedDigest, _ := tokens.Enrolment.Digest(revoked)
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM enrolment_tokens WHERE token_hash = $1", revokedDigest).Scan(&revokedID))
+	_, code := b.gql(t, b.platform, `mutation($id: ID!) { revokeEnrolmentToken(id: $id) { state } }`, map[string]any{"id": revokedID})
+	require.Empty(t, code)
+
 	fresh := b.enrolmentToken(t, b.poolA.ID)
 	other := newRunnerKey(t)
 	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -370,6 +377,7 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 	}{
 		{"reused token", enrolBody(used, "again", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
 		{"expired token", enrolBody(expired, "late", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
+		{"revoked token", enrolBody(revoked, "withdrawn", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
 		{"unknown token", enrolBody(unknown, "guess", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
 		{"admin token as enrolment token", enrolBody(adminAsEnrol, "confused", other.pub(), other.csr), 403, runnerapi.CodeTokenRefused},
 		{"CSR not signed by the sent key", enrolBody(fresh, "mixed", other.pub(), k.csr), 400, runnerapi.CodeInvalidCSR},
@@ -415,9 +423,9 @@ func TestTokensAndRunnersStayInTheirOrganisation(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT pool_id FROM runners WHERE id = $1", id).Scan(&poolID))
 	require.Equal(t, b.poolA.ID, poolID, "the token decides the pool")
 
-	data, code := b.gql(t, b.adminB, `query($id: ID!) { runners { id } runner(id: $id) { id } }`, map[string]any{"id": id})
+	data, code := b.gql(t, b.adminB, `query($id: ID!) { runners { nodes { id } } runner(id: $id) { id } }`, map[string]any{"id": id})
 	require.Empty(t, code)
-	require.Equal(t, map[string]any{"runners": []any{}, "runner": nil}, data)
+	require.Equal(t, map[string]any{"runners": map[string]any{"nodes": []any{}}, "runner": nil}, data)
 	_, code = b.gql(t, b.adminB, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { id } }`,
 		map[string]any{"id": id, "fp": pki.KeyFingerprint(k.pub())})
 	require.Equal(t, "NOT_FOUND", code)

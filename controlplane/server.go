@@ -155,7 +155,7 @@ func New(o Options) (*Server, error) {
 	s.queue = queue.NewService(o.Store, s.listener)
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
-		Tenancy:       tenancy.New(o.Store),
+		Tenancy:       tenancy.New(o.Store, s.listener),
 		Queue:         s.queue,
 		Fleet:         fleet.NewService(o.Store, s.listener),
 		Enrolment:     enrol,

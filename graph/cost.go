@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"time"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
@@ -35,14 +36,23 @@ func list(child, n int) int { return 1 + child*max(n, 1) }
 
 func complexity() generated.ComplexityRoot {
 	var c generated.ComplexityRoot
-	c.Query.Jobs = func(child int, _ *uuid.UUID, _ *record.JobState, first int) int { return list(child, first) }
-	c.Query.AuditLog = func(child int, first int, _ *string) int { return list(child, first) }
+	c.Query.Jobs = func(child int, _ *uuid.UUID, _ *record.JobState, _ *string, _, _ *time.Time, first int, _ *string) int {
+		return list(child, first)
+	}
+	c.Query.AuditLog = func(child int, _ *string, _ *uuid.UUID, first int, _ *string) int { return list(child, first) }
+	c.Query.Admins = func(child int, _ *uuid.UUID, first int, _ *string) int { return list(child, first) }
+	c.Query.EnrolmentTokens = func(child int, _ *uuid.UUID, _ *record.EnrolmentTokenState, first int, _ *string) int {
+		return list(child, first)
+	}
+	c.Query.Runs = func(child int, _, _ *uuid.UUID, first int, _ *string) int { return list(child, first) }
 	c.Query.Organisations = func(child int) int { return list(child, expectedOrganisations) }
 	c.Query.Pools = func(child int, _ *uuid.UUID, _ *bool) int { return list(child, expectedOrganisations) }
-	c.Query.Runners = func(child int, _ *uuid.UUID, _ *record.RunnerStatus) int { return list(child, expectedRunners) }
+	c.Query.Runners = func(child int, _ *uuid.UUID, _ *record.RunnerStatus, _ *string, first int, _ *string) int {
+		return list(child, first)
+	}
 	c.Query.Health = func(child int) int { return list(child, expectedHealth) }
 	c.Organisation.Pools = func(child int) int { return list(child, expectedOrganisations) }
-	c.Job.Events = func(child int) int { return list(child, expectedEvents) }
+	c.Job.Events = func(child int, first int, _ *string) int { return list(child, min(first, expectedEvents)) }
 	c.Job.Runs = func(child int) int { return list(child, expectedRuns) }
 	c.Job.Logs = func(int) int { return bulkyField }
 	c.Job.Command = func(int) int { return bulkyField }
@@ -50,8 +60,23 @@ func complexity() generated.ComplexityRoot {
 	c.Runner.Gpus = func(child int) int { return list(child, expectedPerRunner) }
 	c.Runner.Labels = func(child int) int { return list(child, expectedPerRunner) }
 	c.Runner.Health = func(child int) int { return list(child, expectedPerRunner) }
+	c.Runner.Runs = func(child int, first int, _ *string) int { return list(child, first) }
+	c.Runner.Holds = func(child int, _ bool) int { return list(child, expectedPerRunner) }
+	c.Pool.Holds = func(child int) int { return list(child, expectedPerRunner) }
+	c.Admin.Tokens = func(child int) int { return list(child, expectedPerRunner) }
+	// A connection's nodes and edges wrap its items at no cost of their
+	// own: the page size (first) prices the list.
+	c.JobConnection.Nodes, c.JobConnection.Edges, c.JobEdge.Node = same, same, same
+	c.RunnerConnection.Nodes, c.RunnerConnection.Edges, c.RunnerEdge.Node = same, same, same
+	c.JobRunConnection.Nodes, c.JobRunConnection.Edges, c.JobRunEdge.Node = same, same, same
+	c.JobEventConnection.Nodes, c.JobEventConnection.Edges, c.JobEventEdge.Node = same, same, same
+	c.AuditEntryConnection.Nodes, c.AuditEntryConnection.Edges, c.AuditEntryEdge.Node = same, same, same
+	c.AdminConnection.Nodes, c.AdminConnection.Edges, c.AdminEdge.Node = same, same, same
+	c.EnrolmentTokenConnection.Nodes, c.EnrolmentTokenConnection.Edges, c.EnrolmentTokenEdge.Node = same, same, same
 	return c
 }
+
+func same(child int) int { return child }
 
 // DefaultMaxDepth bounds how deeply a query's selections nest (the
 // introspection system fields, which nest by their nature, are not

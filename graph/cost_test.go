@@ -25,15 +25,15 @@ func TestQueryCostFollowsListSizes(t *testing.T) {
 	var aliases strings.Builder
 	aliases.WriteString("{ ")
 	for i := range 25 {
-		aliases.WriteString("j" + string(rune('a'+i)) + ": jobs(first: 1000) { command } ")
+		aliases.WriteString("j" + string(rune('a'+i)) + ": jobs(first: 1000) { nodes { command } } ")
 	}
 	aliases.WriteString("}")
 	r = b.do(t, b.memberA, aliases.String(), nil)
 	require.Equal(t, "COMPLEXITY_LIMIT_EXCEEDED", r.code(), r.Raw)
 
-	r = b.do(t, b.memberA, `{ jobs(first: 1000) { id state command envNames events { type at } runs { attempt exitCode } } }`, nil)
+	r = b.do(t, b.memberA, `{ jobs(first: 1000) { nodes { id state command envNames events { nodes { type at } } runs { attempt exitCode } } } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)
-	r = b.do(t, b.platform, `{ runners { id name capacity { cores memoryMiB } gpus { index name healthy } labels { key value } health { name ok } } }`, nil)
+	r = b.do(t, b.platform, `{ runners(first: 200) { nodes { id name capacity { cores memoryMiB } gpus { index name healthy } labels { key value } health { name ok } } } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)
 	r = b.do(t, b.memberA, introspection, nil)
 	require.Empty(t, r.Errors, r.Raw)

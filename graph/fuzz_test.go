@@ -20,9 +20,9 @@ func FuzzGraphQL(f *testing.F) {
 		{`mutation($in: CreatePoolInput!) { createPool(input: $in) { id } }`, `{"in": {"name": "p", "leaseSeconds": 30}}`},
 		{`mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, `{"in": {"poolId": "00000000-0000-0000-0000-000000000000", "image": "busybox", "command": ["true"], "claim": {"cores": 1, "wallClockSeconds": 60}}}`},
 		{`mutation($id: ID!, $r: String!) { rejectRunner(id: $id, reason: $r) { id } }`, `{"id": "x", "r": "no"}`},
-		{`{ jobs(first: 5) { id state events { type } } runners { id gpus { index } } }`, `{}`},
+		{`{ jobs(first: 5) { nodes { id state events { nodes { type } } } } runners { nodes { id gpus { index } } } }`, `{}`},
 		{`mutation($in: CreateAdminTokenInput!) { createAdminToken(input: $in) { token } }`, `{"in": {"name": "a", "role": "ORG_MEMBER", "ttlSeconds": 60}}`},
-		{`{ auditLog(first: 2, before: "x") { id } }`, `{}`},
+		{`{ auditLog(first: 2, after: "x") { nodes { id } } }`, `{}`},
 	} {
 		f.Add(seed.query, seed.vars, true)
 		f.Add(seed.query, seed.vars, false)

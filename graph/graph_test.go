@@ -247,8 +247,8 @@ func TestRolesGateMutationsAndRefusalsChangeNothing(t *testing.T) {
 		{"org admin mints a platform admin", b.adminA, `mutation { createAdminToken(input: {name: "x", role: PLATFORM_ADMIN}) { token } }`, nil, graph.CodeForbidden},
 		{"org admin mints a member elsewhere", b.adminA, `mutation($o: ID) { createAdminToken(input: {name: "x", role: ORG_MEMBER, organisationId: $o}) { token } }`, map[string]any{"o": b.orgB.ID}, graph.CodeNotFound},
 		{"member mints a member", b.memberA, `mutation { createAdminToken(input: {name: "x", role: ORG_MEMBER}) { token } }`, nil, graph.CodeForbidden},
-		{"member reads the audit log", b.memberA, `{ auditLog { id } }`, nil, graph.CodeForbidden},
-		{"org admin reads the audit log", b.adminA, `{ auditLog { id } }`, nil, graph.CodeForbidden},
+		{"member reads the audit log", b.memberA, `{ auditLog { nodes { id } } }`, nil, graph.CodeForbidden},
+		{"org admin reads the audit log", b.adminA, `{ auditLog { nodes { id } } }`, nil, graph.CodeForbidden},
 		{"platform admin of an org", b.platform, `mutation($o: ID) { createAdminToken(input: {name: "x", role: PLATFORM_ADMIN, organisationId: $o}) { token } }`, map[string]any{"o": b.orgA.ID}, graph.CodeBadInput},
 		{"org role without org", b.platform, `mutation { createAdminToken(input: {name: "x", role: ORG_ADMIN}) { token } }`, nil, graph.CodeBadInput},
 		{"duplicate organisation", b.platform, `mutation { createOrganisation(input: {name: "org-a"}) { id } }`, nil, graph.CodeConflict},
@@ -328,18 +328,21 @@ func TestEveryMutationIsAudited(t *testing.T) {
 		{"actor": "alice", "action": "createPool", "outcome": "OK", "org": b.orgA.ID.String()},
 	}, b.auditRows(t))
 
-	r = b.do(t, b.platform, `{ auditLog(first: 2) { id actorName action outcome detail } }`, nil)
+	r = b.do(t, b.platform, `{ auditLog(first: 2) { nodes { id actorName action outcome detail } pageInfo { hasNextPage endCursor } } }`, nil)
 	require.Empty(t, r.Errors, r.Raw)
-	entries := r.Data["auditLog"].([]any)
+	page := r.Data["auditLog"].(map[string]any)
+	entries := page["nodes"].([]any)
+	require.Equal(t, true, page["pageInfo"].(map[string]any)["hasNextPage"])
 	require.Len(t, entries, 2)
 	newest := entries[0].(map[string]any)
 	require.Equal(t, "OK", newest["outcome"])
 	require.JSONEq(t, `{"input":{"name":"y"}}`, newest["detail"].(string))
 
 	// Keyset paging continues where the first page ended.
-	r = b.do(t, b.platform, `query($b: String) { auditLog(first: 10, before: $b) { action outcome } }`, map[string]any{"b": entries[1].(map[string]any)["id"]})
+	r = b.do(t, b.platform, `query($a: String) { auditLog(first: 10, after: $a) { nodes { action outcome } pageInfo { hasNextPage } } }`,
+		map[string]any{"a": page["pageInfo"].(map[string]any)["endCursor"]})
 	require.Empty(t, r.Errors, r.Raw)
-	require.JSONEq(t, `[{"action":"createPool","outcome":"FORBIDDEN"},{"action":"createOrganisation","outcome":"OK"}]`, mustJSON(r.Data["auditLog"]))
+	require.JSONEq(t, `{"nodes":[{"action":"createPool","outcome":"FORBIDDEN"},{"action":"createOrganisation","outcome":"OK"}],"pageInfo":{"hasNextPage":false}}`, mustJSON(r.Data["auditLog"]))
 
 	// A token is never recorded: createAdminToken's detail holds its input only.
 	r = b.do(t, b.platform, `mutation { createAdminToken(input: {name: "ops", role: PLATFORM_ADMIN}) { token } }`, nil)

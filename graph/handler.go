@@ -73,8 +73,8 @@ const (
 )
 
 // NewHandler is the /graphql endpoint: bearer authentication, then gqlgen
-// with POST and websocket transports, a parsed-query cache and a
-// complexity limit.
+// with GET, POST and websocket transports (GraphQL over HTTP, see
+// overHTTP), a parsed-query cache and depth and complexity limits.
 func NewHandler(o Options) http.Handler {
 	if o.ComplexityLimit == 0 {
 		o.ComplexityLimit = DefaultComplexityLimit
@@ -114,6 +114,7 @@ func NewHandler(o Options) http.Handler {
 		Implementation:        socketCodes{inner: transport.CoderWebsocketImplementation{}},
 		InitFunc:              socketInit(o.Tenancy, logins, o.SocketRecheck, o.Log),
 	})
+	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.Introspection{})
@@ -136,7 +137,7 @@ func NewHandler(o Options) http.Handler {
 		a, _ := principal(ctx)
 		return next(context.WithValue(ctx, loadersKey{}, newLoaders(r, a.Scope())))
 	})
-	return withSocket(limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, logins, onlyUTF8(o.MaxBodyBytes, answerShaping(o.MaxResponseBytes, srv)))))
+	return withSocket(limitBody(o.MaxBodyBytes, requireAdmin(o.Tenancy, logins, onlyUTF8(o.MaxBodyBytes, overHTTP(answerShaping(o.MaxResponseBytes, srv))))))
 }
 
 type unavailableKey struct{}

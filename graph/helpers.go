@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
@@ -186,4 +187,48 @@ func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 		Claim:    record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
 	}
+}
+
+// loadAdmin resolves an optional admin reference through the request's
+// loader: nil for none, and for an admin outside the caller's scope.
+func loadAdmin(ctx context.Context, id *uuid.UUID) (*record.Admin, error) {
+	if id == nil {
+		return nil, nil
+	}
+	a, err := loadersFor(ctx).admin.Load(ctx, *id)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// maxLabelFilter is a label's longest key=value (runnerapi's bounds).
+const maxLabelFilter = 128 + 1 + 256
+
+// labelFilter reads a runners list's label filter: key=value, or a key
+// alone for any value.
+func labelFilter(s string) (key, value *string, err error) {
+	k, v, hasValue := strings.Cut(s, "=")
+	if k == "" || len(s) > maxLabelFilter {
+		return nil, nil, badInputf("label: key=value, or a key")
+	}
+	if hasValue {
+		return &k, &v, nil
+	}
+	return &k, nil, nil
+}
+
+// loadJob resolves a job reference through the request's loader.
+func loadJob(ctx context.Context, id uuid.UUID) (*record.Job, error) {
+	j, err := loadersFor(ctx).job.Load(ctx, id)
+	if errors.Is(err, dataloadgen.ErrNotFound) {
+		return nil, record.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
 }

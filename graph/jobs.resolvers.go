@@ -30,6 +30,11 @@ func (r *holdResolver) Runner(ctx context.Context, obj *record.Hold) (*record.Ru
 	return &runner, nil
 }
 
+// CreatedBy is the resolver for the createdBy field.
+func (r *holdResolver) CreatedBy(ctx context.Context, obj *record.Hold) (*record.Admin, error) {
+	return loadAdmin(ctx, obj.CreatedBy)
+}
+
 // Pool is the resolver for the pool field.
 func (r *jobResolver) Pool(ctx context.Context, obj *record.Job) (*record.Pool, error) {
 	return loadPool(ctx, obj.PoolID)
@@ -52,8 +57,27 @@ func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobCla
 }
 
 // Events is the resolver for the events field.
-func (r *jobResolver) Events(ctx context.Context, obj *record.Job) ([]record.JobEvent, error) {
-	return loadersFor(ctx).jobEvents.Load(ctx, obj.ID)
+func (r *jobResolver) Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error) {
+	p, err := pageOf(listEvents, first, after, maxPage)
+	if err != nil {
+		return nil, err
+	}
+	// A job's events are bounded (a few per attempt): the loader reads
+	// them all, for every job of the answer at once, and the page is cut
+	// from them.
+	events, err := loadersFor(ctx).jobEvents.Load(ctx, obj.ID)
+	if err != nil {
+		return nil, err
+	}
+	if p.After != nil {
+		n := sort.Search(len(events), func(i int) bool { return events[i].ID > p.After.N })
+		events = events[n:]
+	}
+	events = events[:min(len(events), p.Limit)]
+	nodes, edges, info := connect(listEvents, events, first, eventKey, func(c string, n *record.JobEvent) model.JobEventEdge {
+		return model.JobEventEdge{Cursor: c, Node: n}
+	})
+	return &model.JobEventConnection{Nodes: nodes, Edges: edges, PageInfo: info}, nil
 }
 
 // Runs is the resolver for the runs field.
@@ -79,6 +103,11 @@ func (r *jobResolver) Logs(ctx context.Context, obj *record.Job) (string, error)
 		b.Write(c.Data)
 	}
 	return strings.ToValidUTF8(b.String(), "\uFFFD"), nil
+}
+
+// Job is the resolver for the job field.
+func (r *jobRunResolver) Job(ctx context.Context, obj *record.JobRun) (*record.Job, error) {
+	return loadJob(ctx, obj.JobID)
 }
 
 // RunnerName is the resolver for the runnerName field.

@@ -28,6 +28,15 @@ type loaders struct {
 	jobEvents *dataloadgen.Loader[uuid.UUID, []record.JobEvent]
 	jobRuns   *dataloadgen.Loader[uuid.UUID, []record.JobRun]
 	jobLogs   *dataloadgen.Loader[uuid.UUID, record.JobOutput]
+	// Inside the caller's scope: admins (who made a hold or a token), jobs
+	// (of runs listed across jobs).
+	admin *dataloadgen.Loader[uuid.UUID, record.Admin]
+	job   *dataloadgen.Loader[uuid.UUID, record.Job]
+	// Of admins, runners and pools the caller already read through its
+	// scope.
+	adminTokens *dataloadgen.Loader[uuid.UUID, []record.AdminToken]
+	runnerHolds *dataloadgen.Loader[uuid.UUID, []record.Hold] // in force
+	poolHolds   *dataloadgen.Loader[uuid.UUID, []record.Hold]
 	// logsLeft is what is left of this answer's logsBudget.
 	logsLeft atomic.Int64
 }
@@ -57,6 +66,17 @@ func newLoaders(r *Resolver, scope record.Scope) *loaders {
 		poolQueue:  dataloadgen.NewMappedLoader(r.Queue.PoolQueues, wait),
 		jobEvents:  dataloadgen.NewMappedLoader(r.Queue.EventsOfJobs, wait),
 		jobRuns:    dataloadgen.NewMappedLoader(r.Queue.RunsOfJobs, wait),
+		admin: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.Admin, error) {
+			return r.Tenancy.AdminsByID(ctx, scope, ids)
+		}, wait),
+		job: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.Job, error) {
+			return r.Queue.JobsByID(ctx, scope, ids)
+		}, wait),
+		adminTokens: dataloadgen.NewMappedLoader(r.Tenancy.TokensOfAdmins, wait),
+		runnerHolds: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.Hold, error) {
+			return r.Queue.HoldsOfRunners(ctx, ids, false)
+		}, wait),
+		poolHolds: dataloadgen.NewMappedLoader(r.Queue.HoldsOfPools, wait),
 	}
 	// The logs of all the jobs one answer asks for share logsBudget,
 	// whichever batches they come in.
@@ -97,7 +117,7 @@ func prefetchRunners(ctx context.Context, runners []record.Runner) {
 			orgIDs = append(orgIDs, *r.OrganisationID)
 		}
 	}
-	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+	for _, f := range nodeFields(ctx) {
 		switch f.Name {
 		case "certificate":
 			l.certificate.LoadAllThunk(ctx, runnerIDs)
@@ -105,6 +125,8 @@ func prefetchRunners(ctx context.Context, runners []record.Runner) {
 			l.booking.LoadAllThunk(ctx, runnerIDs)
 		case "organisation":
 			l.organisation.LoadAllThunk(ctx, orgIDs)
+		case "holds":
+			l.runnerHolds.LoadAllThunk(ctx, runnerIDs)
 		case "pool":
 			for _, sub := range graphql.CollectFields(op, f.Selections, nil) {
 				switch sub.Name {
@@ -120,6 +142,26 @@ func prefetchRunners(ctx context.Context, runners []record.Runner) {
 	}
 }
 
+// nodeFields are the fields a connection's query selects of its items:
+// under nodes, and under edges' node.
+func nodeFields(ctx context.Context) []graphql.CollectedField {
+	op := graphql.GetOperationContext(ctx)
+	var out []graphql.CollectedField
+	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+		switch f.Name {
+		case "nodes":
+			out = append(out, graphql.CollectFields(op, f.Selections, nil)...)
+		case "edges":
+			for _, e := range graphql.CollectFields(op, f.Selections, nil) {
+				if e.Name == "node" {
+					out = append(out, graphql.CollectFields(op, e.Selections, nil)...)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // prefetchJobs loads, in one statement each, the events, runs and logs a
 // job list selects.
 func prefetchJobs(ctx context.Context, jobs []record.Job) {
@@ -128,7 +170,7 @@ func prefetchJobs(ctx context.Context, jobs []record.Job) {
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
-	for _, f := range graphql.CollectFieldsCtx(ctx, nil) {
+	for _, f := range nodeFields(ctx) {
 		switch f.Name {
 		case "events":
 			l.jobEvents.LoadAllThunk(ctx, ids)

@@ -189,6 +189,28 @@ func (r *runnerResolver) FailuresInARow(ctx context.Context, obj *record.Runner)
 	return obj.FailuresInARow, nil
 }
 
+// Runs is the resolver for the runs field.
+func (r *runnerResolver) Runs(ctx context.Context, obj *record.Runner, first int, after *string) (*model.JobRunConnection, error) {
+	p, err := pageOf(listRuns, first, after, maxPage)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := r.Fleet.Runs(ctx, obj.ID, p)
+	if err != nil {
+		return nil, err
+	}
+	return runConnection(runs, first), nil
+}
+
+// Holds is the resolver for the holds field.
+func (r *runnerResolver) Holds(ctx context.Context, obj *record.Runner, includeEnded bool) ([]record.Hold, error) {
+	if !includeEnded {
+		return loadersFor(ctx).runnerHolds.Load(ctx, obj.ID)
+	}
+	all, err := r.Queue.HoldsOfRunners(ctx, []uuid.UUID{obj.ID}, true)
+	return all[obj.ID], err
+}
+
 // Recovery is the resolver for the recovery field.
 func (r *runnerResolver) Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error) {
 	p := obj.Recovery

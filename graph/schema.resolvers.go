@@ -8,7 +8,6 @@ package graph
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,6 +21,11 @@ import (
 // Organisation is the resolver for the organisation field.
 func (r *adminResolver) Organisation(ctx context.Context, obj *record.Admin) (*record.Organisation, error) {
 	return loadOrganisation(ctx, obj.OrganisationID)
+}
+
+// Tokens is the resolver for the tokens field.
+func (r *adminResolver) Tokens(ctx context.Context, obj *record.Admin) ([]record.AdminToken, error) {
+	return loadersFor(ctx).adminTokens.Load(ctx, obj.ID)
 }
 
 // ActorRole is the resolver for the actorRole field.
@@ -157,6 +161,11 @@ func (r *poolResolver) HeldGpus(ctx context.Context, obj *record.Pool) (int, err
 	return int(q.HeldGPUs), err
 }
 
+// Holds is the resolver for the holds field.
+func (r *poolResolver) Holds(ctx context.Context, obj *record.Pool) ([]record.Hold, error) {
+	return loadersFor(ctx).poolHolds.Load(ctx, obj.ID)
+}
+
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*record.Admin, error) {
 	me, ok := principal(ctx)
@@ -194,14 +203,25 @@ func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*record.Pool, e
 }
 
 // Runners is the resolver for the runners field.
-func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus) ([]record.Runner, error) {
-	me, _ := principal(ctx)
-	runners, err := r.Fleet.Runners(ctx, me.Scope(), record.RunnerFilter{PoolID: poolID, Status: status})
+func (r *queryResolver) Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus, label *string, first int, after *string) (*model.RunnerConnection, error) {
+	p, err := pageOf(listRunners, first, after, maxPage)
 	if err != nil {
 		return nil, err
 	}
-	prefetchRunners(ctx, runners)
-	return runners, nil
+	f := record.RunnerFilter{PoolID: poolID, Status: status}
+	if label != nil {
+		if f.LabelKey, f.LabelValue, err = labelFilter(*label); err != nil {
+			return nil, err
+		}
+	}
+	me, _ := principal(ctx)
+	runners, err := r.Fleet.Runners(ctx, me.Scope(), f, p)
+	if err != nil {
+		return nil, err
+	}
+	nodes, edges, info := connect(listRunners, runners, first, runnerKey, func(c string, n *record.Runner) model.RunnerEdge { return model.RunnerEdge{Cursor: c, Node: n} })
+	prefetchRunners(ctx, nodes)
+	return &model.RunnerConnection{Nodes: nodes, Edges: edges, PageInfo: info}, nil
 }
 
 // Runner is the resolver for the runner field.
@@ -217,17 +237,20 @@ func (r *queryResolver) CertificateAuthority(ctx context.Context) (*model.Certif
 }
 
 // Jobs is the resolver for the jobs field.
-func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, first int) ([]record.Job, error) {
-	me, _ := principal(ctx)
-	if first < 1 || first > 1000 {
-		return nil, badInputf("first: between 1 and 1000")
-	}
-	jobs, err := r.Queue.Jobs(ctx, me.Scope(), record.JobFilter{PoolID: poolID, State: state, Limit: first})
+func (r *queryResolver) Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, kind *string, submittedAfter *time.Time, submittedBefore *time.Time, first int, after *string) (*model.JobConnection, error) {
+	p, err := pageOf(listJobs, first, after, maxPage)
 	if err != nil {
 		return nil, err
 	}
-	prefetchJobs(ctx, jobs)
-	return jobs, nil
+	me, _ := principal(ctx)
+	jobs, err := r.Queue.Jobs(ctx, me.Scope(), record.JobFilter{
+		PoolID: poolID, State: state, Kind: kind, SubmittedAfter: submittedAfter, SubmittedBefore: submittedBefore}, p)
+	if err != nil {
+		return nil, err
+	}
+	nodes, edges, info := connect(listJobs, jobs, first, jobKey, func(c string, n *record.Job) model.JobEdge { return model.JobEdge{Cursor: c, Node: n} })
+	prefetchJobs(ctx, nodes)
+	return &model.JobConnection{Nodes: nodes, Edges: edges, PageInfo: info}, nil
 }
 
 // Job is the resolver for the job field.
@@ -238,19 +261,19 @@ func (r *queryResolver) Job(ctx context.Context, id uuid.UUID) (*record.Job, err
 }
 
 // AuditLog is the resolver for the auditLog field.
-func (r *queryResolver) AuditLog(ctx context.Context, first int, before *string) ([]record.AuditEntry, error) {
-	if first < 1 || first > 500 {
-		return nil, badInputf("first: between 1 and 500")
+func (r *queryResolver) AuditLog(ctx context.Context, action *string, actorID *uuid.UUID, first int, after *string) (*model.AuditEntryConnection, error) {
+	p, err := pageOf(listAudit, first, after, maxAuditPage)
+	if err != nil {
+		return nil, err
 	}
-	var beforeID *int64
-	if before != nil {
-		id, err := strconv.ParseInt(*before, 10, 64)
-		if err != nil {
-			return nil, badInputf("before: not an audit entry id")
-		}
-		beforeID = &id
+	entries, err := r.Tenancy.AuditLog(ctx, record.AuditFilter{Action: action, ActorID: actorID}, p)
+	if err != nil {
+		return nil, err
 	}
-	return r.Tenancy.AuditLog(ctx, beforeID, first)
+	nodes, edges, info := connect(listAudit, entries, first, auditKey, func(c string, n *record.AuditEntry) model.AuditEntryEdge {
+		return model.AuditEntryEdge{Cursor: c, Node: n}
+	})
+	return &model.AuditEntryConnection{Nodes: nodes, Edges: edges, PageInfo: info}, nil
 }
 
 // Health is the resolver for the health field.
@@ -314,7 +337,7 @@ func (r *subscriptionResolver) RunnerEvents(ctx context.Context, poolID uuid.UUI
 	}
 	return followRunners(ctx, r.Fleet, r.Log, poolID, func(ctx context.Context, id *uuid.UUID) ([]record.Runner, error) {
 		if id == nil {
-			return r.Fleet.Runners(ctx, me.Scope(), record.RunnerFilter{PoolID: &poolID})
+			return r.Fleet.Runners(ctx, me.Scope(), record.RunnerFilter{PoolID: &poolID}, record.Page{})
 		}
 		one, err := r.Fleet.Runner(ctx, me.Scope(), *id)
 		if errors.Is(err, record.ErrNotFound) || (err == nil && one.PoolID != poolID) {

@@ -116,7 +116,7 @@ after=$(in_sb 'systemctl show -p MainPID --value runmesh-agent')
 echo "upgraded in ${took}s (agent pid $before -> $after), the job still RUNNING"
 [ "$took" -lt 15 ] || fail "the upgrade waited ${took}s: a drain?"
 wait_state "$job" SUCCEEDED 60
-cli query "'{ job(id: \"$job\") { attempt logs events { type attempt } runs { attempt exitCode runnerVersion } } }'"
+cli query "'{ job(id: \"$job\") { attempt logs events { nodes { type attempt } } runs { attempt exitCode runnerVersion } } }'"
 out=$(cli query "'{ job(id: \"$job\") { attempt logs runs { attempt runnerVersion } } }'" | tr -d ' \n')
 case "$out" in
 *'"attempt":1,"logs":"survived\n","runs":[{"attempt":1,"runnerVersion":"'"$v2"'"}]'*) ;;

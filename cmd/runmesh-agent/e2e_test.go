@@ -143,13 +143,13 @@ func TestIdentityEndToEnd(t *testing.T) {
 	require.Contains(t, status.ServerView.Error, "bad certificate", "the revoked certificate fails the handshake")
 	// GraphQL shows the serial revoked and the runner as it was; the
 	// revocation is audited, the runner its actor.
-	seen := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { status certificate { serial revokedAt revocationReason } } auditLog(first: 5) { action actorName actorRole detail } }`,
+	seen := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { status certificate { serial revokedAt revocationReason } } auditLog(first: 5) { nodes { action actorName actorRole detail } } }`,
 		map[string]any{"id": runnerID})
 	runner := seen["runner"].(map[string]any)
 	require.Equal(t, "APPROVED", runner["status"])
 	require.NotNil(t, runner["certificate"].(map[string]any)["revokedAt"], runner)
 	require.Equal(t, "rotation drill", runner["certificate"].(map[string]any)["revocationReason"])
-	entry := seen["auditLog"].([]any)[0].(map[string]any)
+	entry := seen["auditLog"].(map[string]any)["nodes"].([]any)[0].(map[string]any)
 	require.Equal(t, "revokeCertificate", entry["action"], seen["auditLog"])
 	require.Contains(t, entry["actorName"], "runner e2e-runner")
 	require.Nil(t, entry["actorRole"])

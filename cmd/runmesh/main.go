@@ -298,7 +298,7 @@ var commands = map[string]command{
 		if err := fs.Parse(args); err != nil {
 			return "", nil, err
 		}
-		return `query($n: Int!) { auditLog(first: $n) { id at actorName action outcome detail } }`,
+		return `query($n: Int!) { auditLog(first: $n) { nodes { id at actorName action outcome detail } } }`,
 			map[string]any{"n": *first}, nil
 	},
 	"create-enrolment-token": func([]string, io.Reader, io.Writer) (string, map[string]any, error) {
@@ -312,9 +312,9 @@ var commands = map[string]command{
 		if err := fs.Parse(args); err != nil {
 			return "", nil, err
 		}
-		return `query($p: ID, $s: RunnerStatus) { runners(poolId: $p, status: $s) { id name status statusReason
+		return `query($p: ID, $s: RunnerStatus) { runners(poolId: $p, status: $s) { nodes { id name status statusReason
 			fingerprintHint pool { name } enrolledAt certificate { serial notAfter }
-			online takingWork quarantined quarantineReason draining capacity { cores memoryMiB } gpus { index name healthy } } }`,
+			online takingWork quarantined quarantineReason draining capacity { cores memoryMiB } gpus { index name healthy } } } }`,
 			map[string]any{"p": nullable(*pool), "s": nullable(strings.ToUpper(*status))}, nil
 	},
 	"runner": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
@@ -343,7 +343,7 @@ var commands = map[string]command{
 		if err := fs.Parse(args); err != nil {
 			return "", nil, err
 		}
-		return `query($p: ID, $s: JobState) { jobs(poolId: $p, state: $s) { id state stateReason image attempt submittedAt pool { name } } }`,
+		return `query($p: ID, $s: JobState) { jobs(poolId: $p, state: $s) { nodes { id state stateReason image attempt submittedAt pool { name } } } }`,
 			map[string]any{"p": nullable(*pool), "s": nullable(strings.ToUpper(*state))}, nil
 	},
 	"job": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {
@@ -352,7 +352,7 @@ var commands = map[string]command{
 		}
 		return `query($id: ID!) { job(id: $id) { id state stateReason image command envNames claim { cores memoryMiB gpus wallClockSeconds }
 			priority maxAttempts attempt kind cancelRequested submittedAt finishedAt pool { name }
-			events { at type attempt detail } runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault oom peakMemoryMiB imageDigest runnerVersion }
+			events { nodes { at type attempt detail } } runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault oom peakMemoryMiB imageDigest runnerVersion }
 			logs } }`, map[string]any{"id": args[0]}, nil
 	},
 	"cancel-job": func(args []string, _ io.Reader, _ io.Writer) (string, map[string]any, error) {

@@ -45,7 +45,7 @@ func TestCLIAgainstTheRealAPI(t *testing.T) {
 	_, err = cli("create-organisation", "acme")
 	require.ErrorContains(t, err, "(CONFLICT)")
 
-	out, err = cli("query", "--var", "n=1", `query($n: Int!) { auditLog(first: $n) { action outcome } }`)
+	out, err = cli("query", "--var", "n=1", `query($n: Int!) { auditLog(first: $n) { nodes { action outcome } } }`)
 	require.NoError(t, err)
 	require.Contains(t, out, `"outcome": "CONFLICT"`)
 

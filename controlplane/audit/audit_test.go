@@ -25,7 +25,7 @@ func TestAChangeAndItsEntryGoTogether(t *testing.T) {
 		return len(all)
 	}
 	entries := func() []record.AuditEntry {
-		all, err := st.AuditLog(ctx, nil, 100)
+		all, err := st.AuditLog(ctx, record.AuditFilter{}, record.Page{Limit: 100})
 		require.NoError(t, err)
 		return all
 	}

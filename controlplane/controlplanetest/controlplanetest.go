@@ -89,7 +89,7 @@ func NewServices(t testing.TB, pool *pgxpool.Pool, keys *ca.Keys) *Services {
 	go func() { defer close(done); l.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return &Services{
-		Tenancy:   tenancy.New(st),
+		Tenancy:   tenancy.New(st, l),
 		Queue:     queue.NewService(st, l),
 		Fleet:     fleet.NewService(st, l),
 		Enrolment: enrolment.New(st, auth, 0),

@@ -163,3 +163,23 @@ func (s *Service) CurrentChain(ctx context.Context, r record.Runner) ([]*x509.Ce
 	}
 	return s.Issue(ctx, r)
 }
+
+// Tokens lists a page of the enrolment tokens inside scope that match f,
+// newest first.
+func (s *Service) Tokens(ctx context.Context, scope record.Scope, f record.EnrolmentTokenFilter, p record.Page) ([]record.EnrolmentToken, error) {
+	return s.st.EnrolmentTokens(ctx, scope, f, p)
+}
+
+// RevokeToken withdraws an unused enrolment token inside scope: no runner
+// can enrol with it from the commit on. A used or revoked one is
+// record.ErrConflict; the runner that used one is revoked with
+// revokeRunner.
+func (s *Service) RevokeToken(ctx context.Context, scope record.Scope, id uuid.UUID, by *uuid.UUID) (record.EnrolmentToken, error) {
+	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.EnrolmentToken, error) {
+		t, err := tx.LockEnrolmentToken(ctx, scope, id)
+		if err != nil {
+			return record.EnrolmentToken{}, err
+		}
+		return tx.RevokeEnrolmentToken(ctx, t, by)
+	})
+}

@@ -29,9 +29,16 @@ func (s *Service) Runner(ctx context.Context, scope record.Scope, id uuid.UUID) 
 	return s.st.Runner(ctx, scope, id)
 }
 
-// Runners lists the runners inside scope that match f, oldest first.
-func (s *Service) Runners(ctx context.Context, scope record.Scope, f record.RunnerFilter) ([]record.Runner, error) {
-	return s.st.Runners(ctx, scope, f)
+// Runners lists the runners inside scope that match f, oldest first: a
+// page of them, or all when p.Limit is 0.
+func (s *Service) Runners(ctx context.Context, scope record.Scope, f record.RunnerFilter, p record.Page) ([]record.Runner, error) {
+	return s.st.Runners(ctx, scope, f, p)
+}
+
+// Runs lists a page of a runner's ended attempts, newest first, for a
+// runner the caller has read through its scope.
+func (s *Service) Runs(ctx context.Context, runnerID uuid.UUID, p record.Page) ([]record.JobRun, error) {
+	return s.st.RunsOfRunner(ctx, runnerID, p)
 }
 
 // Bookings is what each runner's jobs and holds take, for runners the

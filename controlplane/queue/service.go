@@ -29,9 +29,28 @@ func (s *Service) Job(ctx context.Context, scope record.Scope, id uuid.UUID) (re
 	return s.st.Job(ctx, scope, id)
 }
 
-// Jobs lists jobs inside scope, newest first.
-func (s *Service) Jobs(ctx context.Context, scope record.Scope, f record.JobFilter) ([]record.Job, error) {
-	return s.st.Jobs(ctx, scope, f)
+// Jobs lists a page of the jobs inside scope that match f, newest first.
+func (s *Service) Jobs(ctx context.Context, scope record.Scope, f record.JobFilter, p record.Page) ([]record.Job, error) {
+	return s.st.Jobs(ctx, scope, f, p)
+}
+
+// Runs lists a page of the ended attempts of the jobs inside scope that
+// match f, newest first.
+func (s *Service) Runs(ctx context.Context, scope record.Scope, f record.RunFilter, p record.Page) ([]record.JobRun, error) {
+	return s.st.Runs(ctx, scope, f, p)
+}
+
+// HoldsOfRunners returns each runner's holds, newest first (those in
+// force, or all with includeEnded), for runners the caller has read
+// through its scope.
+func (s *Service) HoldsOfRunners(ctx context.Context, ids []uuid.UUID, includeEnded bool) (map[uuid.UUID][]record.Hold, error) {
+	return s.st.HoldsOfRunners(ctx, ids, includeEnded)
+}
+
+// HoldsOfPools returns the holds in force on each pool's runners, for
+// pools the caller has read through its scope (for dataloaders).
+func (s *Service) HoldsOfPools(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.Hold, error) {
+	return s.st.HoldsOfPools(ctx, ids)
 }
 
 // Cancel cancels a queued job at once; a leased or running one is asked to
@@ -104,4 +123,10 @@ func (s *Service) Hold(ctx context.Context, scope record.Scope, runnerID uuid.UU
 // Release ends a hold on a runner inside scope.
 func (s *Service) Release(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Hold, error) {
 	return audit.Do(ctx, s.st, func(tx *store.Tx) (record.Hold, error) { return tx.ReleaseHold(ctx, scope, id) })
+}
+
+// JobsByID loads several jobs at once (for dataloaders); ids outside scope
+// are absent from the result.
+func (s *Service) JobsByID(ctx context.Context, scope record.Scope, ids []uuid.UUID) (map[uuid.UUID]record.Job, error) {
+	return s.st.JobsByID(ctx, scope, ids)
 }

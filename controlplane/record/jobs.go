@@ -79,7 +79,16 @@ const maxUndelivered = 3
 type JobFilter struct {
 	PoolID *uuid.UUID
 	State  *JobState
-	Limit  int
+	Kind   *string
+	// SubmittedAfter (inclusive) and SubmittedBefore bound the submission
+	// time.
+	SubmittedAfter, SubmittedBefore *time.Time
+}
+
+// RunFilter narrows a listing of runs across jobs.
+type RunFilter struct {
+	OrganisationID *uuid.UUID
+	PoolID         *uuid.UUID
 }
 
 // JobEvent is one recorded change of a job.
@@ -94,6 +103,7 @@ type JobEvent struct {
 
 // JobRun is one attempt: where it ran and how it ended.
 type JobRun struct {
+	JobID         uuid.UUID
 	Attempt       int
 	RunnerID      uuid.UUID
 	RunnerName    string

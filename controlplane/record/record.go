@@ -10,6 +10,7 @@ package record
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -101,4 +102,20 @@ func (s Scope) Organisation() (uuid.UUID, bool) { return s.org.UUID, s.org.Valid
 // Includes reports whether the organisation is inside the scope.
 func (s Scope) Includes(org uuid.UUID) bool {
 	return s.all || (s.org.Valid && s.org.UUID == org)
+}
+
+// Page is one page of a keyset-paged list: at most Limit items, after the
+// sort key of the last item seen (nil: from the start).
+type Page struct {
+	Limit int
+	After *Cursor
+}
+
+// Cursor is a list's sort key of one item: each list uses the parts its
+// order has (a job its id; a runner its enrolment time and id; a run its
+// end, its job's id and its attempt; an audit entry its number).
+type Cursor struct {
+	At time.Time
+	ID uuid.UUID
+	N  int64
 }

@@ -86,6 +86,9 @@ type InventoryGPU struct {
 type RunnerFilter struct {
 	PoolID *uuid.UUID
 	Status *RunnerStatus
+	// LabelKey, with LabelValue or any value when that is nil: a label the
+	// runner reported.
+	LabelKey, LabelValue *string
 }
 
 // Booking is what a runner's jobs and holds take.
@@ -115,4 +118,42 @@ type EnrolmentToken struct {
 	ID        uuid.UUID
 	PoolID    uuid.UUID
 	ExpiresAt time.Time
+	// What a listing adds.
+	OrganisationID *uuid.UUID // the pool's; nil for a platform pool
+	CreatedBy      *uuid.UUID
+	CreatedAt      time.Time
+	UsedAt         *time.Time
+	RunnerID       *uuid.UUID // the runner that enrolled with it
+	RevokedAt      *time.Time
+	RevokedBy      *uuid.UUID
+}
+
+// EnrolmentTokenState is where an enrolment token stands.
+type EnrolmentTokenState string
+
+// Enrolment token states.
+const (
+	TokenLive    EnrolmentTokenState = "LIVE" // a runner may enrol with it now
+	TokenUsed    EnrolmentTokenState = "USED"
+	TokenExpired EnrolmentTokenState = "EXPIRED"
+	TokenRevoked EnrolmentTokenState = "REVOKED"
+)
+
+// State is where the token stands at now.
+func (t EnrolmentToken) State(now time.Time) EnrolmentTokenState {
+	switch {
+	case t.UsedAt != nil:
+		return TokenUsed
+	case t.RevokedAt != nil:
+		return TokenRevoked
+	case !t.ExpiresAt.After(now):
+		return TokenExpired
+	}
+	return TokenLive
+}
+
+// EnrolmentTokenFilter narrows a listing of enrolment tokens.
+type EnrolmentTokenFilter struct {
+	PoolID *uuid.UUID
+	State  *EnrolmentTokenState
 }

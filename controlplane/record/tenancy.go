@@ -13,6 +13,26 @@ type Admin struct {
 	Role           Role
 	OrganisationID *uuid.UUID
 	CreatedAt      time.Time
+	// TokenID is the token the admin authenticated with; uuid.Nil when the
+	// admin was read otherwise (in a list, say).
+	TokenID uuid.UUID
+}
+
+// AdminToken is one of an admin's bearer tokens, as stored: never the
+// token, which only its digest stands for.
+type AdminToken struct {
+	ID         uuid.UUID
+	AdminID    uuid.UUID
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	LastUsedAt *time.Time // to the minute
+	RevokedAt  *time.Time
+	RevokedBy  *uuid.UUID
+}
+
+// Live is whether the token still authenticates at now.
+func (t AdminToken) Live(now time.Time) bool {
+	return t.RevokedAt == nil && (t.ExpiresAt == nil || t.ExpiresAt.After(now))
 }
 
 // Scope is what this admin may see.
@@ -73,4 +93,10 @@ type AuditEntry struct {
 	Action         string
 	Outcome        string
 	Detail         []byte // JSON object
+}
+
+// AuditFilter narrows the audit log: to one action, one actor.
+type AuditFilter struct {
+	Action  *string
+	ActorID *uuid.UUID
 }

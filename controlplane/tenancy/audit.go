@@ -13,8 +13,7 @@ func (s *Service) Audit(ctx context.Context, e record.AuditEntry) error {
 	return s.st.Audit(ctx, e)
 }
 
-// AuditLog lists entries newest first, at most limit of them, older than
-// the entry beforeID when it is given.
-func (s *Service) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]record.AuditEntry, error) {
-	return s.st.AuditLog(ctx, beforeID, limit)
+// AuditLog lists a page of entries, newest first.
+func (s *Service) AuditLog(ctx context.Context, f record.AuditFilter, p record.Page) ([]record.AuditEntry, error) {
+	return s.st.AuditLog(ctx, f, p)
 }

@@ -18,7 +18,7 @@ import (
 func TestUpdatePoolIsWholeOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := tenancy.New(storetest.TxStore(t))
+	s := tenancy.New(storetest.TxStore(t), nil)
 	orgA, err := s.CreateOrganisation(ctx, "org-a")
 	require.NoError(t, err)
 	orgB, err := s.CreateOrganisation(ctx, "org-b")

@@ -16,11 +16,15 @@ import (
 
 // Service keeps organisations, pools, admins and the audit log.
 type Service struct {
-	st *store.Store
+	st       *store.Store
+	listener *store.Listener
 }
 
-// New is tenancy over st.
-func New(st *store.Store) *Service { return &Service{st: st} }
+// New is tenancy over st; listener tells WatchTokens of revocations made
+// on any replica (nil: none are heard).
+func New(st *store.Store, listener *store.Listener) *Service {
+	return &Service{st: st, listener: listener}
+}
 
 // CreateOrganisation adds an organisation; a name that is no handle is a
 // *record.InputError, a taken one record.ErrConflict.

@@ -32,7 +32,10 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
 	Admin() AdminResolver
+	AdminConnection() AdminConnectionResolver
+	AdminToken() AdminTokenResolver
 	AuditEntry() AuditEntryResolver
+	EnrolmentToken() EnrolmentTokenResolver
 	Hold() HoldResolver
 	Job() JobResolver
 	JobRun() JobRunResolver
@@ -56,6 +59,28 @@ type ComplexityRoot struct {
 		Name         func(childComplexity int) int
 		Organisation func(childComplexity int) int
 		Role         func(childComplexity int) int
+		Tokens       func(childComplexity int) int
+	}
+
+	AdminConnection struct {
+		Edges      func(childComplexity int) int
+		Nodes      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	AdminEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	AdminToken struct {
+		CreatedAt  func(childComplexity int) int
+		ExpiresAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Live       func(childComplexity int) int
+		RevokedAt  func(childComplexity int) int
 	}
 
 	AuditEntry struct {
@@ -68,6 +93,17 @@ type ComplexityRoot struct {
 		ID             func(childComplexity int) int
 		OrganisationID func(childComplexity int) int
 		Outcome        func(childComplexity int) int
+	}
+
+	AuditEntryConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	AuditEntryEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Booking struct {
@@ -93,12 +129,36 @@ type ComplexityRoot struct {
 		Admin     func(childComplexity int) int
 		ExpiresAt func(childComplexity int) int
 		Token     func(childComplexity int) int
+		TokenID   func(childComplexity int) int
 	}
 
 	CreatedEnrolmentToken struct {
 		ExpiresAt func(childComplexity int) int
 		Pool      func(childComplexity int) int
 		Token     func(childComplexity int) int
+	}
+
+	EnrolmentToken struct {
+		CreatedAt func(childComplexity int) int
+		CreatedBy func(childComplexity int) int
+		ExpiresAt func(childComplexity int) int
+		ID        func(childComplexity int) int
+		Pool      func(childComplexity int) int
+		RevokedAt func(childComplexity int) int
+		Runner    func(childComplexity int) int
+		State     func(childComplexity int) int
+		UsedAt    func(childComplexity int) int
+	}
+
+	EnrolmentTokenConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	EnrolmentTokenEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	GPU struct {
@@ -125,6 +185,8 @@ type ComplexityRoot struct {
 	}
 
 	Hold struct {
+		CreatedAt  func(childComplexity int) int
+		CreatedBy  func(childComplexity int) int
 		GPUs       func(childComplexity int) int
 		ID         func(childComplexity int) int
 		Reason     func(childComplexity int) int
@@ -146,7 +208,7 @@ type ComplexityRoot struct {
 		Claim           func(childComplexity int) int
 		Command         func(childComplexity int) int
 		EnvNames        func(childComplexity int) int
-		Events          func(childComplexity int) int
+		Events          func(childComplexity int, first int, after *string) int
 		FinishedAt      func(childComplexity int) int
 		ID              func(childComplexity int) int
 		IdempotencyKey  func(childComplexity int) int
@@ -169,11 +231,33 @@ type ComplexityRoot struct {
 		WallClockSeconds func(childComplexity int) int
 	}
 
+	JobConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	JobEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	JobEvent struct {
 		At      func(childComplexity int) int
 		Attempt func(childComplexity int) int
 		Detail  func(childComplexity int) int
 		Type    func(childComplexity int) int
+	}
+
+	JobEventConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	JobEventEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	JobRun struct {
@@ -182,12 +266,24 @@ type ComplexityRoot struct {
 		FinishedAt    func(childComplexity int) int
 		HostFault     func(childComplexity int) int
 		ImageDigest   func(childComplexity int) int
+		Job           func(childComplexity int) int
 		LeasedAt      func(childComplexity int) int
 		OOM           func(childComplexity int) int
 		PeakMemoryMiB func(childComplexity int) int
 		ReturnReason  func(childComplexity int) int
 		RunnerName    func(childComplexity int) int
 		RunnerVersion func(childComplexity int) int
+	}
+
+	JobRunConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	JobRunEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Label struct {
@@ -219,10 +315,13 @@ type ComplexityRoot struct {
 		CreateOrganisation   func(childComplexity int, input model.CreateOrganisationInput) int
 		CreatePool           func(childComplexity int, input model.CreatePoolInput) int
 		DrainRunner          func(childComplexity int, id uuid.UUID) int
+		IssueAdminToken      func(childComplexity int, adminID uuid.UUID, ttlSeconds *int) int
 		RejectRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		ReleaseHold          func(childComplexity int, id uuid.UUID) int
 		ResumeRunner         func(childComplexity int, id uuid.UUID) int
 		RetireRunner         func(childComplexity int, id uuid.UUID, reason string) int
+		RevokeAdminToken     func(childComplexity int, id uuid.UUID) int
+		RevokeEnrolmentToken func(childComplexity int, id uuid.UUID) int
 		RevokeRunner         func(childComplexity int, id uuid.UUID, reason string) int
 		SubmitJob            func(childComplexity int, input model.SubmitJobInput) int
 		SubmitJobs           func(childComplexity int, inputs []model.SubmitJobInput) int
@@ -236,10 +335,16 @@ type ComplexityRoot struct {
 		Pools     func(childComplexity int) int
 	}
 
+	PageInfo struct {
+		EndCursor   func(childComplexity int) int
+		HasNextPage func(childComplexity int) int
+	}
+
 	Pool struct {
 		AllowUnenforcedMemory func(childComplexity int) int
 		CreatedAt             func(childComplexity int) int
 		HeldGpus              func(childComplexity int) int
+		Holds                 func(childComplexity int) int
 		ID                    func(childComplexity int) int
 		LeaseSeconds          func(childComplexity int) int
 		Name                  func(childComplexity int) int
@@ -250,17 +355,20 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		AuditLog             func(childComplexity int, first int, before *string) int
+		Admins               func(childComplexity int, organisationID *uuid.UUID, first int, after *string) int
+		AuditLog             func(childComplexity int, action *string, actorID *uuid.UUID, first int, after *string) int
 		CertificateAuthority func(childComplexity int) int
+		EnrolmentTokens      func(childComplexity int, poolID *uuid.UUID, state *record.EnrolmentTokenState, first int, after *string) int
 		Health               func(childComplexity int) int
 		Job                  func(childComplexity int, id uuid.UUID) int
-		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *record.JobState, first int) int
+		Jobs                 func(childComplexity int, poolID *uuid.UUID, state *record.JobState, kind *string, submittedAfter *time.Time, submittedBefore *time.Time, first int, after *string) int
 		Organisation         func(childComplexity int, id uuid.UUID) int
 		Organisations        func(childComplexity int) int
 		Pool                 func(childComplexity int, id uuid.UUID) int
 		Pools                func(childComplexity int, organisationID *uuid.UUID, platformOnly *bool) int
 		Runner               func(childComplexity int, id uuid.UUID) int
-		Runners              func(childComplexity int, poolID *uuid.UUID, status *record.RunnerStatus) int
+		Runners              func(childComplexity int, poolID *uuid.UUID, status *record.RunnerStatus, label *string, first int, after *string) int
+		Runs                 func(childComplexity int, organisationID *uuid.UUID, poolID *uuid.UUID, first int, after *string) int
 		Viewer               func(childComplexity int) int
 	}
 
@@ -287,6 +395,7 @@ type ComplexityRoot struct {
 		FingerprintHint  func(childComplexity int) int
 		Gpus             func(childComplexity int) int
 		Health           func(childComplexity int) int
+		Holds            func(childComplexity int, includeEnded bool) int
 		ID               func(childComplexity int) int
 		Labels           func(childComplexity int) int
 		LastHeartbeatAt  func(childComplexity int) int
@@ -299,6 +408,7 @@ type ComplexityRoot struct {
 		QuarantinedAt    func(childComplexity int) int
 		Recovery         func(childComplexity int) int
 		Retired          func(childComplexity int) int
+		Runs             func(childComplexity int, first int, after *string) int
 		Status           func(childComplexity int) int
 		StatusReason     func(childComplexity int) int
 		TakingWork       func(childComplexity int) int
@@ -316,6 +426,17 @@ type ComplexityRoot struct {
 		MemoryMiB          func(childComplexity int) int
 	}
 
+	RunnerConnection struct {
+		Edges    func(childComplexity int) int
+		Nodes    func(childComplexity int) int
+		PageInfo func(childComplexity int) int
+	}
+
+	RunnerEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
 	Subscription struct {
 		JobEvents    func(childComplexity int, jobID uuid.UUID) int
 		JobLogs      func(childComplexity int, jobID uuid.UUID) int
@@ -329,14 +450,31 @@ type ComplexityRoot struct {
 
 type AdminResolver interface {
 	Organisation(ctx context.Context, obj *record.Admin) (*record.Organisation, error)
+
+	Tokens(ctx context.Context, obj *record.Admin) ([]record.AdminToken, error)
+}
+type AdminConnectionResolver interface {
+	TotalCount(ctx context.Context, obj *model.AdminConnection) (int, error)
+}
+type AdminTokenResolver interface {
+	Live(ctx context.Context, obj *record.AdminToken) (bool, error)
 }
 type AuditEntryResolver interface {
 	ActorRole(ctx context.Context, obj *record.AuditEntry) (*record.Role, error)
 
 	Detail(ctx context.Context, obj *record.AuditEntry) (string, error)
 }
+type EnrolmentTokenResolver interface {
+	Pool(ctx context.Context, obj *record.EnrolmentToken) (*record.Pool, error)
+	State(ctx context.Context, obj *record.EnrolmentToken) (record.EnrolmentTokenState, error)
+	CreatedBy(ctx context.Context, obj *record.EnrolmentToken) (*record.Admin, error)
+
+	Runner(ctx context.Context, obj *record.EnrolmentToken) (*record.Runner, error)
+}
 type HoldResolver interface {
 	Runner(ctx context.Context, obj *record.Hold) (*record.Runner, error)
+
+	CreatedBy(ctx context.Context, obj *record.Hold) (*record.Admin, error)
 }
 type JobResolver interface {
 	Pool(ctx context.Context, obj *record.Job) (*record.Pool, error)
@@ -344,11 +482,13 @@ type JobResolver interface {
 	EnvNames(ctx context.Context, obj *record.Job) ([]string, error)
 	Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error)
 
-	Events(ctx context.Context, obj *record.Job) ([]record.JobEvent, error)
+	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
 	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
 	Logs(ctx context.Context, obj *record.Job) (string, error)
 }
 type JobRunResolver interface {
+	Job(ctx context.Context, obj *record.JobRun) (*record.Job, error)
+
 	RunnerName(ctx context.Context, obj *record.JobRun) (*string, error)
 }
 type LogChunkResolver interface {
@@ -364,6 +504,9 @@ type MutationResolver interface {
 	CancelJob(ctx context.Context, id uuid.UUID) (*record.Job, error)
 	CreateHold(ctx context.Context, runnerID uuid.UUID, gpus int, reason string, durationSeconds int) (*record.Hold, error)
 	ReleaseHold(ctx context.Context, id uuid.UUID) (*record.Hold, error)
+	RevokeAdminToken(ctx context.Context, id uuid.UUID) (*record.AdminToken, error)
+	IssueAdminToken(ctx context.Context, adminID uuid.UUID, ttlSeconds *int) (*model.CreatedAdminToken, error)
+	RevokeEnrolmentToken(ctx context.Context, id uuid.UUID) (*record.EnrolmentToken, error)
 	CreateEnrolmentToken(ctx context.Context, poolID uuid.UUID, ttlSeconds int) (*model.CreatedEnrolmentToken, error)
 	ApproveRunner(ctx context.Context, id uuid.UUID, fingerprint string) (*record.Runner, error)
 	RejectRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
@@ -384,6 +527,7 @@ type PoolResolver interface {
 	RunnerSeen(ctx context.Context, obj *record.Pool) (*time.Time, error)
 	Queued(ctx context.Context, obj *record.Pool) (int, error)
 	HeldGpus(ctx context.Context, obj *record.Pool) (int, error)
+	Holds(ctx context.Context, obj *record.Pool) ([]record.Hold, error)
 }
 type QueryResolver interface {
 	Viewer(ctx context.Context) (*record.Admin, error)
@@ -391,13 +535,16 @@ type QueryResolver interface {
 	Organisation(ctx context.Context, id uuid.UUID) (*record.Organisation, error)
 	Pools(ctx context.Context, organisationID *uuid.UUID, platformOnly *bool) ([]record.Pool, error)
 	Pool(ctx context.Context, id uuid.UUID) (*record.Pool, error)
-	Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus) ([]record.Runner, error)
+	Runners(ctx context.Context, poolID *uuid.UUID, status *record.RunnerStatus, label *string, first int, after *string) (*model.RunnerConnection, error)
 	Runner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
 	CertificateAuthority(ctx context.Context) (*model.CertificateAuthority, error)
-	Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, first int) ([]record.Job, error)
+	Jobs(ctx context.Context, poolID *uuid.UUID, state *record.JobState, kind *string, submittedAfter *time.Time, submittedBefore *time.Time, first int, after *string) (*model.JobConnection, error)
 	Job(ctx context.Context, id uuid.UUID) (*record.Job, error)
-	AuditLog(ctx context.Context, first int, before *string) ([]record.AuditEntry, error)
+	AuditLog(ctx context.Context, action *string, actorID *uuid.UUID, first int, after *string) (*model.AuditEntryConnection, error)
 	Health(ctx context.Context) ([]model.HealthCondition, error)
+	Admins(ctx context.Context, organisationID *uuid.UUID, first int, after *string) (*model.AdminConnection, error)
+	EnrolmentTokens(ctx context.Context, poolID *uuid.UUID, state *record.EnrolmentTokenState, first int, after *string) (*model.EnrolmentTokenConnection, error)
+	Runs(ctx context.Context, organisationID *uuid.UUID, poolID *uuid.UUID, first int, after *string) (*model.JobRunConnection, error)
 }
 type RunnerResolver interface {
 	Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error)
@@ -420,6 +567,8 @@ type RunnerResolver interface {
 	Booked(ctx context.Context, obj *record.Runner) (*record.Booking, error)
 	FailuresInARow(ctx context.Context, obj *record.Runner) (int, error)
 
+	Runs(ctx context.Context, obj *record.Runner, first int, after *string) (*model.JobRunConnection, error)
+	Holds(ctx context.Context, obj *record.Runner, includeEnded bool) ([]record.Hold, error)
 	Recovery(ctx context.Context, obj *record.Runner) (*model.RecoveryProof, error)
 }
 type SubscriptionResolver interface {
@@ -476,6 +625,87 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Admin.Role(childComplexity), true
+	case "Admin.tokens":
+		if e.ComplexityRoot.Admin.Tokens == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Admin.Tokens(childComplexity), true
+
+	case "AdminConnection.edges":
+		if e.ComplexityRoot.AdminConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminConnection.Edges(childComplexity), true
+	case "AdminConnection.nodes":
+		if e.ComplexityRoot.AdminConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminConnection.Nodes(childComplexity), true
+	case "AdminConnection.pageInfo":
+		if e.ComplexityRoot.AdminConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminConnection.PageInfo(childComplexity), true
+	case "AdminConnection.totalCount":
+		if e.ComplexityRoot.AdminConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminConnection.TotalCount(childComplexity), true
+
+	case "AdminEdge.cursor":
+		if e.ComplexityRoot.AdminEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminEdge.Cursor(childComplexity), true
+	case "AdminEdge.node":
+		if e.ComplexityRoot.AdminEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminEdge.Node(childComplexity), true
+
+	case "AdminToken.createdAt":
+		if e.ComplexityRoot.AdminToken.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.CreatedAt(childComplexity), true
+	case "AdminToken.expiresAt":
+		if e.ComplexityRoot.AdminToken.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.ExpiresAt(childComplexity), true
+	case "AdminToken.id":
+		if e.ComplexityRoot.AdminToken.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.ID(childComplexity), true
+	case "AdminToken.lastUsedAt":
+		if e.ComplexityRoot.AdminToken.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.LastUsedAt(childComplexity), true
+	case "AdminToken.live":
+		if e.ComplexityRoot.AdminToken.Live == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.Live(childComplexity), true
+	case "AdminToken.revokedAt":
+		if e.ComplexityRoot.AdminToken.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AdminToken.RevokedAt(childComplexity), true
 
 	case "AuditEntry.action":
 		if e.ComplexityRoot.AuditEntry.Action == nil {
@@ -531,6 +761,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.AuditEntry.Outcome(childComplexity), true
+
+	case "AuditEntryConnection.edges":
+		if e.ComplexityRoot.AuditEntryConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEntryConnection.Edges(childComplexity), true
+	case "AuditEntryConnection.nodes":
+		if e.ComplexityRoot.AuditEntryConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEntryConnection.Nodes(childComplexity), true
+	case "AuditEntryConnection.pageInfo":
+		if e.ComplexityRoot.AuditEntryConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEntryConnection.PageInfo(childComplexity), true
+
+	case "AuditEntryEdge.cursor":
+		if e.ComplexityRoot.AuditEntryEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEntryEdge.Cursor(childComplexity), true
+	case "AuditEntryEdge.node":
+		if e.ComplexityRoot.AuditEntryEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.AuditEntryEdge.Node(childComplexity), true
 
 	case "Booking.cores":
 		if e.ComplexityRoot.Booking.Cores == nil {
@@ -613,6 +875,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CreatedAdminToken.Token(childComplexity), true
+	case "CreatedAdminToken.tokenId":
+		if e.ComplexityRoot.CreatedAdminToken.TokenID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedAdminToken.TokenID(childComplexity), true
 
 	case "CreatedEnrolmentToken.expiresAt":
 		if e.ComplexityRoot.CreatedEnrolmentToken.ExpiresAt == nil {
@@ -632,6 +900,93 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CreatedEnrolmentToken.Token(childComplexity), true
+
+	case "EnrolmentToken.createdAt":
+		if e.ComplexityRoot.EnrolmentToken.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.CreatedAt(childComplexity), true
+	case "EnrolmentToken.createdBy":
+		if e.ComplexityRoot.EnrolmentToken.CreatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.CreatedBy(childComplexity), true
+	case "EnrolmentToken.expiresAt":
+		if e.ComplexityRoot.EnrolmentToken.ExpiresAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.ExpiresAt(childComplexity), true
+	case "EnrolmentToken.id":
+		if e.ComplexityRoot.EnrolmentToken.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.ID(childComplexity), true
+	case "EnrolmentToken.pool":
+		if e.ComplexityRoot.EnrolmentToken.Pool == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.Pool(childComplexity), true
+	case "EnrolmentToken.revokedAt":
+		if e.ComplexityRoot.EnrolmentToken.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.RevokedAt(childComplexity), true
+	case "EnrolmentToken.runner":
+		if e.ComplexityRoot.EnrolmentToken.Runner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.Runner(childComplexity), true
+	case "EnrolmentToken.state":
+		if e.ComplexityRoot.EnrolmentToken.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.State(childComplexity), true
+	case "EnrolmentToken.usedAt":
+		if e.ComplexityRoot.EnrolmentToken.UsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentToken.UsedAt(childComplexity), true
+
+	case "EnrolmentTokenConnection.edges":
+		if e.ComplexityRoot.EnrolmentTokenConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentTokenConnection.Edges(childComplexity), true
+	case "EnrolmentTokenConnection.nodes":
+		if e.ComplexityRoot.EnrolmentTokenConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentTokenConnection.Nodes(childComplexity), true
+	case "EnrolmentTokenConnection.pageInfo":
+		if e.ComplexityRoot.EnrolmentTokenConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentTokenConnection.PageInfo(childComplexity), true
+
+	case "EnrolmentTokenEdge.cursor":
+		if e.ComplexityRoot.EnrolmentTokenEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentTokenEdge.Cursor(childComplexity), true
+	case "EnrolmentTokenEdge.node":
+		if e.ComplexityRoot.EnrolmentTokenEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.EnrolmentTokenEdge.Node(childComplexity), true
 
 	case "GPU.health":
 		if e.ComplexityRoot.GPU.Health == nil {
@@ -737,6 +1092,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.HealthCondition.Title(childComplexity), true
 
+	case "Hold.createdAt":
+		if e.ComplexityRoot.Hold.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.CreatedAt(childComplexity), true
+	case "Hold.createdBy":
+		if e.ComplexityRoot.Hold.CreatedBy == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Hold.CreatedBy(childComplexity), true
 	case "Hold.gpus":
 		if e.ComplexityRoot.Hold.GPUs == nil {
 			break
@@ -834,7 +1201,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			break
 		}
 
-		return e.ComplexityRoot.Job.Events(childComplexity), true
+		args, err := ec.field_Job_events_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Job.Events(childComplexity, args["first"].(int), args["after"].(*string)), true
 	case "Job.finishedAt":
 		if e.ComplexityRoot.Job.FinishedAt == nil {
 			break
@@ -939,6 +1311,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.JobClaim.WallClockSeconds(childComplexity), true
 
+	case "JobConnection.edges":
+		if e.ComplexityRoot.JobConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobConnection.Edges(childComplexity), true
+	case "JobConnection.nodes":
+		if e.ComplexityRoot.JobConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobConnection.Nodes(childComplexity), true
+	case "JobConnection.pageInfo":
+		if e.ComplexityRoot.JobConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobConnection.PageInfo(childComplexity), true
+
+	case "JobEdge.cursor":
+		if e.ComplexityRoot.JobEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEdge.Cursor(childComplexity), true
+	case "JobEdge.node":
+		if e.ComplexityRoot.JobEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEdge.Node(childComplexity), true
+
 	case "JobEvent.at":
 		if e.ComplexityRoot.JobEvent.At == nil {
 			break
@@ -963,6 +1367,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobEvent.Type(childComplexity), true
+
+	case "JobEventConnection.edges":
+		if e.ComplexityRoot.JobEventConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEventConnection.Edges(childComplexity), true
+	case "JobEventConnection.nodes":
+		if e.ComplexityRoot.JobEventConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEventConnection.Nodes(childComplexity), true
+	case "JobEventConnection.pageInfo":
+		if e.ComplexityRoot.JobEventConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEventConnection.PageInfo(childComplexity), true
+
+	case "JobEventEdge.cursor":
+		if e.ComplexityRoot.JobEventEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEventEdge.Cursor(childComplexity), true
+	case "JobEventEdge.node":
+		if e.ComplexityRoot.JobEventEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobEventEdge.Node(childComplexity), true
 
 	case "JobRun.attempt":
 		if e.ComplexityRoot.JobRun.Attempt == nil {
@@ -994,6 +1430,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobRun.ImageDigest(childComplexity), true
+	case "JobRun.job":
+		if e.ComplexityRoot.JobRun.Job == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.Job(childComplexity), true
 	case "JobRun.leasedAt":
 		if e.ComplexityRoot.JobRun.LeasedAt == nil {
 			break
@@ -1030,6 +1472,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobRun.RunnerVersion(childComplexity), true
+
+	case "JobRunConnection.edges":
+		if e.ComplexityRoot.JobRunConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRunConnection.Edges(childComplexity), true
+	case "JobRunConnection.nodes":
+		if e.ComplexityRoot.JobRunConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRunConnection.Nodes(childComplexity), true
+	case "JobRunConnection.pageInfo":
+		if e.ComplexityRoot.JobRunConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRunConnection.PageInfo(childComplexity), true
+
+	case "JobRunEdge.cursor":
+		if e.ComplexityRoot.JobRunEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRunEdge.Cursor(childComplexity), true
+	case "JobRunEdge.node":
+		if e.ComplexityRoot.JobRunEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRunEdge.Node(childComplexity), true
 
 	case "Label.key":
 		if e.ComplexityRoot.Label.Key == nil {
@@ -1193,6 +1667,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DrainRunner(childComplexity, args["id"].(uuid.UUID)), true
+	case "Mutation.issueAdminToken":
+		if e.ComplexityRoot.Mutation.IssueAdminToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_issueAdminToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.IssueAdminToken(childComplexity, args["adminId"].(uuid.UUID), args["ttlSeconds"].(*int)), true
 	case "Mutation.rejectRunner":
 		if e.ComplexityRoot.Mutation.RejectRunner == nil {
 			break
@@ -1237,6 +1722,28 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RetireRunner(childComplexity, args["id"].(uuid.UUID), args["reason"].(string)), true
+	case "Mutation.revokeAdminToken":
+		if e.ComplexityRoot.Mutation.RevokeAdminToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeAdminToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeAdminToken(childComplexity, args["id"].(uuid.UUID)), true
+	case "Mutation.revokeEnrolmentToken":
+		if e.ComplexityRoot.Mutation.RevokeEnrolmentToken == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeEnrolmentToken_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeEnrolmentToken(childComplexity, args["id"].(uuid.UUID)), true
 	case "Mutation.revokeRunner":
 		if e.ComplexityRoot.Mutation.RevokeRunner == nil {
 			break
@@ -1307,6 +1814,19 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Organisation.Pools(childComplexity), true
 
+	case "PageInfo.endCursor":
+		if e.ComplexityRoot.PageInfo.EndCursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.EndCursor(childComplexity), true
+	case "PageInfo.hasNextPage":
+		if e.ComplexityRoot.PageInfo.HasNextPage == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
+
 	case "Pool.allowUnenforcedMemory":
 		if e.ComplexityRoot.Pool.AllowUnenforcedMemory == nil {
 			break
@@ -1325,6 +1845,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.HeldGpus(childComplexity), true
+	case "Pool.holds":
+		if e.ComplexityRoot.Pool.Holds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Holds(childComplexity), true
 	case "Pool.id":
 		if e.ComplexityRoot.Pool.ID == nil {
 			break
@@ -1368,6 +1894,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Pool.RunnerSeen(childComplexity), true
 
+	case "Query.admins":
+		if e.ComplexityRoot.Query.Admins == nil {
+			break
+		}
+
+		args, err := ec.field_Query_admins_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Admins(childComplexity, args["organisationId"].(*uuid.UUID), args["first"].(int), args["after"].(*string)), true
 	case "Query.auditLog":
 		if e.ComplexityRoot.Query.AuditLog == nil {
 			break
@@ -1378,13 +1915,24 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.AuditLog(childComplexity, args["first"].(int), args["before"].(*string)), true
+		return e.ComplexityRoot.Query.AuditLog(childComplexity, args["action"].(*string), args["actorId"].(*uuid.UUID), args["first"].(int), args["after"].(*string)), true
 	case "Query.certificateAuthority":
 		if e.ComplexityRoot.Query.CertificateAuthority == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Query.CertificateAuthority(childComplexity), true
+	case "Query.enrolmentTokens":
+		if e.ComplexityRoot.Query.EnrolmentTokens == nil {
+			break
+		}
+
+		args, err := ec.field_Query_enrolmentTokens_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.EnrolmentTokens(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*record.EnrolmentTokenState), args["first"].(int), args["after"].(*string)), true
 	case "Query.health":
 		if e.ComplexityRoot.Query.Health == nil {
 			break
@@ -1413,7 +1961,7 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Jobs(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*record.JobState), args["first"].(int)), true
+		return e.ComplexityRoot.Query.Jobs(childComplexity, args["poolId"].(*uuid.UUID), args["state"].(*record.JobState), args["kind"].(*string), args["submittedAfter"].(*time.Time), args["submittedBefore"].(*time.Time), args["first"].(int), args["after"].(*string)), true
 	case "Query.organisation":
 		if e.ComplexityRoot.Query.Organisation == nil {
 			break
@@ -1474,7 +2022,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 			return 0, false
 		}
 
-		return e.ComplexityRoot.Query.Runners(childComplexity, args["poolId"].(*uuid.UUID), args["status"].(*record.RunnerStatus)), true
+		return e.ComplexityRoot.Query.Runners(childComplexity, args["poolId"].(*uuid.UUID), args["status"].(*record.RunnerStatus), args["label"].(*string), args["first"].(int), args["after"].(*string)), true
+	case "Query.runs":
+		if e.ComplexityRoot.Query.Runs == nil {
+			break
+		}
+
+		args, err := ec.field_Query_runs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Runs(childComplexity, args["organisationId"].(*uuid.UUID), args["poolId"].(*uuid.UUID), args["first"].(int), args["after"].(*string)), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
@@ -1597,6 +2156,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.Health(childComplexity), true
+	case "Runner.holds":
+		if e.ComplexityRoot.Runner.Holds == nil {
+			break
+		}
+
+		args, err := ec.field_Runner_holds_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Runner.Holds(childComplexity, args["includeEnded"].(bool)), true
 	case "Runner.id":
 		if e.ComplexityRoot.Runner.ID == nil {
 			break
@@ -1669,6 +2239,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.Retired(childComplexity), true
+	case "Runner.runs":
+		if e.ComplexityRoot.Runner.Runs == nil {
+			break
+		}
+
+		args, err := ec.field_Runner_runs_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Runner.Runs(childComplexity, args["first"].(int), args["after"].(*string)), true
 	case "Runner.status":
 		if e.ComplexityRoot.Runner.Status == nil {
 			break
@@ -1742,6 +2323,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RunnerCapacity.MemoryMiB(childComplexity), true
+
+	case "RunnerConnection.edges":
+		if e.ComplexityRoot.RunnerConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerConnection.Edges(childComplexity), true
+	case "RunnerConnection.nodes":
+		if e.ComplexityRoot.RunnerConnection.Nodes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerConnection.Nodes(childComplexity), true
+	case "RunnerConnection.pageInfo":
+		if e.ComplexityRoot.RunnerConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerConnection.PageInfo(childComplexity), true
+
+	case "RunnerEdge.cursor":
+		if e.ComplexityRoot.RunnerEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerEdge.Cursor(childComplexity), true
+	case "RunnerEdge.node":
+		if e.ComplexityRoot.RunnerEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerEdge.Node(childComplexity), true
 
 	case "Subscription.jobEvents":
 		if e.ComplexityRoot.Subscription.JobEvents == nil {
@@ -1916,18 +2529,29 @@ type Query {
   pools(organisationId: ID, platformOnly: Boolean = false): [Pool!]!
   "A pool, or null when it does not exist or is not the caller's."
   pool(id: ID!): Pool
-  "Runners the caller may see, oldest enrolment first."
-  runners(poolId: ID, status: RunnerStatus): [Runner!]!
+  """
+  Runners the caller may see, oldest enrolment first. ` + "`" + `label` + "`" + ` is a label the runner
+  reported: ` + "`" + `key=value` + "`" + `, or ` + "`" + `key` + "`" + ` for any value.
+  """
+  runners(poolId: ID, status: RunnerStatus, label: String, first: Int! = 100, after: String): RunnerConnection!
   "A runner, or null when it does not exist or is not the caller's."
   runner(id: ID!): Runner
   "The CA runners pin when they enrol."
   certificateAuthority: CertificateAuthority!
-  "Jobs the caller may see, newest first."
-  jobs(poolId: ID, state: JobState, first: Int! = 100): [Job!]!
+  "Jobs the caller may see, newest first; submittedAfter is inclusive, submittedBefore not."
+  jobs(
+    poolId: ID
+    state: JobState
+    kind: String
+    submittedAfter: Time
+    submittedBefore: Time
+    first: Int! = 100
+    after: String
+  ): JobConnection!
   "A job, or null when it does not exist or is not the caller's."
   job(id: ID!): Job
-  "Admin actions, newest first. ` + "`" + `before` + "`" + ` is the id of the last entry already seen."
-  auditLog(first: Int! = 50, before: String): [AuditEntry!]! @hasRole(role: PLATFORM_ADMIN)
+  "Admin actions, newest first: of one action (e.g. createPool), of one admin."
+  auditLog(action: String, actorId: ID, first: Int! = 50, after: String): AuditEntryConnection! @hasRole(role: PLATFORM_ADMIN)
   """
   The health of the control-plane replica that answers, as named conditions: the
   same ones its /healthz and its systemd status show.
@@ -1973,6 +2597,8 @@ type Admin {
   "Null for platform admins."
   organisation: Organisation
   createdAt: Time!
+  "Its bearer tokens, oldest first: when each was made, last used and ends; never the token."
+  tokens: [AdminToken!]!
 }
 
 type Organisation {
@@ -2005,6 +2631,8 @@ type Pool {
   queued: Int!
   "GPUs of the pool's runners under holds."
   heldGpus: Int!
+  "The holds in force on its runners, newest first."
+  holds: [Hold!]!
 }
 
 "A setting with a server-wide default that a pool may override."
@@ -2039,6 +2667,8 @@ type AuditEntry {
 type CreatedAdminToken {
   "The bearer token. Shown once: store it now."
   token: String!
+  "The token's id: what revokeAdminToken takes."
+  tokenId: ID!
   admin: Admin!
   expiresAt: Time
 }
@@ -2129,7 +2759,7 @@ type Job {
   submittedAt: Time!
   finishedAt: Time
   "Every change, oldest first."
-  events: [JobEvent!]!
+  events(first: Int! = 100, after: String): JobEventConnection!
   "One per attempt: where it ran and how it ended."
   runs: [JobRun!]!
   """
@@ -2155,6 +2785,7 @@ type JobEvent {
 }
 
 type JobRun {
+  job: Job!
   attempt: Int!
   "The runner it ran on; shown to organisation and platform admins only (null for members)."
   runnerName: String
@@ -2174,6 +2805,9 @@ type Hold {
   runner: Runner!
   gpus: Int!
   reason: String!
+  "Who made it; null when that admin is outside the caller's view."
+  createdBy: Admin
+  createdAt: Time!
   until: Time!
   releasedAt: Time
 }
@@ -2215,6 +2849,155 @@ type LogChunk {
   attempt: Int!
   seq: Int!
   data: String!
+}
+`, BuiltIn: false},
+	{Name: "../schema/operating.graphqls", Input: `# Paging, and what operators manage: admins and their tokens, enrolment
+# tokens, runs across jobs.
+
+extend type Query {
+  "Admins the caller may see, oldest first."
+  admins(organisationId: ID, first: Int! = 100, after: String): AdminConnection! @hasRole(role: ORG_ADMIN)
+  "Enrolment tokens the caller may see, newest first."
+  enrolmentTokens(poolId: ID, state: EnrolmentTokenState, first: Int! = 100, after: String): EnrolmentTokenConnection! @hasRole(role: ORG_ADMIN)
+  "Ended attempts of the jobs the caller may see, newest first: of one organisation, of one pool."
+  runs(organisationId: ID, poolId: ID, first: Int! = 100, after: String): JobRunConnection!
+}
+
+extend type Mutation {
+  """
+  Revokes an admin token: the next request with it is refused, on every replica, and
+  every websocket it opened is closed (4403). Members may revoke their own tokens;
+  organisation admins those of their organisation; platform admins any.
+  """
+  revokeAdminToken(id: ID!): AdminToken! @hasRole(role: ORG_MEMBER)
+  """
+  Makes one more token for an existing admin (to replace one that leaked). The token
+  is in the answer and nowhere else. Members may issue tokens for themselves only.
+  """
+  issueAdminToken(adminId: ID!, ttlSeconds: Int): CreatedAdminToken! @hasRole(role: ORG_MEMBER)
+  "Withdraws an unused enrolment token: no runner can enrol with it any more."
+  revokeEnrolmentToken(id: ID!): EnrolmentToken! @hasRole(role: ORG_ADMIN)
+}
+
+"Where a page ends, and whether another follows (Relay's PageInfo)."
+type PageInfo {
+  hasNextPage: Boolean!
+  "The cursor of the page's last item: pass it as ` + "`" + `after` + "`" + ` for the next page. Null on an empty page."
+  endCursor: String
+}
+
+type AdminToken {
+  id: ID!
+  createdAt: Time!
+  "Null: it lasts until revoked."
+  expiresAt: Time
+  "When it last authenticated a request, to the minute."
+  lastUsedAt: Time
+  revokedAt: Time
+  "Whether it authenticates now."
+  live: Boolean!
+}
+
+enum EnrolmentTokenState {
+  "A runner may enrol with it now."
+  LIVE
+  "A runner enrolled with it."
+  USED
+  EXPIRED
+  REVOKED
+}
+
+type EnrolmentToken {
+  id: ID!
+  pool: Pool!
+  state: EnrolmentTokenState!
+  "Who made it; null when that admin is outside the caller's view."
+  createdBy: Admin
+  createdAt: Time!
+  expiresAt: Time!
+  usedAt: Time
+  "The runner that enrolled with it."
+  runner: Runner
+  revokedAt: Time
+}
+
+type JobConnection {
+  edges: [JobEdge!]!
+  nodes: [Job!]!
+  pageInfo: PageInfo!
+}
+
+type JobEdge {
+  cursor: String!
+  node: Job!
+}
+
+type RunnerConnection {
+  edges: [RunnerEdge!]!
+  nodes: [Runner!]!
+  pageInfo: PageInfo!
+}
+
+type RunnerEdge {
+  cursor: String!
+  node: Runner!
+}
+
+type JobRunConnection {
+  edges: [JobRunEdge!]!
+  nodes: [JobRun!]!
+  pageInfo: PageInfo!
+}
+
+type JobRunEdge {
+  cursor: String!
+  node: JobRun!
+}
+
+type JobEventConnection {
+  edges: [JobEventEdge!]!
+  nodes: [JobEvent!]!
+  pageInfo: PageInfo!
+}
+
+type JobEventEdge {
+  cursor: String!
+  node: JobEvent!
+}
+
+type AuditEntryConnection {
+  edges: [AuditEntryEdge!]!
+  nodes: [AuditEntry!]!
+  pageInfo: PageInfo!
+}
+
+type AuditEntryEdge {
+  cursor: String!
+  node: AuditEntry!
+}
+
+type AdminConnection {
+  edges: [AdminEdge!]!
+  nodes: [Admin!]!
+  pageInfo: PageInfo!
+  "How many admins the filter matches in all."
+  totalCount: Int!
+}
+
+type AdminEdge {
+  cursor: String!
+  node: Admin!
+}
+
+type EnrolmentTokenConnection {
+  edges: [EnrolmentTokenEdge!]!
+  nodes: [EnrolmentToken!]!
+  pageInfo: PageInfo!
+}
+
+type EnrolmentTokenEdge {
+  cursor: String!
+  node: EnrolmentToken!
 }
 `, BuiltIn: false},
 	{Name: "../schema/runners.graphqls", Input: `# Runners: enrolment, approval, their capacity and health, and the CA they pin.
@@ -2308,6 +3091,10 @@ type Runner {
   only to runners that do, unless the pool allows otherwise.
   """
   enforcesLimits: Boolean!
+  "Its ended attempts, newest first. What it holds now: jobs(state: RUNNING) and their runs."
+  runs(first: Int! = 20, after: String): JobRunConnection!
+  "Holds on its GPUs, newest first: those in force, or all."
+  holds(includeEnded: Boolean! = false): [Hold!]!
   """
   The survivor check the agent sent after its latest start. The runner takes
   work only once it proves the runner isolated; null before any check.
@@ -2450,8 +3237,52 @@ func (ec *executionContext) childFields_Admin(ctx context.Context, field graphql
 		return ec.fieldContext_Admin_organisation(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Admin_createdAt(ctx, field)
+	case "tokens":
+		return ec.fieldContext_Admin_tokens(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Admin", field.Name)
+}
+
+func (ec *executionContext) childFields_AdminConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_AdminConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_AdminConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_AdminConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_AdminConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AdminConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_AdminEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_AdminEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_AdminEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AdminEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_AdminToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_AdminToken_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_AdminToken_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_AdminToken_expiresAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_AdminToken_lastUsedAt(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_AdminToken_revokedAt(ctx, field)
+	case "live":
+		return ec.fieldContext_AdminToken_live(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AdminToken", field.Name)
 }
 
 func (ec *executionContext) childFields_AuditEntry(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2476,6 +3307,28 @@ func (ec *executionContext) childFields_AuditEntry(ctx context.Context, field gr
 		return ec.fieldContext_AuditEntry_detail(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type AuditEntry", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditEntryConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_AuditEntryConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_AuditEntryConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_AuditEntryConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditEntryConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_AuditEntryEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_AuditEntryEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_AuditEntryEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type AuditEntryEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Booking(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2520,6 +3373,8 @@ func (ec *executionContext) childFields_CreatedAdminToken(ctx context.Context, f
 	switch field.Name {
 	case "token":
 		return ec.fieldContext_CreatedAdminToken_token(ctx, field)
+	case "tokenId":
+		return ec.fieldContext_CreatedAdminToken_tokenId(ctx, field)
 	case "admin":
 		return ec.fieldContext_CreatedAdminToken_admin(ctx, field)
 	case "expiresAt":
@@ -2538,6 +3393,52 @@ func (ec *executionContext) childFields_CreatedEnrolmentToken(ctx context.Contex
 		return ec.fieldContext_CreatedEnrolmentToken_pool(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CreatedEnrolmentToken", field.Name)
+}
+
+func (ec *executionContext) childFields_EnrolmentToken(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_EnrolmentToken_id(ctx, field)
+	case "pool":
+		return ec.fieldContext_EnrolmentToken_pool(ctx, field)
+	case "state":
+		return ec.fieldContext_EnrolmentToken_state(ctx, field)
+	case "createdBy":
+		return ec.fieldContext_EnrolmentToken_createdBy(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_EnrolmentToken_createdAt(ctx, field)
+	case "expiresAt":
+		return ec.fieldContext_EnrolmentToken_expiresAt(ctx, field)
+	case "usedAt":
+		return ec.fieldContext_EnrolmentToken_usedAt(ctx, field)
+	case "runner":
+		return ec.fieldContext_EnrolmentToken_runner(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_EnrolmentToken_revokedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EnrolmentToken", field.Name)
+}
+
+func (ec *executionContext) childFields_EnrolmentTokenConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_EnrolmentTokenConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_EnrolmentTokenConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_EnrolmentTokenConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EnrolmentTokenConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_EnrolmentTokenEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_EnrolmentTokenEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_EnrolmentTokenEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type EnrolmentTokenEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_GPU(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2596,6 +3497,10 @@ func (ec *executionContext) childFields_Hold(ctx context.Context, field graphql.
 		return ec.fieldContext_Hold_gpus(ctx, field)
 	case "reason":
 		return ec.fieldContext_Hold_reason(ctx, field)
+	case "createdBy":
+		return ec.fieldContext_Hold_createdBy(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Hold_createdAt(ctx, field)
 	case "until":
 		return ec.fieldContext_Hold_until(ctx, field)
 	case "releasedAt":
@@ -2676,6 +3581,28 @@ func (ec *executionContext) childFields_JobClaim(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type JobClaim", field.Name)
 }
 
+func (ec *executionContext) childFields_JobConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_JobConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_JobConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_JobConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_JobEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_JobEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_JobEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_JobEvent(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "at":
@@ -2690,8 +3617,32 @@ func (ec *executionContext) childFields_JobEvent(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type JobEvent", field.Name)
 }
 
+func (ec *executionContext) childFields_JobEventConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_JobEventConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_JobEventConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_JobEventConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobEventConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_JobEventEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_JobEventEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_JobEventEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobEventEdge", field.Name)
+}
+
 func (ec *executionContext) childFields_JobRun(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
+	case "job":
+		return ec.fieldContext_JobRun_job(ctx, field)
 	case "attempt":
 		return ec.fieldContext_JobRun_attempt(ctx, field)
 	case "runnerName":
@@ -2716,6 +3667,28 @@ func (ec *executionContext) childFields_JobRun(ctx context.Context, field graphq
 		return ec.fieldContext_JobRun_runnerVersion(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobRun", field.Name)
+}
+
+func (ec *executionContext) childFields_JobRunConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_JobRunConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_JobRunConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_JobRunConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobRunConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_JobRunEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_JobRunEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_JobRunEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobRunEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Label(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2770,6 +3743,16 @@ func (ec *executionContext) childFields_Organisation(ctx context.Context, field 
 	return nil, fmt.Errorf("no field named %q was found under type Organisation", field.Name)
 }
 
+func (ec *executionContext) childFields_PageInfo(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "hasNextPage":
+		return ec.fieldContext_PageInfo_hasNextPage(ctx, field)
+	case "endCursor":
+		return ec.fieldContext_PageInfo_endCursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PageInfo", field.Name)
+}
+
 func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2792,6 +3775,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_queued(ctx, field)
 	case "heldGpus":
 		return ec.fieldContext_Pool_heldGpus(ctx, field)
+	case "holds":
+		return ec.fieldContext_Pool_holds(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
 }
@@ -2870,6 +3855,10 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_failuresInARow(ctx, field)
 	case "enforcesLimits":
 		return ec.fieldContext_Runner_enforcesLimits(ctx, field)
+	case "runs":
+		return ec.fieldContext_Runner_runs(ctx, field)
+	case "holds":
+		return ec.fieldContext_Runner_holds(ctx, field)
 	case "recovery":
 		return ec.fieldContext_Runner_recovery(ctx, field)
 	}
@@ -2898,6 +3887,28 @@ func (ec *executionContext) childFields_RunnerCapacity(ctx context.Context, fiel
 		return ec.fieldContext_RunnerCapacity_limits(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RunnerCapacity", field.Name)
+}
+
+func (ec *executionContext) childFields_RunnerConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_RunnerConnection_edges(ctx, field)
+	case "nodes":
+		return ec.fieldContext_RunnerConnection_nodes(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_RunnerConnection_pageInfo(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunnerConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_RunnerEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "cursor":
+		return ec.fieldContext_RunnerEdge_cursor(ctx, field)
+	case "node":
+		return ec.fieldContext_RunnerEdge_node(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunnerEdge", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3027,6 +4038,28 @@ func (ec *executionContext) dir_hasRole_args(ctx context.Context, rawArgs map[st
 		return nil, err
 	}
 	args["role"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Job_events_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
 	return args, nil
 }
 
@@ -3196,6 +4229,28 @@ func (ec *executionContext) field_Mutation_drainRunner_args(ctx context.Context,
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_issueAdminToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "adminId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["adminId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "ttlSeconds",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["ttlSeconds"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_rejectRunner_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3265,6 +4320,34 @@ func (ec *executionContext) field_Mutation_retireRunner_args(ctx context.Context
 		return nil, err
 	}
 	args["reason"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeAdminToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeEnrolmentToken_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
 	return args, nil
 }
 
@@ -3346,25 +4429,109 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 	return args, nil
 }
 
-func (ec *executionContext) field_Query_auditLog_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+func (ec *executionContext) field_Query_admins_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
-	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "organisationId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["organisationId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
 		func(ctx context.Context, v any) (int, error) {
 			return ec.unmarshalNInt2int(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["first"] = arg0
-	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "after",
 		func(ctx context.Context, v any) (*string, error) {
 			return ec.unmarshalOString2ᚖstring(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["before"] = arg1
+	args["after"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_auditLog_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "action",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["action"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "actorId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["actorId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg3
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_enrolmentTokens_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "state",
+		func(ctx context.Context, v any) (*record.EnrolmentTokenState, error) {
+			return ec.unmarshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["state"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg3
 	return args, nil
 }
 
@@ -3401,14 +4568,46 @@ func (ec *executionContext) field_Query_jobs_args(ctx context.Context, rawArgs m
 		return nil, err
 	}
 	args["state"] = arg1
-	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "kind",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["kind"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "submittedAfter",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["submittedAfter"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "submittedBefore",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["submittedBefore"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "first",
 		func(ctx context.Context, v any) (int, error) {
 			return ec.unmarshalNInt2int(ctx, v)
 		})
 	if err != nil {
 		return nil, err
 	}
-	args["first"] = arg2
+	args["first"] = arg5
+	arg6, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg6
 	return args, nil
 }
 
@@ -3495,6 +4694,104 @@ func (ec *executionContext) field_Query_runners_args(ctx context.Context, rawArg
 		return nil, err
 	}
 	args["status"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "label",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["label"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg4
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_runs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "organisationId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["organisationId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "poolId",
+		func(ctx context.Context, v any) (*uuid.UUID, error) {
+			return ec.unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["poolId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg3
+	return args, nil
+}
+
+func (ec *executionContext) field_Runner_holds_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "includeEnded",
+		func(ctx context.Context, v any) (bool, error) {
+			return ec.unmarshalNBoolean2bool(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["includeEnded"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Runner_runs_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (int, error) {
+			return ec.unmarshalNInt2int(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg1
 	return args, nil
 }
 
@@ -3738,6 +5035,350 @@ func (ec *executionContext) fieldContext_Admin_createdAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Admin", field, false, false, "Time")
 }
 
+func (ec *executionContext) _Admin_tokens(ctx context.Context, field graphql.CollectedField, obj *record.Admin) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Admin_tokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Admin().Tokens(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.AdminToken) graphql.Marshaler {
+			return ec.marshalNAdminToken2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminTokenᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Admin_tokens(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Admin",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AdminToken(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AdminConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.AdminConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.AdminEdge) graphql.Marshaler {
+			return ec.marshalNAdminEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AdminConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AdminEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AdminConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.AdminConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Admin) graphql.Marshaler {
+			return ec.marshalNAdmin2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AdminConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Admin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AdminConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.AdminConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AdminConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AdminConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *model.AdminConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AdminConnection().TotalCount(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminConnection", field, true, true, "Int")
+}
+
+func (ec *executionContext) _AdminEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.AdminEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _AdminEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.AdminEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AdminEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Admin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AdminToken_id(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, false, false, "ID")
+}
+
+func (ec *executionContext) _AdminToken_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AdminToken_expiresAt(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AdminToken_lastUsedAt(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_lastUsedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastUsedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_lastUsedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AdminToken_revokedAt(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_revokedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_revokedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _AdminToken_live(ctx context.Context, field graphql.CollectedField, obj *record.AdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AdminToken_live(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.AdminToken().Live(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AdminToken_live(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AdminToken", field, true, true, "Boolean")
+}
+
 func (ec *executionContext) _AuditEntry_id(ctx context.Context, field graphql.CollectedField, obj *record.AuditEntry) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -3943,6 +5584,157 @@ func (ec *executionContext) _AuditEntry_detail(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_AuditEntry_detail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("AuditEntry", field, true, true, "String")
+}
+
+func (ec *executionContext) _AuditEntryConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.AuditEntryConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEntryConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.AuditEntryEdge) graphql.Marshaler {
+			return ec.marshalNAuditEntryEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEntryConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AuditEntryConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AuditEntryEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AuditEntryConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.AuditEntryConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEntryConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.AuditEntry) graphql.Marshaler {
+			return ec.marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntryᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEntryConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AuditEntryConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AuditEntry(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AuditEntryConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.AuditEntryConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEntryConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEntryConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AuditEntryConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _AuditEntryEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.AuditEntryEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEntryEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEntryEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("AuditEntryEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _AuditEntryEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.AuditEntryEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_AuditEntryEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.AuditEntry) graphql.Marshaler {
+			return ec.marshalNAuditEntry2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_AuditEntryEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "AuditEntryEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AuditEntry(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Booking_cores(ctx context.Context, field graphql.CollectedField, obj *record.Booking) (ret graphql.Marshaler) {
@@ -4198,6 +5990,29 @@ func (ec *executionContext) fieldContext_CreatedAdminToken_token(_ context.Conte
 	return graphql.NewScalarFieldContext("CreatedAdminToken", field, false, false, "String")
 }
 
+func (ec *executionContext) _CreatedAdminToken_tokenId(ctx context.Context, field graphql.CollectedField, obj *model.CreatedAdminToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreatedAdminToken_tokenId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TokenID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreatedAdminToken_tokenId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("CreatedAdminToken", field, false, false, "ID")
+}
+
 func (ec *executionContext) _CreatedAdminToken_admin(ctx context.Context, field graphql.CollectedField, obj *model.CreatedAdminToken) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4326,6 +6141,391 @@ func (ec *executionContext) fieldContext_CreatedEnrolmentToken_pool(_ context.Co
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentToken_id(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, false, false, "ID")
+}
+
+func (ec *executionContext) _EnrolmentToken_pool(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_pool(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.EnrolmentToken().Pool(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Pool) graphql.Marshaler {
+			return ec.marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_pool(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentToken",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentToken_state(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.EnrolmentToken().State(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v record.EnrolmentTokenState) graphql.Marshaler {
+			return ec.marshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, true, true, "EnrolmentTokenState")
+}
+
+func (ec *executionContext) _EnrolmentToken_createdBy(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_createdBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.EnrolmentToken().CreatedBy(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalOAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_createdBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentToken",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Admin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentToken_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _EnrolmentToken_expiresAt(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_expiresAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ExpiresAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _EnrolmentToken_usedAt(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_usedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UsedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_usedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _EnrolmentToken_runner(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_runner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.EnrolmentToken().Runner(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalORunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_runner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentToken",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentToken_revokedAt(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentToken_revokedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentToken_revokedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentToken", field, false, false, "Time")
+}
+
+func (ec *executionContext) _EnrolmentTokenConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.EnrolmentTokenConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentTokenConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.EnrolmentTokenEdge) graphql.Marshaler {
+			return ec.marshalNEnrolmentTokenEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentTokenConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentTokenConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrolmentTokenEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentTokenConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.EnrolmentTokenConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentTokenConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.EnrolmentToken) graphql.Marshaler {
+			return ec.marshalNEnrolmentToken2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentTokenConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentTokenConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrolmentToken(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentTokenConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.EnrolmentTokenConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentTokenConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentTokenConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentTokenConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _EnrolmentTokenEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.EnrolmentTokenEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentTokenEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentTokenEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("EnrolmentTokenEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _EnrolmentTokenEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.EnrolmentTokenEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_EnrolmentTokenEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.EnrolmentToken) graphql.Marshaler {
+			return ec.marshalNEnrolmentToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_EnrolmentTokenEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "EnrolmentTokenEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrolmentToken(ctx, field)
 		},
 	}
 	return fc, nil
@@ -4821,6 +7021,61 @@ func (ec *executionContext) _Hold_reason(ctx context.Context, field graphql.Coll
 }
 func (ec *executionContext) fieldContext_Hold_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Hold", field, false, false, "String")
+}
+
+func (ec *executionContext) _Hold_createdBy(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_createdBy(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Hold().CreatedBy(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalOAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_createdBy(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Hold",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Admin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Hold_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Hold_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Hold_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Hold", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Hold_until(ctx context.Context, field graphql.CollectedField, obj *record.Hold) (ret graphql.Marshaler) {
@@ -5356,25 +7611,37 @@ func (ec *executionContext) _Job_events(ctx context.Context, field graphql.Colle
 			return ec.fieldContext_Job_events(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Job().Events(ctx, obj)
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Job().Events(ctx, obj, fc.Args["first"].(int), fc.Args["after"].(*string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []record.JobEvent) graphql.Marshaler {
-			return ec.marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEventᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JobEventConnection) graphql.Marshaler {
+			return ec.marshalNJobEventConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventConnection(ctx, selections, v)
 		},
 		true,
 		true,
 	)
 }
-func (ec *executionContext) fieldContext_Job_events(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+func (ec *executionContext) fieldContext_Job_events(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	fc = &graphql.FieldContext{
 		Object:     "Job",
 		Field:      field,
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_JobEvent(ctx, field)
+			return ec.childFields_JobEventConnection(ctx, field)
 		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Job_events_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -5526,6 +7793,157 @@ func (ec *executionContext) fieldContext_JobClaim_wallClockSeconds(_ context.Con
 	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
 }
 
+func (ec *executionContext) _JobConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.JobConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.JobEdge) graphql.Marshaler {
+			return ec.marshalNJobEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.JobConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.JobConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JobEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.JobEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _JobEvent_at(ctx context.Context, field graphql.CollectedField, obj *record.JobEvent) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5616,6 +8034,189 @@ func (ec *executionContext) _JobEvent_detail(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_JobEvent_detail(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("JobEvent", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobEventConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.JobEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEventConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.JobEventEdge) graphql.Marshaler {
+			return ec.marshalNJobEventEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEventConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEventEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobEventConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.JobEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEventConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEventᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEventConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEvent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobEventConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.JobEventConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEventConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEventConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobEventConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobEventEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JobEventEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEventEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEventEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobEventEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobEventEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.JobEventEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobEventEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.JobEvent) graphql.Marshaler {
+			return ec.marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobEventEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobEventEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobEvent(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobRun_job(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_job(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobRun().Job(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Job) graphql.Marshaler {
+			return ec.marshalNJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJob(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_job(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRun",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Job(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _JobRun_attempt(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
@@ -5869,6 +8470,157 @@ func (ec *executionContext) _JobRun_runnerVersion(ctx context.Context, field gra
 }
 func (ec *executionContext) fieldContext_JobRun_runnerVersion(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobRunConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.JobRunConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRunConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.JobRunEdge) graphql.Marshaler {
+			return ec.marshalNJobRunEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRunConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRunConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRunEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobRunConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.JobRunConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRunConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.JobRun) graphql.Marshaler {
+			return ec.marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRunᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRunConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRunConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRun(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobRunConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.JobRunConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRunConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRunConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRunConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobRunEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.JobRunEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRunEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRunEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobRunEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobRunEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.JobRunEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRunEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.JobRun) graphql.Marshaler {
+			return ec.marshalNJobRun2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRunEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRunEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRun(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Label_key(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
@@ -6659,6 +9411,192 @@ func (ec *executionContext) fieldContext_Mutation_releaseHold(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Mutation_revokeAdminToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeAdminToken(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeAdminToken(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *record.AdminToken
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.AdminToken
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.AdminToken) graphql.Marshaler {
+			return ec.marshalNAdminToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeAdminToken(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AdminToken(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeAdminToken_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_issueAdminToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_issueAdminToken(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().IssueAdminToken(ctx, fc.Args["adminId"].(uuid.UUID), fc.Args["ttlSeconds"].(*int))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_MEMBER")
+				if err != nil {
+					var zeroVal *model.CreatedAdminToken
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *model.CreatedAdminToken
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.CreatedAdminToken) graphql.Marshaler {
+			return ec.marshalNCreatedAdminToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐCreatedAdminToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_issueAdminToken(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_CreatedAdminToken(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_issueAdminToken_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_revokeEnrolmentToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeEnrolmentToken(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeEnrolmentToken(ctx, fc.Args["id"].(uuid.UUID))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *record.EnrolmentToken
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.EnrolmentToken
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.EnrolmentToken) graphql.Marshaler {
+			return ec.marshalNEnrolmentToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentToken(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeEnrolmentToken(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrolmentToken(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeEnrolmentToken_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_createEnrolmentToken(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7256,6 +10194,52 @@ func (ec *executionContext) fieldContext_Organisation_pools(_ context.Context, f
 	return fc, nil
 }
 
+func (ec *executionContext) _PageInfo_hasNextPage(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PageInfo_hasNextPage(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.HasNextPage, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PageInfo_hasNextPage(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PageInfo", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _PageInfo_endCursor(ctx context.Context, field graphql.CollectedField, obj *model.PageInfo) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PageInfo_endCursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EndCursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_PageInfo_endCursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PageInfo", field, false, false, "String")
+}
+
 func (ec *executionContext) _Pool_id(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7513,6 +10497,38 @@ func (ec *executionContext) fieldContext_Pool_heldGpus(_ context.Context, field 
 	return graphql.NewScalarFieldContext("Pool", field, true, true, "Int")
 }
 
+func (ec *executionContext) _Pool_holds(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_holds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Pool().Holds(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHoldᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_holds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Pool",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7719,11 +10735,11 @@ func (ec *executionContext) _Query_runners(ctx context.Context, field graphql.Co
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().Runners(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["status"].(*record.RunnerStatus))
+			return ec.Resolvers.Query().Runners(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["status"].(*record.RunnerStatus), fc.Args["label"].(*string), fc.Args["first"].(int), fc.Args["after"].(*string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []record.Runner) graphql.Marshaler {
-			return ec.marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *model.RunnerConnection) graphql.Marshaler {
+			return ec.marshalNRunnerConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7736,7 +10752,7 @@ func (ec *executionContext) fieldContext_Query_runners(ctx context.Context, fiel
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Runner(ctx, field)
+			return ec.childFields_RunnerConnection(ctx, field)
 		},
 	}
 	defer func() {
@@ -7839,11 +10855,11 @@ func (ec *executionContext) _Query_jobs(ctx context.Context, field graphql.Colle
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().Jobs(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*record.JobState), fc.Args["first"].(int))
+			return ec.Resolvers.Query().Jobs(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*record.JobState), fc.Args["kind"].(*string), fc.Args["submittedAfter"].(*time.Time), fc.Args["submittedBefore"].(*time.Time), fc.Args["first"].(int), fc.Args["after"].(*string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v []record.Job) graphql.Marshaler {
-			return ec.marshalNJob2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JobConnection) graphql.Marshaler {
+			return ec.marshalNJobConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7856,7 +10872,7 @@ func (ec *executionContext) fieldContext_Query_jobs(ctx context.Context, field g
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_Job(ctx, field)
+			return ec.childFields_JobConnection(ctx, field)
 		},
 	}
 	defer func() {
@@ -7927,7 +10943,7 @@ func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.C
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return ec.Resolvers.Query().AuditLog(ctx, fc.Args["first"].(int), fc.Args["before"].(*string))
+			return ec.Resolvers.Query().AuditLog(ctx, fc.Args["action"].(*string), fc.Args["actorId"].(*uuid.UUID), fc.Args["first"].(int), fc.Args["after"].(*string))
 		},
 		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
 			directive0 := next
@@ -7935,11 +10951,11 @@ func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.C
 			directive1 := func(ctx context.Context) (any, error) {
 				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "PLATFORM_ADMIN")
 				if err != nil {
-					var zeroVal []record.AuditEntry
+					var zeroVal *model.AuditEntryConnection
 					return zeroVal, err
 				}
 				if ec.Directives.HasRole == nil {
-					var zeroVal []record.AuditEntry
+					var zeroVal *model.AuditEntryConnection
 					return zeroVal, errors.New("directive hasRole is not implemented")
 				}
 				return ec.Directives.HasRole(ctx, nil, directive0, role)
@@ -7948,8 +10964,8 @@ func (ec *executionContext) _Query_auditLog(ctx context.Context, field graphql.C
 			next = directive1
 			return next
 		},
-		func(ctx context.Context, selections ast.SelectionSet, v []record.AuditEntry) graphql.Marshaler {
-			return ec.marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntryᚄ(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *model.AuditEntryConnection) graphql.Marshaler {
+			return ec.marshalNAuditEntryConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryConnection(ctx, selections, v)
 		},
 		true,
 		true,
@@ -7962,7 +10978,7 @@ func (ec *executionContext) fieldContext_Query_auditLog(ctx context.Context, fie
 		IsMethod:   true,
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
-			return ec.childFields_AuditEntry(ctx, field)
+			return ec.childFields_AuditEntryConnection(ctx, field)
 		},
 	}
 	defer func() {
@@ -8007,6 +11023,174 @@ func (ec *executionContext) fieldContext_Query_health(_ context.Context, field g
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_HealthCondition(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_admins(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_admins(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Admins(ctx, fc.Args["organisationId"].(*uuid.UUID), fc.Args["first"].(int), fc.Args["after"].(*string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *model.AdminConnection
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *model.AdminConnection
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.AdminConnection) graphql.Marshaler {
+			return ec.marshalNAdminConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_admins(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_AdminConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_admins_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_enrolmentTokens(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_enrolmentTokens(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().EnrolmentTokens(ctx, fc.Args["poolId"].(*uuid.UUID), fc.Args["state"].(*record.EnrolmentTokenState), fc.Args["first"].(int), fc.Args["after"].(*string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *model.EnrolmentTokenConnection
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *model.EnrolmentTokenConnection
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *model.EnrolmentTokenConnection) graphql.Marshaler {
+			return ec.marshalNEnrolmentTokenConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_enrolmentTokens(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_EnrolmentTokenConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_enrolmentTokens_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_runs(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_runs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Runs(ctx, fc.Args["organisationId"].(*uuid.UUID), fc.Args["poolId"].(*uuid.UUID), fc.Args["first"].(int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JobRunConnection) graphql.Marshaler {
+			return ec.marshalNJobRunConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_runs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRunConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_runs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -8918,6 +12102,94 @@ func (ec *executionContext) fieldContext_Runner_enforcesLimits(_ context.Context
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _Runner_runs(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_runs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Runner().Runs(ctx, obj, fc.Args["first"].(int), fc.Args["after"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.JobRunConnection) graphql.Marshaler {
+			return ec.marshalNJobRunConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_runs(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobRunConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Runner_runs_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Runner_holds(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_holds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Runner().Holds(ctx, obj, fc.Args["includeEnded"].(bool))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Hold) graphql.Marshaler {
+			return ec.marshalNHold2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHoldᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_holds(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Runner_holds_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Runner_recovery(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9161,6 +12433,157 @@ func (ec *executionContext) fieldContext_RunnerCapacity_limits(_ context.Context
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_LimitEnforcement(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RunnerConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.RunnerConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RunnerEdge) graphql.Marshaler {
+			return ec.marshalNRunnerEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerEdgeᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunnerEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RunnerConnection_nodes(ctx context.Context, field graphql.CollectedField, obj *model.RunnerConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerConnection_nodes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Nodes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerConnection_nodes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RunnerConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *model.RunnerConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+			return ec.marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RunnerEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *model.RunnerEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerEdge", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerEdge_node(ctx context.Context, field graphql.CollectedField, obj *model.RunnerEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
 		},
 	}
 	return fc, nil
@@ -10942,6 +14365,158 @@ func (ec *executionContext) _Admin(ctx context.Context, sel ast.SelectionSet, ob
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "tokens":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Admin_tokens(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var adminConnectionImplementors = []string{"AdminConnection"}
+
+func (ec *executionContext) _AdminConnection(ctx context.Context, sel ast.SelectionSet, obj *model.AdminConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, adminConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AdminConnection")
+		case "edges":
+			out.Values[i] = ec._AdminConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "nodes":
+			out.Values[i] = ec._AdminConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pageInfo":
+			out.Values[i] = ec._AdminConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "totalCount":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AdminConnection_totalCount(ctx, field, obj)
+				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var adminEdgeImplementors = []string{"AdminEdge"}
+
+func (ec *executionContext) _AdminEdge(ctx context.Context, sel ast.SelectionSet, obj *model.AdminEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, adminEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AdminEdge")
+		case "cursor":
+			out.Values[i] = ec._AdminEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._AdminEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var adminTokenImplementors = []string{"AdminToken"}
+
+func (ec *executionContext) _AdminToken(ctx context.Context, sel ast.SelectionSet, obj *record.AdminToken) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, adminTokenImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AdminToken")
+		case "id":
+			out.Values[i] = ec._AdminToken_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdAt":
+			out.Values[i] = ec._AdminToken_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._AdminToken_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "lastUsedAt":
+			out.Values[i] = ec._AdminToken_lastUsedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "revokedAt":
+			out.Values[i] = ec._AdminToken_revokedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "live":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._AdminToken_live(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11017,6 +14592,87 @@ func (ec *executionContext) _AuditEntry(ctx context.Context, sel ast.SelectionSe
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._AuditEntry_detail(ctx, field, obj)
 				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var auditEntryConnectionImplementors = []string{"AuditEntryConnection"}
+
+func (ec *executionContext) _AuditEntryConnection(ctx context.Context, sel ast.SelectionSet, obj *model.AuditEntryConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, auditEntryConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AuditEntryConnection")
+		case "edges":
+			out.Values[i] = ec._AuditEntryConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._AuditEntryConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._AuditEntryConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var auditEntryEdgeImplementors = []string{"AuditEntryEdge"}
+
+func (ec *executionContext) _AuditEntryEdge(ctx context.Context, sel ast.SelectionSet, obj *model.AuditEntryEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, auditEntryEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("AuditEntryEdge")
+		case "cursor":
+			out.Values[i] = ec._AuditEntryEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._AuditEntryEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -11184,6 +14840,11 @@ func (ec *executionContext) _CreatedAdminToken(ctx context.Context, sel ast.Sele
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "tokenId":
+			out.Values[i] = ec._CreatedAdminToken_tokenId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "admin":
 			out.Values[i] = ec._CreatedAdminToken_admin(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -11234,6 +14895,164 @@ func (ec *executionContext) _CreatedEnrolmentToken(ctx context.Context, sel ast.
 			}
 		case "pool":
 			out.Values[i] = ec._CreatedEnrolmentToken_pool(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var enrolmentTokenImplementors = []string{"EnrolmentToken"}
+
+func (ec *executionContext) _EnrolmentToken(ctx context.Context, sel ast.SelectionSet, obj *record.EnrolmentToken) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, enrolmentTokenImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("EnrolmentToken")
+		case "id":
+			out.Values[i] = ec._EnrolmentToken_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "pool":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrolmentToken_pool(ctx, field, obj)
+				})
+		case "state":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrolmentToken_state(ctx, field, obj)
+				})
+		case "createdBy":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrolmentToken_createdBy(ctx, field, obj)
+				})
+		case "createdAt":
+			out.Values[i] = ec._EnrolmentToken_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "expiresAt":
+			out.Values[i] = ec._EnrolmentToken_expiresAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "usedAt":
+			out.Values[i] = ec._EnrolmentToken_usedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "runner":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._EnrolmentToken_runner(ctx, field, obj)
+				})
+		case "revokedAt":
+			out.Values[i] = ec._EnrolmentToken_revokedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var enrolmentTokenConnectionImplementors = []string{"EnrolmentTokenConnection"}
+
+func (ec *executionContext) _EnrolmentTokenConnection(ctx context.Context, sel ast.SelectionSet, obj *model.EnrolmentTokenConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, enrolmentTokenConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("EnrolmentTokenConnection")
+		case "edges":
+			out.Values[i] = ec._EnrolmentTokenConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._EnrolmentTokenConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._EnrolmentTokenConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var enrolmentTokenEdgeImplementors = []string{"EnrolmentTokenEdge"}
+
+func (ec *executionContext) _EnrolmentTokenEdge(ctx context.Context, sel ast.SelectionSet, obj *model.EnrolmentTokenEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, enrolmentTokenEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("EnrolmentTokenEdge")
+		case "cursor":
+			out.Values[i] = ec._EnrolmentTokenEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._EnrolmentTokenEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -11424,6 +15243,17 @@ func (ec *executionContext) _Hold(ctx context.Context, sel ast.SelectionSet, obj
 			}
 		case "reason":
 			out.Values[i] = ec._Hold_reason(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "createdBy":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Hold_createdBy(ctx, field, obj)
+				})
+		case "createdAt":
+			out.Values[i] = ec._Hold_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
@@ -11679,6 +15509,87 @@ func (ec *executionContext) _JobClaim(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var jobConnectionImplementors = []string{"JobConnection"}
+
+func (ec *executionContext) _JobConnection(ctx context.Context, sel ast.SelectionSet, obj *model.JobConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobConnection")
+		case "edges":
+			out.Values[i] = ec._JobConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._JobConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._JobConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobEdgeImplementors = []string{"JobEdge"}
+
+func (ec *executionContext) _JobEdge(ctx context.Context, sel ast.SelectionSet, obj *model.JobEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobEdge")
+		case "cursor":
+			out.Values[i] = ec._JobEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._JobEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var jobEventImplementors = []string{"JobEvent"}
 
 func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet, obj *record.JobEvent) graphql.Marshaler {
@@ -11727,6 +15638,87 @@ func (ec *executionContext) _JobEvent(ctx context.Context, sel ast.SelectionSet,
 	return out
 }
 
+var jobEventConnectionImplementors = []string{"JobEventConnection"}
+
+func (ec *executionContext) _JobEventConnection(ctx context.Context, sel ast.SelectionSet, obj *model.JobEventConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobEventConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobEventConnection")
+		case "edges":
+			out.Values[i] = ec._JobEventConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._JobEventConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._JobEventConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobEventEdgeImplementors = []string{"JobEventEdge"}
+
+func (ec *executionContext) _JobEventEdge(ctx context.Context, sel ast.SelectionSet, obj *model.JobEventEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobEventEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobEventEdge")
+		case "cursor":
+			out.Values[i] = ec._JobEventEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._JobEventEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var jobRunImplementors = []string{"JobRun"}
 
 func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, obj *record.JobRun) graphql.Marshaler {
@@ -11738,6 +15730,12 @@ func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, o
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("JobRun")
+		case "job":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobRun_job(ctx, field, obj)
+				})
 		case "attempt":
 			out.Values[i] = ec._JobRun_attempt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -11793,6 +15791,87 @@ func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, o
 			out.Values[i] = ec._JobRun_runnerVersion(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobRunConnectionImplementors = []string{"JobRunConnection"}
+
+func (ec *executionContext) _JobRunConnection(ctx context.Context, sel ast.SelectionSet, obj *model.JobRunConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobRunConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobRunConnection")
+		case "edges":
+			out.Values[i] = ec._JobRunConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._JobRunConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._JobRunConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobRunEdgeImplementors = []string{"JobRunEdge"}
+
+func (ec *executionContext) _JobRunEdge(ctx context.Context, sel ast.SelectionSet, obj *model.JobRunEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobRunEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobRunEdge")
+		case "cursor":
+			out.Values[i] = ec._JobRunEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._JobRunEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -12028,6 +16107,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "revokeAdminToken":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeAdminToken(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "issueAdminToken":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_issueAdminToken(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokeEnrolmentToken":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeEnrolmentToken(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createEnrolmentToken":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createEnrolmentToken(ctx, field)
@@ -12150,6 +16250,44 @@ func (ec *executionContext) _Organisation(ctx context.Context, sel ast.Selection
 	return out
 }
 
+var pageInfoImplementors = []string{"PageInfo"}
+
+func (ec *executionContext) _PageInfo(ctx context.Context, sel ast.SelectionSet, obj *model.PageInfo) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, pageInfoImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PageInfo")
+		case "hasNextPage":
+			out.Values[i] = ec._PageInfo_hasNextPage(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "endCursor":
+			out.Values[i] = ec._PageInfo_endCursor(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var poolImplementors = []string{"Pool"}
 
 func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj *record.Pool) graphql.Marshaler {
@@ -12216,6 +16354,12 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_heldGpus(ctx, field, obj)
+				})
+		case "holds":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_holds(ctx, field, obj)
 				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -12324,6 +16468,24 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_health(ctx, field)
+				})
+		case "admins":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_admins(ctx, field)
+				})
+		case "enrolmentTokens":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_enrolmentTokens(ctx, field)
+				})
+		case "runs":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_runs(ctx, field)
 				})
 		case "__type":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
@@ -12574,6 +16736,18 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "runs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_runs(ctx, field, obj)
+				})
+		case "holds":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_holds(ctx, field, obj)
+				})
 		case "recovery":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -12650,6 +16824,87 @@ func (ec *executionContext) _RunnerCapacity(ctx context.Context, sel ast.Selecti
 			}
 		case "limits":
 			out.Values[i] = ec._RunnerCapacity_limits(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runnerConnectionImplementors = []string{"RunnerConnection"}
+
+func (ec *executionContext) _RunnerConnection(ctx context.Context, sel ast.SelectionSet, obj *model.RunnerConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runnerConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunnerConnection")
+		case "edges":
+			out.Values[i] = ec._RunnerConnection_edges(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "nodes":
+			out.Values[i] = ec._RunnerConnection_nodes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pageInfo":
+			out.Values[i] = ec._RunnerConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runnerEdgeImplementors = []string{"RunnerEdge"}
+
+func (ec *executionContext) _RunnerEdge(ctx context.Context, sel ast.SelectionSet, obj *model.RunnerEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runnerEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunnerEdge")
+		case "cursor":
+			out.Values[i] = ec._RunnerEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "node":
+			out.Values[i] = ec._RunnerEdge_node(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -13056,12 +17311,88 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) marshalNAdmin2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx context.Context, sel ast.SelectionSet, v record.Admin) graphql.Marshaler {
+	return ec._Admin(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNAdmin2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Admin) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAdmin2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx context.Context, sel ast.SelectionSet, v *record.Admin) graphql.Marshaler {
 	if v == nil {
 		graphql.AddInvalidNullError(ctx, "Admin!")
 		return graphql.Null
 	}
 	return ec._Admin(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAdminConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminConnection(ctx context.Context, sel ast.SelectionSet, v *model.AdminConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AdminConnection!")
+		return graphql.Null
+	}
+	return ec._AdminConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAdminEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminEdge(ctx context.Context, sel ast.SelectionSet, v model.AdminEdge) graphql.Marshaler {
+	return ec._AdminEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNAdminEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.AdminEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAdminEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAdminEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAdminToken2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminToken(ctx context.Context, sel ast.SelectionSet, v record.AdminToken) graphql.Marshaler {
+	return ec._AdminToken(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNAdminToken2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminTokenᚄ(ctx context.Context, sel ast.SelectionSet, v []record.AdminToken) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAdminToken2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminToken(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAdminToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdminToken(ctx context.Context, sel ast.SelectionSet, v *record.AdminToken) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AdminToken!")
+		return graphql.Null
+	}
+	return ec._AdminToken(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx context.Context, sel ast.SelectionSet, v record.AuditEntry) graphql.Marshaler {
@@ -13073,6 +17404,42 @@ func (ec *executionContext) marshalNAuditEntry2ᚕgithubᚗcomᚋrunmeshᚋrunme
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNAuditEntry2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNAuditEntry2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAuditEntry(ctx context.Context, sel ast.SelectionSet, v *record.AuditEntry) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AuditEntry!")
+		return graphql.Null
+	}
+	return ec._AuditEntry(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAuditEntryConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryConnection(ctx context.Context, sel ast.SelectionSet, v *model.AuditEntryConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "AuditEntryConnection!")
+		return graphql.Null
+	}
+	return ec._AuditEntryConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNAuditEntryEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryEdge(ctx context.Context, sel ast.SelectionSet, v model.AuditEntryEdge) graphql.Marshaler {
+	return ec._AuditEntryEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNAuditEntryEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.AuditEntryEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNAuditEntryEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐAuditEntryEdge(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13145,6 +17512,92 @@ func (ec *executionContext) marshalNCreatedEnrolmentToken2ᚖgithubᚗcomᚋrunm
 	return ec._CreatedEnrolmentToken(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNEnrolmentToken2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentToken(ctx context.Context, sel ast.SelectionSet, v record.EnrolmentToken) graphql.Marshaler {
+	return ec._EnrolmentToken(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNEnrolmentToken2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenᚄ(ctx context.Context, sel ast.SelectionSet, v []record.EnrolmentToken) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNEnrolmentToken2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentToken(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNEnrolmentToken2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentToken(ctx context.Context, sel ast.SelectionSet, v *record.EnrolmentToken) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "EnrolmentToken!")
+		return graphql.Null
+	}
+	return ec._EnrolmentToken(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNEnrolmentTokenConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenConnection(ctx context.Context, sel ast.SelectionSet, v *model.EnrolmentTokenConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "EnrolmentTokenConnection!")
+		return graphql.Null
+	}
+	return ec._EnrolmentTokenConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNEnrolmentTokenEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenEdge(ctx context.Context, sel ast.SelectionSet, v model.EnrolmentTokenEdge) graphql.Marshaler {
+	return ec._EnrolmentTokenEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNEnrolmentTokenEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.EnrolmentTokenEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNEnrolmentTokenEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnrolmentTokenEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx context.Context, v any) (record.EnrolmentTokenState, error) {
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState[tmp]
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx context.Context, sel ast.SelectionSet, v record.EnrolmentTokenState) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(marshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState[v])
+	if res == graphql.Null {
+		graphql.AddInvalidNullFromMarshaler(ctx, "EnrolmentTokenState!")
+	}
+	return res
+}
+
+var (
+	unmarshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState = map[string]record.EnrolmentTokenState{
+		"LIVE":    record.TokenLive,
+		"USED":    record.TokenUsed,
+		"EXPIRED": record.TokenExpired,
+		"REVOKED": record.TokenRevoked,
+	}
+	marshalNEnrolmentTokenState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState = map[record.EnrolmentTokenState]string{
+		record.TokenLive:    "LIVE",
+		record.TokenUsed:    "USED",
+		record.TokenExpired: "EXPIRED",
+		record.TokenRevoked: "REVOKED",
+	}
+)
+
 func (ec *executionContext) unmarshalNEnvVarInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInput(ctx context.Context, v any) (model.EnvVarInput, error) {
 	res, err := ec.unmarshalInputEnvVarInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -13193,6 +17646,26 @@ func (ec *executionContext) marshalNHealthCondition2ᚕgithubᚗcomᚋrunmeshᚋ
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNHealthCondition2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐHealthCondition(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNHold2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx context.Context, sel ast.SelectionSet, v record.Hold) graphql.Marshaler {
+	return ec._Hold(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNHold2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHoldᚄ(ctx context.Context, sel ast.SelectionSet, v []record.Hold) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNHold2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐHold(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13317,6 +17790,34 @@ func (ec *executionContext) unmarshalNJobClaimInput2ᚖgithubᚗcomᚋrunmeshᚋ
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) marshalNJobConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobConnection(ctx context.Context, sel ast.SelectionSet, v *model.JobConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobConnection!")
+		return graphql.Null
+	}
+	return ec._JobConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJobEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEdge(ctx context.Context, sel ast.SelectionSet, v model.JobEdge) graphql.Marshaler {
+	return ec._JobEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.JobEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNJobEvent2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobEvent(ctx context.Context, sel ast.SelectionSet, v record.JobEvent) graphql.Marshaler {
 	return ec._JobEvent(ctx, sel, &v)
 }
@@ -13345,6 +17846,34 @@ func (ec *executionContext) marshalNJobEvent2ᚖgithubᚗcomᚋrunmeshᚋrunmesh
 	return ec._JobEvent(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNJobEventConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventConnection(ctx context.Context, sel ast.SelectionSet, v *model.JobEventConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobEventConnection!")
+		return graphql.Null
+	}
+	return ec._JobEventConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJobEventEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventEdge(ctx context.Context, sel ast.SelectionSet, v model.JobEventEdge) graphql.Marshaler {
+	return ec._JobEventEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobEventEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.JobEventEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobEventEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobEventEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx context.Context, sel ast.SelectionSet, v record.JobRun) graphql.Marshaler {
 	return ec._JobRun(ctx, sel, &v)
 }
@@ -13354,6 +17883,42 @@ func (ec *executionContext) marshalNJobRun2ᚕgithubᚗcomᚋrunmeshᚋrunmesh�
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNJobRun2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx context.Context, sel ast.SelectionSet, v *record.JobRun) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobRun!")
+		return graphql.Null
+	}
+	return ec._JobRun(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJobRunConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunConnection(ctx context.Context, sel ast.SelectionSet, v *model.JobRunConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "JobRunConnection!")
+		return graphql.Null
+	}
+	return ec._JobRunConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNJobRunEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunEdge(ctx context.Context, sel ast.SelectionSet, v model.JobRunEdge) graphql.Marshaler {
+	return ec._JobRunEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobRunEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.JobRunEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobRunEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobRunEdge(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {
@@ -13477,6 +18042,14 @@ func (ec *executionContext) marshalNOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrun
 	return ec._Organisation(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNPageInfo2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPageInfo(ctx context.Context, sel ast.SelectionSet, v *model.PageInfo) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "PageInfo!")
+		return graphql.Null
+	}
+	return ec._PageInfo(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNPool2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐPool(ctx context.Context, sel ast.SelectionSet, v record.Pool) graphql.Marshaler {
 	return ec._Pool(ctx, sel, &v)
 }
@@ -13567,6 +18140,34 @@ func (ec *executionContext) marshalNRunnerCapacity2ᚖgithubᚗcomᚋrunmeshᚋr
 		return graphql.Null
 	}
 	return ec._RunnerCapacity(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRunnerConnection2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerConnection(ctx context.Context, sel ast.SelectionSet, v *model.RunnerConnection) graphql.Marshaler {
+	if v == nil {
+		graphql.AddInvalidNullError(ctx, "RunnerConnection!")
+		return graphql.Null
+	}
+	return ec._RunnerConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNRunnerEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerEdge(ctx context.Context, sel ast.SelectionSet, v model.RunnerEdge) graphql.Marshaler {
+	return ec._RunnerEdge(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRunnerEdge2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerEdgeᚄ(ctx context.Context, sel ast.SelectionSet, v []model.RunnerEdge) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRunnerEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNRunnerStatus2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunnerStatus(ctx context.Context, v any) (record.RunnerStatus, error) {
@@ -13822,6 +18423,13 @@ func (ec *executionContext) marshalN__TypeKind2string(ctx context.Context, sel a
 	return res
 }
 
+func (ec *executionContext) marshalOAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx context.Context, sel ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Admin(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalOBoolean2bool(ctx context.Context, v any) (bool, error) {
 	res, err := graphql.UnmarshalBoolean(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -13858,6 +18466,40 @@ func (ec *executionContext) marshalOCertificate2ᚖgithubᚗcomᚋrunmeshᚋrunm
 	}
 	return ec._Certificate(ctx, sel, v)
 }
+
+func (ec *executionContext) unmarshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx context.Context, v any) (*record.EnrolmentTokenState, error) {
+	if v == nil {
+		return nil, nil
+	}
+	tmp, err := graphql.UnmarshalString(v)
+	res := unmarshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState[tmp]
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState(ctx context.Context, sel ast.SelectionSet, v *record.EnrolmentTokenState) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalString(marshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState[*v])
+	return res
+}
+
+var (
+	unmarshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState = map[string]record.EnrolmentTokenState{
+		"LIVE":    record.TokenLive,
+		"USED":    record.TokenUsed,
+		"EXPIRED": record.TokenExpired,
+		"REVOKED": record.TokenRevoked,
+	}
+	marshalOEnrolmentTokenState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐEnrolmentTokenState = map[record.EnrolmentTokenState]string{
+		record.TokenLive:    "LIVE",
+		record.TokenUsed:    "USED",
+		record.TokenExpired: "EXPIRED",
+		record.TokenRevoked: "REVOKED",
+	}
+)
 
 func (ec *executionContext) unmarshalOEnvVarInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐEnvVarInputᚄ(ctx context.Context, v any) ([]model.EnvVarInput, error) {
 	if v == nil {

@@ -14,6 +14,22 @@ import (
 	"github.com/runmesh/runmesh/controlplane/record"
 )
 
+type AdminEdge struct {
+	Cursor string        `json:"cursor"`
+	Node   *record.Admin `json:"node"`
+}
+
+type AuditEntryConnection struct {
+	Edges    []AuditEntryEdge    `json:"edges"`
+	Nodes    []record.AuditEntry `json:"nodes"`
+	PageInfo *PageInfo           `json:"pageInfo"`
+}
+
+type AuditEntryEdge struct {
+	Cursor string             `json:"cursor"`
+	Node   *record.AuditEntry `json:"node"`
+}
+
 type CertificateAuthority struct {
 	// Hex SHA-256 of the root certificate: what `runmesh-agent enrol --ca-fingerprint` takes.
 	RootFingerprint string `json:"rootFingerprint"`
@@ -43,7 +59,9 @@ type CreatePoolInput struct {
 
 type CreatedAdminToken struct {
 	// The bearer token. Shown once: store it now.
-	Token     string        `json:"token"`
+	Token string `json:"token"`
+	// The token's id: what revokeAdminToken takes.
+	TokenID   uuid.UUID     `json:"tokenId"`
 	Admin     *record.Admin `json:"admin"`
 	ExpiresAt *time.Time    `json:"expiresAt,omitempty"`
 }
@@ -53,6 +71,17 @@ type CreatedEnrolmentToken struct {
 	Token     string       `json:"token"`
 	ExpiresAt time.Time    `json:"expiresAt"`
 	Pool      *record.Pool `json:"pool"`
+}
+
+type EnrolmentTokenConnection struct {
+	Edges    []EnrolmentTokenEdge    `json:"edges"`
+	Nodes    []record.EnrolmentToken `json:"nodes"`
+	PageInfo *PageInfo               `json:"pageInfo"`
+}
+
+type EnrolmentTokenEdge struct {
+	Cursor string                 `json:"cursor"`
+	Node   *record.EnrolmentToken `json:"node"`
 }
 
 type EnvVarInput struct {
@@ -115,6 +144,39 @@ type JobClaimInput struct {
 	WallClockSeconds int     `json:"wallClockSeconds"`
 }
 
+type JobConnection struct {
+	Edges    []JobEdge    `json:"edges"`
+	Nodes    []record.Job `json:"nodes"`
+	PageInfo *PageInfo    `json:"pageInfo"`
+}
+
+type JobEdge struct {
+	Cursor string      `json:"cursor"`
+	Node   *record.Job `json:"node"`
+}
+
+type JobEventConnection struct {
+	Edges    []JobEventEdge    `json:"edges"`
+	Nodes    []record.JobEvent `json:"nodes"`
+	PageInfo *PageInfo         `json:"pageInfo"`
+}
+
+type JobEventEdge struct {
+	Cursor string           `json:"cursor"`
+	Node   *record.JobEvent `json:"node"`
+}
+
+type JobRunConnection struct {
+	Edges    []JobRunEdge    `json:"edges"`
+	Nodes    []record.JobRun `json:"nodes"`
+	PageInfo *PageInfo       `json:"pageInfo"`
+}
+
+type JobRunEdge struct {
+	Cursor string         `json:"cursor"`
+	Node   *record.JobRun `json:"node"`
+}
+
 type Label struct {
 	Key    string      `json:"key"`
 	Value  string      `json:"value"`
@@ -131,6 +193,13 @@ type LimitEnforcement struct {
 }
 
 type Mutation struct {
+}
+
+// Where a page ends, and whether another follows (Relay's PageInfo).
+type PageInfo struct {
+	HasNextPage bool `json:"hasNextPage"`
+	// The cursor of the page's last item: pass it as `after` for the next page. Null on an empty page.
+	EndCursor *string `json:"endCursor,omitempty"`
 }
 
 type Query struct {
@@ -168,6 +237,17 @@ type RunnerCapacity struct {
 	DriverVersion   *string `json:"driverVersion,omitempty"`
 	// The limits the runner's job containers are held to, as the agent proved them at start-up.
 	Limits *LimitEnforcement `json:"limits"`
+}
+
+type RunnerConnection struct {
+	Edges    []RunnerEdge    `json:"edges"`
+	Nodes    []record.Runner `json:"nodes"`
+	PageInfo *PageInfo       `json:"pageInfo"`
+}
+
+type RunnerEdge struct {
+	Cursor string         `json:"cursor"`
+	Node   *record.Runner `json:"node"`
 }
 
 type SubmitJobInput struct {

@@ -182,11 +182,11 @@ func (c *chaosRun) freezeRunner() error {
 func (c *chaosRun) drain(within time.Duration) bool {
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
-		data, err := c.f.admin.gql(c.ctx, `{ q: jobs(state: QUEUED, first: 1) { id } l: jobs(state: LEASED, first: 1) { id } r: jobs(state: RUNNING, first: 1) { id } }`, nil)
+		data, err := c.f.admin.gql(c.ctx, `{ q: jobs(state: QUEUED, first: 1) { nodes { id } } l: jobs(state: LEASED, first: 1) { nodes { id } } r: jobs(state: RUNNING, first: 1) { nodes { id } } }`, nil)
 		if err == nil {
-			var v map[string][]any
+			var v map[string]struct{ Nodes []any }
 			_ = json.Unmarshal(data, &v)
-			if len(v["q"])+len(v["l"])+len(v["r"]) == 0 {
+			if len(v["q"].Nodes)+len(v["l"].Nodes)+len(v["r"].Nodes) == 0 {
 				return true
 			}
 		}
@@ -215,7 +215,7 @@ func (c *chaosRun) report(out io.Writer, sub *submitter, worst time.Duration, dr
 	fmt.Fprintf(out, "goals (0 duplicates, 0 lost, 0 stuck, 0 tries charged by an outage, 0 forged accepted, resume < 2 s): %s\n", verdict(met))
 	for _, j := range chargedJobs[:min(len(chargedJobs), 3)] {
 		fmt.Fprintf(out, "charged a try: job %s:", j.ID)
-		for _, e := range j.Events {
+		for _, e := range j.Events.Nodes {
 			fmt.Fprintf(out, " %s %s (attempt %d%s)", e.At.Format("15:04:05.000"), e.Type, e.Attempt, strings.TrimSuffix(", "+e.Detail, ", "))
 		}
 		fmt.Fprintln(out)
@@ -230,11 +230,13 @@ func (c *chaosRun) report(out io.Writer, sub *submitter, worst time.Duration, dr
 type chaosJob struct {
 	ID     string
 	State  string
-	Events []struct {
-		At      time.Time
-		Type    string
-		Attempt int
-		Detail  string
+	Events struct {
+		Nodes []struct {
+			At      time.Time
+			Type    string
+			Attempt int
+			Detail  string
+		}
 	}
 }
 
@@ -249,7 +251,7 @@ func (c *chaosRun) outcomes(ids []string) (map[string]int, []chaosJob, error) {
 		var q strings.Builder
 		q.WriteString("{ ")
 		for k, id := range ids[i:min(i+100, len(ids))] {
-			fmt.Fprintf(&q, "j%d: job(id: %q) { id state events { at type attempt detail } } ", k, id)
+			fmt.Fprintf(&q, "j%d: job(id: %q) { id state events { nodes { at type attempt detail } } } ", k, id)
 		}
 		q.WriteString("}")
 		data, err := c.f.admin.gql(c.ctx, q.String(), nil)
@@ -262,7 +264,7 @@ func (c *chaosRun) outcomes(ids []string) (map[string]int, []chaosJob, error) {
 		}
 		for _, j := range got {
 			states[j.State]++
-			for _, e := range j.Events {
+			for _, e := range j.Events.Nodes {
 				if e.Type == "LEASE_EXPIRED" && !frozenLeases[j.ID] {
 					charged = append(charged, j)
 					break

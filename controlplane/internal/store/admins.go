@@ -61,7 +61,9 @@ func (s *Querier) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, err
 	if err != nil {
 		return Admin{}, mapErr(err)
 	}
-	return adminFromRow(row), nil
+	a := adminFromRow(row.Admin)
+	a.TokenID = row.TokenID
+	return a, nil
 }
 
 // CountAdmins is how many admins exist (dev uses it to bootstrap the first).

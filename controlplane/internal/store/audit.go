@@ -24,10 +24,15 @@ func (s *Querier) Audit(ctx context.Context, e AuditEntry) error {
 	return mapErr(err)
 }
 
-// AuditLog lists entries newest first, at most limit of them, older than
-// the entry beforeID when it is given.
-func (s *Querier) AuditLog(ctx context.Context, beforeID *int64, limit int) ([]AuditEntry, error) {
-	rows, err := s.q.ListAudit(ctx, s.db, dbsqlc.ListAuditParams{BeforeID: beforeID, MaxRows: int32(limit)})
+// AuditLog lists a page of entries, newest first: older than the entry
+// numbered p.After.N when it is given.
+func (s *Querier) AuditLog(ctx context.Context, f AuditFilter, p Page) ([]AuditEntry, error) {
+	var before *int64
+	if p.After != nil {
+		before = &p.After.N
+	}
+	rows, err := s.q.ListAudit(ctx, s.db, dbsqlc.ListAuditParams{
+		BeforeID: before, Action: f.Action, ActorID: nullUUID(f.ActorID), MaxRows: int32(p.Limit)})
 	if err != nil {
 		return nil, mapErr(err)
 	}

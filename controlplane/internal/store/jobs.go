@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -229,21 +230,33 @@ func (s *Querier) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, erro
 	return jobFromRow(row), nil
 }
 
-// Jobs lists jobs inside scope, newest first.
-func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, error) {
+// Jobs lists a page of the jobs inside scope that match f, newest first.
+func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter, p Page) ([]Job, error) {
 	var state *string
 	if f.State != nil {
 		v := string(*f.State)
 		state = &v
 	}
+	var before uuid.NullUUID
+	if p.After != nil {
+		before = uuid.NullUUID{UUID: p.After.ID, Valid: true}
+	}
+	// A job's id holds its submission time to the millisecond, and the
+	// store makes it in the same statement that stamps submitted_at: a
+	// window of ids a second wider than the times asked for holds every
+	// job submitted in it, and the times keep the answer exact.
+	minID, maxID := idBound(f.SubmittedAfter, -time.Second), idBound(f.SubmittedBefore, time.Second)
 	var rows []dbsqlc.Job
 	var err error
 	if scope.All() && f.PoolID == nil {
-		rows, err = s.q.ListJobs(ctx, s.db, dbsqlc.ListJobsParams{State: state, MaxRows: int32(f.Limit)})
+		rows, err = s.q.ListJobs(ctx, s.db, dbsqlc.ListJobsParams{State: state, BeforeID: before, MinID: minID, MaxID: maxID,
+			Kind: f.Kind, SubmittedAfter: f.SubmittedAfter, SubmittedBefore: f.SubmittedBefore, MaxRows: int32(p.Limit)})
 	} else {
 		// Some pools only: through each one's own index.
 		rows, err = s.q.ListJobsInPools(ctx, s.db, dbsqlc.ListJobsInPoolsParams{
-			AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), State: state, MaxRows: int32(f.Limit)})
+			AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), State: state,
+			BeforeID: before, MinID: minID, MaxID: maxID, Kind: f.Kind,
+			SubmittedAfter: f.SubmittedAfter, SubmittedBefore: f.SubmittedBefore, MaxRows: int32(p.Limit)})
 	}
 	if err != nil {
 		return nil, mapErr(err)
@@ -253,6 +266,21 @@ func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter) ([]Job, er
 		out[i] = jobFromRow(r)
 	}
 	return out, nil
+}
+
+// idBound is the smallest UUIDv7 of the millisecond at t+slack (no bound
+// for nil t).
+func idBound(t *time.Time, slack time.Duration) uuid.NullUUID {
+	if t == nil {
+		return uuid.NullUUID{}
+	}
+	ms := max(t.Add(slack).UnixMilli(), 0)
+	var id uuid.UUID
+	for i := 0; i < 6; i++ {
+		id[i] = byte(ms >> (40 - 8*i))
+	}
+	id[6] = 0x70 // version 7, the rest zero: the smallest of that millisecond
+	return uuid.NullUUID{UUID: id, Valid: true}
 }
 
 // ErrJobFinished: the job is in a final state.

@@ -382,7 +382,7 @@ func TestIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = b.store.SubmitJob(ctx, store.OneOrganisation(other.ID), store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"})
 	require.ErrorIs(t, err, store.ErrNotFound)
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	_ = fmt.Sprint
@@ -656,7 +656,7 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	_, _, err = b.store.SubmitJobs(ctx, store.OneOrganisation(outsider.ID), []store.NewJob{ok, ok})
 	require.ErrorIs(t, err, store.ErrNotFound)
 
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a refused batch queues nothing")
 }
@@ -678,7 +678,7 @@ func TestTheStoreRefusesBadKindsAndUnknownPools(t *testing.T) {
 	n := store.NewJob{PoolID: uuid.New(), Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
 	_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
 	require.ErrorIs(t, err, store.ErrNotFound)
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{Limit: 100})
+	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, jobs)
 	for _, kind := range []string{"default", "gpu.a100", "x"} {
@@ -971,13 +971,13 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 			f     store.JobFilter
 			n     int
 		}{
-			{store.AllOrganisations(), store.JobFilter{Limit: 100}, 100},
-			{store.AllOrganisations(), store.JobFilter{PoolID: &b.pool.ID, Limit: 100}, 100},
-			{store.AllOrganisations(), store.JobFilter{PoolID: &quiet.ID, Limit: 100}, 3},
-			{store.OneOrganisation(b.org.ID), store.JobFilter{Limit: 100}, 100},
-			{store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &quiet.ID, Limit: 100}, 3},
+			{store.AllOrganisations(), store.JobFilter{}, 100},
+			{store.AllOrganisations(), store.JobFilter{PoolID: &b.pool.ID}, 100},
+			{store.AllOrganisations(), store.JobFilter{PoolID: &quiet.ID}, 3},
+			{store.OneOrganisation(b.org.ID), store.JobFilter{}, 100},
+			{store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &quiet.ID}, 3},
 		} {
-			jobs, err := tx.Jobs(ctx, l.scope, l.f)
+			jobs, err := tx.Jobs(ctx, l.scope, l.f, store.Page{Limit: 100})
 			require.NoError(t, err)
 			require.Len(t, jobs, l.n)
 		}
@@ -1008,8 +1008,7 @@ func TestJobListsKeepToTheirScope(t *testing.T) {
 	require.NoError(t, err)
 	theirs := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = otherPool.ID })
 	ids := func(scope store.Scope, f store.JobFilter) (out []uuid.UUID) {
-		f.Limit = 100
-		jobs, err := b.store.Jobs(ctx, scope, f)
+		jobs, err := b.store.Jobs(ctx, scope, f, store.Page{Limit: 100})
 		require.NoError(t, err)
 		for _, j := range jobs {
 			out = append(out, j.ID)

@@ -162,7 +162,7 @@ func jobEventFromRow(r dbsqlc.JobEvent) JobEvent {
 }
 
 func jobRunFromRow(r dbsqlc.JobRun) JobRun {
-	return JobRun{Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
+	return JobRun{JobID: r.JobID, Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
 		FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
 		PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
 }

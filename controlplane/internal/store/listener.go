@@ -24,6 +24,9 @@ const (
 	// ChannelJobChanges carries job ids, comma-separated, whenever those
 	// jobs have a new event or new output (see JobChanged).
 	ChannelJobChanges = "runmesh_job_changes"
+	// ChannelAdminTokens carries a token id whenever the token is revoked:
+	// every replica closes the websockets it authenticated.
+	ChannelAdminTokens = "runmesh_admin_tokens"
 )
 
 // PoolChanged prefixes a pool id on ChannelRunnerStatus: the settings of
@@ -124,7 +127,7 @@ func (l *Listener) listen(ctx context.Context, onListening func()) error {
 	// The connection leaves the pool: it is ours for as long as it lives.
 	conn := pc.Hijack()
 	defer conn.Close(context.WithoutCancel(ctx))
-	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations, ChannelJobs, ChannelJobChanges} {
+	for _, ch := range []string{ChannelRunnerStatus, ChannelRevocations, ChannelJobs, ChannelJobChanges, ChannelAdminTokens} {
 		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
 			return err
 		}

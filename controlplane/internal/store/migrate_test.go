@@ -147,7 +147,13 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 	require.NoError(t, err)
 	p, err := s.CreatePool(ctx, store.NewPool{Name: "p", OrganisationID: &org.ID})
 	require.NoError(t, err)
-	runner := jobsBundle{db: pool, store: s, org: org, pool: p}.runner(t, 4, 0, 0)
+	// The runner by hand: the store's statements are the newest schema's.
+	var runner uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `
+		WITH t AS (INSERT INTO enrolment_tokens (pool_id, token_hash, expires_at)
+		           VALUES ($1, sha256('m16'::bytea), now() + interval '1 hour') RETURNING id)
+		INSERT INTO runners (pool_id, name, status, public_key, fingerprint, csr, enrolment_token_id, cores)
+		SELECT $1, 'r-m16', 'APPROVED', sha256('key'::bytea), 'SHA256:x', '\x00', t.id, 4 FROM t RETURNING id`, p.ID).Scan(&runner))
 	var name string
 	require.NoError(t, pool.QueryRow(ctx, `SELECT name FROM runners WHERE id = $1`, runner).Scan(&name))
 	held, bare := uuid.New(), uuid.New()

@@ -59,7 +59,7 @@ func requireReadsFail(t *testing.T, b testBundle, id uuid.UUID, want string) {
 	ctx := context.Background()
 	_, err := b.store.Runner(ctx, store.AllOrganisations(), id)
 	require.ErrorContains(t, err, want)
-	list, err := b.store.Runners(ctx, store.AllOrganisations(), store.RunnerFilter{PoolID: &b.poolA.ID})
+	list, err := b.store.Runners(ctx, store.AllOrganisations(), store.RunnerFilter{PoolID: &b.poolA.ID}, store.Page{})
 	require.ErrorContains(t, err, want)
 	require.Empty(t, list)
 	err = b.store.WithTx(ctx, func(tx *store.Tx) error {

@@ -102,16 +102,26 @@ func (s *Querier) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner
 	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
 }
 
-// Runners lists the runners inside scope that match f, oldest first.
-func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter) ([]Runner, error) {
+// Runners lists the runners inside scope that match f, oldest first: a
+// page of them, or all when p.Limit is 0.
+func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter, p Page) ([]Runner, error) {
 	var status *string
 	if f.Status != nil {
 		v := string(*f.Status)
 		status = &v
 	}
-	rows, err := s.q.ListRunners(ctx, s.db, dbsqlc.ListRunnersParams{
+	arg := dbsqlc.ListRunnersParams{
 		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope), PoolID: nullUUID(f.PoolID), Status: status,
-	})
+		LabelKey: f.LabelKey, LabelValue: f.LabelValue,
+	}
+	if p.After != nil {
+		arg.AfterAt, arg.AfterID = &p.After.At, uuid.NullUUID{UUID: p.After.ID, Valid: true}
+	}
+	if p.Limit > 0 {
+		n := int32(p.Limit)
+		arg.MaxRows = &n
+	}
+	rows, err := s.q.ListRunners(ctx, s.db, arg)
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -10,34 +10,40 @@ import (
 // packages and the API can speak of them without the store; these names
 // let the store and its tests go on calling them by their old names.
 type (
-	Role           = record.Role
-	Scope          = record.Scope
-	Admin          = record.Admin
-	Organisation   = record.Organisation
-	Pool           = record.Pool
-	NewPool        = record.NewPool
-	PoolFilter     = record.PoolFilter
-	AuditEntry     = record.AuditEntry
-	JobState       = record.JobState
-	Claim          = record.Claim
-	Job            = record.Job
-	JobFilter      = record.JobFilter
-	JobEvent       = record.JobEvent
-	JobRun         = record.JobRun
-	LogChunk       = record.LogChunk
-	JobOutput      = record.JobOutput
-	Hold           = record.Hold
-	PoolQueue      = record.PoolQueue
-	ClaimRequest   = record.ClaimRequest
-	Outcome        = record.Outcome
-	RunnerStatus   = record.RunnerStatus
-	Runner         = record.Runner
-	RunnerCapacity = record.RunnerCapacity
-	Inventory      = record.Inventory
-	RunnerFilter   = record.RunnerFilter
-	Booking        = record.Booking
-	Certificate    = record.Certificate
-	EnrolmentToken = record.EnrolmentToken
+	Role                 = record.Role
+	Scope                = record.Scope
+	Admin                = record.Admin
+	Organisation         = record.Organisation
+	Pool                 = record.Pool
+	NewPool              = record.NewPool
+	PoolFilter           = record.PoolFilter
+	AuditEntry           = record.AuditEntry
+	JobState             = record.JobState
+	Claim                = record.Claim
+	Job                  = record.Job
+	JobFilter            = record.JobFilter
+	JobEvent             = record.JobEvent
+	JobRun               = record.JobRun
+	LogChunk             = record.LogChunk
+	JobOutput            = record.JobOutput
+	Hold                 = record.Hold
+	PoolQueue            = record.PoolQueue
+	ClaimRequest         = record.ClaimRequest
+	Outcome              = record.Outcome
+	RunnerStatus         = record.RunnerStatus
+	Runner               = record.Runner
+	RunnerCapacity       = record.RunnerCapacity
+	Inventory            = record.Inventory
+	RunnerFilter         = record.RunnerFilter
+	Booking              = record.Booking
+	Certificate          = record.Certificate
+	EnrolmentToken       = record.EnrolmentToken
+	AdminToken           = record.AdminToken
+	Page                 = record.Page
+	Cursor               = record.Cursor
+	RunFilter            = record.RunFilter
+	AuditFilter          = record.AuditFilter
+	EnrolmentTokenFilter = record.EnrolmentTokenFilter
 )
 
 const (

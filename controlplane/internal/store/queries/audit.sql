@@ -7,6 +7,8 @@ RETURNING *;
 -- Keyset pagination, newest first: before_id is the last id the caller saw.
 SELECT * FROM audit_log
 WHERE (sqlc.narg('before_id')::bigint IS NULL OR id < sqlc.narg('before_id'))
+  AND (sqlc.narg('action')::text IS NULL OR action = sqlc.narg('action'))
+  AND (sqlc.narg('actor_id')::uuid IS NULL OR actor_id = sqlc.narg('actor_id'))
 ORDER BY id DESC
 LIMIT @max_rows;
 

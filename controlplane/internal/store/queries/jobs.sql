@@ -20,9 +20,17 @@ FOR UPDATE OF j;
 -- Every pool's jobs, newest first by id: ids are UUIDv7, in submission
 -- order, and the primary key read backwards stops at the limit. (By
 -- submitted_at, which no index orders, every list read and sorted the
--- whole table.)
+-- whole table.) A page starts below before_id, the last id seen; min_id
+-- and max_id bound the walk to the ids of the submission window, which
+-- submitted_after and submitted_before then keep exact.
 SELECT * FROM jobs
-WHERE sqlc.narg('state')::text IS NULL OR state = sqlc.narg('state')
+WHERE (sqlc.narg('state')::text IS NULL OR state = sqlc.narg('state'))
+  AND (sqlc.narg('before_id')::uuid IS NULL OR id < sqlc.narg('before_id'))
+  AND (sqlc.narg('min_id')::uuid IS NULL OR id >= sqlc.narg('min_id'))
+  AND (sqlc.narg('max_id')::uuid IS NULL OR id < sqlc.narg('max_id'))
+  AND (sqlc.narg('kind')::text IS NULL OR kind = sqlc.narg('kind'))
+  AND (sqlc.narg('submitted_after')::timestamptz IS NULL OR submitted_at >= sqlc.narg('submitted_after'))
+  AND (sqlc.narg('submitted_before')::timestamptz IS NULL OR submitted_at < sqlc.narg('submitted_before'))
 ORDER BY id DESC
 LIMIT @max_rows;
 
@@ -44,12 +52,24 @@ CROSS JOIN LATERAL (
      WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
        AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
        AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
+       AND (sqlc.narg('before_id')::uuid IS NULL OR jobs.id < sqlc.narg('before_id'))
+       AND (sqlc.narg('min_id')::uuid IS NULL OR jobs.id >= sqlc.narg('min_id'))
+       AND (sqlc.narg('max_id')::uuid IS NULL OR jobs.id < sqlc.narg('max_id'))
+       AND (sqlc.narg('kind')::text IS NULL OR jobs.kind = sqlc.narg('kind'))
+       AND (sqlc.narg('submitted_after')::timestamptz IS NULL OR jobs.submitted_at >= sqlc.narg('submitted_after'))
+       AND (sqlc.narg('submitted_before')::timestamptz IS NULL OR jobs.submitted_at < sqlc.narg('submitted_before'))
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT @max_rows)
     UNION ALL
     (SELECT * FROM jobs
      WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
        AND (sqlc.narg('state')::text IS NULL OR jobs.state = sqlc.narg('state'))
+       AND (sqlc.narg('before_id')::uuid IS NULL OR jobs.id < sqlc.narg('before_id'))
+       AND (sqlc.narg('min_id')::uuid IS NULL OR jobs.id >= sqlc.narg('min_id'))
+       AND (sqlc.narg('max_id')::uuid IS NULL OR jobs.id < sqlc.narg('max_id'))
+       AND (sqlc.narg('kind')::text IS NULL OR jobs.kind = sqlc.narg('kind'))
+       AND (sqlc.narg('submitted_after')::timestamptz IS NULL OR jobs.submitted_at >= sqlc.narg('submitted_after'))
+       AND (sqlc.narg('submitted_before')::timestamptz IS NULL OR jobs.submitted_at < sqlc.narg('submitted_before'))
      ORDER BY jobs.id DESC
      LIMIT @max_rows)
 ) j

@@ -4,13 +4,15 @@ VALUES (@pool_id, @token_hash, sqlc.narg('created_by'), @expires_at)
 RETURNING *;
 
 -- name: UseEnrolmentToken :one
--- Consumes a token: unknown, used and expired tokens all match nothing.
+-- Consumes a token: unknown, used, expired and revoked tokens all match
+-- nothing.
 -- The row lock makes two enrolments racing for one token take turns, and
 -- the loser finds it used.
 UPDATE enrolment_tokens
 SET used_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE token_hash = @token_hash
   AND used_at IS NULL
+  AND revoked_at IS NULL
   AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
 RETURNING *;
 
@@ -38,12 +40,19 @@ WHERE r.id = @id
 FOR NO KEY UPDATE OF r;
 
 -- name: ListRunners :many
+-- Runners inside the scope, oldest enrolment first, a page at a time after
+-- the (enrolled_at, id) of the last one seen (max_rows null: all of them).
 SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
   AND (sqlc.narg('pool_id')::uuid IS NULL OR r.pool_id = sqlc.narg('pool_id'))
   AND (sqlc.narg('status')::text IS NULL OR r.status = sqlc.narg('status'))
-ORDER BY r.enrolled_at, r.id;
+  -- A label the runner reported: key=value, or the key with any value.
+  AND (sqlc.narg('label_key')::text IS NULL OR jsonb_path_exists(r.capacity, '$.labels[*] ? (@.key == $k && ($v == null || @.value == $v))',
+       jsonb_build_object('k', sqlc.narg('label_key')::text, 'v', sqlc.narg('label_value')::text)))
+  AND (sqlc.narg('after_at')::timestamptz IS NULL OR (r.enrolled_at, r.id) > (sqlc.narg('after_at'), sqlc.narg('after_id')::uuid))
+ORDER BY r.enrolled_at, r.id
+LIMIT sqlc.narg('max_rows');
 
 -- name: SetRunnerStatus :exec
 UPDATE runners

@@ -13,12 +13,19 @@ import (
 )
 
 const adminByTokenHash = `-- name: AdminByTokenHash :one
-SELECT a.id, a.name, a.role, a.organisation_id, a.created_by, a.created_at
-FROM admin_tokens t
-JOIN admins a ON a.id = t.admin_id
-WHERE t.token_hash = $1
-  AND t.revoked_at IS NULL
-  AND (t.expires_at IS NULL OR t.expires_at > coalesce($2::timestamptz, now()))
+WITH hit AS (
+    SELECT t.id, t.admin_id, t.last_used_at
+    FROM admin_tokens t
+    WHERE t.token_hash = $1
+      AND t.revoked_at IS NULL
+      AND (t.expires_at IS NULL OR t.expires_at > coalesce($2::timestamptz, now()))
+), touched AS (
+    UPDATE admin_tokens u SET last_used_at = now()
+    FROM hit
+    WHERE u.id = hit.id AND (hit.last_used_at IS NULL OR hit.last_used_at < now() - interval '1 minute')
+)
+SELECT a.id, a.name, a.role, a.organisation_id, a.created_by, a.created_at, hit.id AS token_id
+FROM hit JOIN admins a ON a.id = hit.admin_id
 `
 
 type AdminByTokenHashParams struct {
@@ -26,20 +33,67 @@ type AdminByTokenHashParams struct {
 	Now       *time.Time
 }
 
-// The principal behind a bearer token. Expired and revoked tokens find
-// nothing, exactly like unknown ones, so callers cannot tell them apart.
-func (q *Queries) AdminByTokenHash(ctx context.Context, db DBTX, arg AdminByTokenHashParams) (Admin, error) {
+type AdminByTokenHashRow struct {
+	Admin   Admin
+	TokenID uuid.UUID
+}
+
+// The principal behind a bearer token, and the token's id. Expired and
+// revoked tokens find nothing, exactly like unknown ones, so callers cannot
+// tell them apart. The same statement notes when the token was used, at
+// most once a minute: a list of tokens shows it, and a token busy with
+// requests costs one row write a minute, not one a request.
+func (q *Queries) AdminByTokenHash(ctx context.Context, db DBTX, arg AdminByTokenHashParams) (AdminByTokenHashRow, error) {
 	row := db.QueryRow(ctx, adminByTokenHash, arg.TokenHash, arg.Now)
-	var i Admin
+	var i AdminByTokenHashRow
 	err := row.Scan(
-		&i.ID,
-		&i.Name,
-		&i.Role,
-		&i.OrganisationID,
-		&i.CreatedBy,
-		&i.CreatedAt,
+		&i.Admin.ID,
+		&i.Admin.Name,
+		&i.Admin.Role,
+		&i.Admin.OrganisationID,
+		&i.Admin.CreatedBy,
+		&i.Admin.CreatedAt,
+		&i.TokenID,
 	)
 	return i, err
+}
+
+const adminsByID = `-- name: AdminsByID :many
+SELECT id, name, role, organisation_id, created_by, created_at FROM admins
+WHERE id = ANY($1::uuid[]) AND ($2::boolean OR organisation_id = $3::uuid)
+`
+
+type AdminsByIDParams struct {
+	Ids      []uuid.UUID
+	AllOrgs  bool
+	ScopeOrg uuid.NullUUID
+}
+
+func (q *Queries) AdminsByID(ctx context.Context, db DBTX, arg AdminsByIDParams) ([]Admin, error) {
+	rows, err := db.Query(ctx, adminsByID, arg.Ids, arg.AllOrgs, arg.ScopeOrg)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Admin
+	for rows.Next() {
+		var i Admin
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Role,
+			&i.OrganisationID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const countAdmins = `-- name: CountAdmins :one
@@ -48,6 +102,25 @@ SELECT count(*) FROM admins
 
 func (q *Queries) CountAdmins(ctx context.Context, db DBTX) (int64, error) {
 	row := db.QueryRow(ctx, countAdmins)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const countAdminsInScope = `-- name: CountAdminsInScope :one
+SELECT count(*) FROM admins
+WHERE ($1::boolean OR organisation_id = $2::uuid)
+  AND ($3::uuid IS NULL OR organisation_id = $3)
+`
+
+type CountAdminsInScopeParams struct {
+	AllOrgs        bool
+	ScopeOrg       uuid.NullUUID
+	OrganisationID uuid.NullUUID
+}
+
+func (q *Queries) CountAdminsInScope(ctx context.Context, db DBTX, arg CountAdminsInScopeParams) (int64, error) {
+	row := db.QueryRow(ctx, countAdminsInScope, arg.AllOrgs, arg.ScopeOrg, arg.OrganisationID)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -88,7 +161,7 @@ func (q *Queries) CreateAdmin(ctx context.Context, db DBTX, arg CreateAdminParam
 const createAdminToken = `-- name: CreateAdminToken :one
 INSERT INTO admin_tokens (admin_id, token_hash, expires_at)
 VALUES ($1, $2, $3)
-RETURNING id, admin_id, token_hash, created_at, expires_at, revoked_at
+RETURNING id, admin_id, token_hash, created_at, expires_at, revoked_at, last_used_at, revoked_by
 `
 
 type CreateAdminTokenParams struct {
@@ -107,8 +180,132 @@ func (q *Queries) CreateAdminToken(ctx context.Context, db DBTX, arg CreateAdmin
 		&i.CreatedAt,
 		&i.ExpiresAt,
 		&i.RevokedAt,
+		&i.LastUsedAt,
+		&i.RevokedBy,
 	)
 	return i, err
+}
+
+const getAdmin = `-- name: GetAdmin :one
+SELECT id, name, role, organisation_id, created_by, created_at FROM admins
+WHERE id = $1 AND ($2::boolean OR organisation_id = $3::uuid)
+`
+
+type GetAdminParams struct {
+	ID       uuid.UUID
+	AllOrgs  bool
+	ScopeOrg uuid.NullUUID
+}
+
+func (q *Queries) GetAdmin(ctx context.Context, db DBTX, arg GetAdminParams) (Admin, error) {
+	row := db.QueryRow(ctx, getAdmin, arg.ID, arg.AllOrgs, arg.ScopeOrg)
+	var i Admin
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Role,
+		&i.OrganisationID,
+		&i.CreatedBy,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
+const getAdminTokenForUpdate = `-- name: GetAdminTokenForUpdate :one
+SELECT t.id, t.admin_id, t.token_hash, t.created_at, t.expires_at, t.revoked_at, t.last_used_at, t.revoked_by, a.id, a.name, a.role, a.organisation_id, a.created_by, a.created_at
+FROM admin_tokens t JOIN admins a ON a.id = t.admin_id
+WHERE t.id = $1
+  AND ($2::boolean OR a.organisation_id = $3::uuid)
+FOR UPDATE OF t
+`
+
+type GetAdminTokenForUpdateParams struct {
+	ID       uuid.UUID
+	AllOrgs  bool
+	ScopeOrg uuid.NullUUID
+}
+
+type GetAdminTokenForUpdateRow struct {
+	AdminToken AdminToken
+	Admin      Admin
+}
+
+// A token with the admin it belongs to, locked: two revocations of one
+// token take turns, and the second finds it revoked.
+func (q *Queries) GetAdminTokenForUpdate(ctx context.Context, db DBTX, arg GetAdminTokenForUpdateParams) (GetAdminTokenForUpdateRow, error) {
+	row := db.QueryRow(ctx, getAdminTokenForUpdate, arg.ID, arg.AllOrgs, arg.ScopeOrg)
+	var i GetAdminTokenForUpdateRow
+	err := row.Scan(
+		&i.AdminToken.ID,
+		&i.AdminToken.AdminID,
+		&i.AdminToken.TokenHash,
+		&i.AdminToken.CreatedAt,
+		&i.AdminToken.ExpiresAt,
+		&i.AdminToken.RevokedAt,
+		&i.AdminToken.LastUsedAt,
+		&i.AdminToken.RevokedBy,
+		&i.Admin.ID,
+		&i.Admin.Name,
+		&i.Admin.Role,
+		&i.Admin.OrganisationID,
+		&i.Admin.CreatedBy,
+		&i.Admin.CreatedAt,
+	)
+	return i, err
+}
+
+const listAdmins = `-- name: ListAdmins :many
+SELECT id, name, role, organisation_id, created_by, created_at FROM admins
+WHERE ($1::boolean OR organisation_id = $2::uuid)
+  AND ($3::uuid IS NULL OR organisation_id = $3)
+  AND ($4::timestamptz IS NULL OR (created_at, id) > ($4, $5::uuid))
+ORDER BY created_at, id
+LIMIT $6
+`
+
+type ListAdminsParams struct {
+	AllOrgs        bool
+	ScopeOrg       uuid.NullUUID
+	OrganisationID uuid.NullUUID
+	AfterAt        *time.Time
+	AfterID        uuid.NullUUID
+	MaxRows        int32
+}
+
+// Admins inside the scope, oldest first, a page at a time after the
+// (created_at, id) of the last one seen.
+func (q *Queries) ListAdmins(ctx context.Context, db DBTX, arg ListAdminsParams) ([]Admin, error) {
+	rows, err := db.Query(ctx, listAdmins,
+		arg.AllOrgs,
+		arg.ScopeOrg,
+		arg.OrganisationID,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Admin
+	for rows.Next() {
+		var i Admin
+		if err := rows.Scan(
+			&i.ID,
+			&i.Name,
+			&i.Role,
+			&i.OrganisationID,
+			&i.CreatedBy,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockAdmins = `-- name: LockAdmins :exec
@@ -120,4 +317,65 @@ LOCK TABLE admins IN SHARE ROW EXCLUSIVE MODE
 func (q *Queries) LockAdmins(ctx context.Context, db DBTX) error {
 	_, err := db.Exec(ctx, lockAdmins)
 	return err
+}
+
+const revokeAdminToken = `-- name: RevokeAdminToken :one
+UPDATE admin_tokens SET revoked_at = now(), revoked_by = $1
+WHERE id = $2 AND revoked_at IS NULL
+RETURNING id, admin_id, token_hash, created_at, expires_at, revoked_at, last_used_at, revoked_by
+`
+
+type RevokeAdminTokenParams struct {
+	RevokedBy uuid.NullUUID
+	ID        uuid.UUID
+}
+
+func (q *Queries) RevokeAdminToken(ctx context.Context, db DBTX, arg RevokeAdminTokenParams) (AdminToken, error) {
+	row := db.QueryRow(ctx, revokeAdminToken, arg.RevokedBy, arg.ID)
+	var i AdminToken
+	err := row.Scan(
+		&i.ID,
+		&i.AdminID,
+		&i.TokenHash,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.RevokedAt,
+		&i.LastUsedAt,
+		&i.RevokedBy,
+	)
+	return i, err
+}
+
+const tokensOfAdmins = `-- name: TokensOfAdmins :many
+SELECT id, admin_id, token_hash, created_at, expires_at, revoked_at, last_used_at, revoked_by FROM admin_tokens WHERE admin_id = ANY($1::uuid[])
+ORDER BY admin_id, created_at, id
+`
+
+func (q *Queries) TokensOfAdmins(ctx context.Context, db DBTX, adminIds []uuid.UUID) ([]AdminToken, error) {
+	rows, err := db.Query(ctx, tokensOfAdmins, adminIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []AdminToken
+	for rows.Next() {
+		var i AdminToken
+		if err := rows.Scan(
+			&i.ID,
+			&i.AdminID,
+			&i.TokenHash,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.RevokedAt,
+			&i.LastUsedAt,
+			&i.RevokedBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -55,18 +55,27 @@ func (q *Queries) InsertAudit(ctx context.Context, db DBTX, arg InsertAuditParam
 const listAudit = `-- name: ListAudit :many
 SELECT id, at, actor_id, actor_name, actor_role, organisation_id, action, outcome, detail FROM audit_log
 WHERE ($1::bigint IS NULL OR id < $1)
+  AND ($2::text IS NULL OR action = $2)
+  AND ($3::uuid IS NULL OR actor_id = $3)
 ORDER BY id DESC
-LIMIT $2
+LIMIT $4
 `
 
 type ListAuditParams struct {
 	BeforeID *int64
+	Action   *string
+	ActorID  uuid.NullUUID
 	MaxRows  int32
 }
 
 // Keyset pagination, newest first: before_id is the last id the caller saw.
 func (q *Queries) ListAudit(ctx context.Context, db DBTX, arg ListAuditParams) ([]AuditLog, error) {
-	rows, err := db.Query(ctx, listAudit, arg.BeforeID, arg.MaxRows)
+	rows, err := db.Query(ctx, listAudit,
+		arg.BeforeID,
+		arg.Action,
+		arg.ActorID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

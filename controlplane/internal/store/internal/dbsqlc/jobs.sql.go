@@ -1155,22 +1155,45 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 
 const listJobs = `-- name: ListJobs :many
 SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
-WHERE $1::text IS NULL OR state = $1
+WHERE ($1::text IS NULL OR state = $1)
+  AND ($2::uuid IS NULL OR id < $2)
+  AND ($3::uuid IS NULL OR id >= $3)
+  AND ($4::uuid IS NULL OR id < $4)
+  AND ($5::text IS NULL OR kind = $5)
+  AND ($6::timestamptz IS NULL OR submitted_at >= $6)
+  AND ($7::timestamptz IS NULL OR submitted_at < $7)
 ORDER BY id DESC
-LIMIT $2
+LIMIT $8
 `
 
 type ListJobsParams struct {
-	State   *string
-	MaxRows int32
+	State           *string
+	BeforeID        uuid.NullUUID
+	MinID           uuid.NullUUID
+	MaxID           uuid.NullUUID
+	Kind            *string
+	SubmittedAfter  *time.Time
+	SubmittedBefore *time.Time
+	MaxRows         int32
 }
 
 // Every pool's jobs, newest first by id: ids are UUIDv7, in submission
 // order, and the primary key read backwards stops at the limit. (By
 // submitted_at, which no index orders, every list read and sorted the
-// whole table.)
+// whole table.) A page starts below before_id, the last id seen; min_id
+// and max_id bound the walk to the ids of the submission window, which
+// submitted_after and submitted_before then keep exact.
 func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]Job, error) {
-	rows, err := db.Query(ctx, listJobs, arg.State, arg.MaxRows)
+	rows, err := db.Query(ctx, listJobs,
+		arg.State,
+		arg.BeforeID,
+		arg.MinID,
+		arg.MaxID,
+		arg.Kind,
+		arg.SubmittedAfter,
+		arg.SubmittedBefore,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -1227,27 +1250,45 @@ CROSS JOIN LATERAL (
      WHERE jobs.pool_id >= p.id AND jobs.pool_id <= p.id
        AND (jobs.finished_at IS NOT NULL OR jobs.state = 'QUEUED' OR jobs.state = 'BLOCKED')
        AND ($1::text IS NULL OR jobs.state = $1)
+       AND ($2::uuid IS NULL OR jobs.id < $2)
+       AND ($3::uuid IS NULL OR jobs.id >= $3)
+       AND ($4::uuid IS NULL OR jobs.id < $4)
+       AND ($5::text IS NULL OR jobs.kind = $5)
+       AND ($6::timestamptz IS NULL OR jobs.submitted_at >= $6)
+       AND ($7::timestamptz IS NULL OR jobs.submitted_at < $7)
      ORDER BY jobs.pool_id DESC, jobs.id DESC
-     LIMIT $2)
+     LIMIT $8)
     UNION ALL
     (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
      WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
        AND ($1::text IS NULL OR jobs.state = $1)
+       AND ($2::uuid IS NULL OR jobs.id < $2)
+       AND ($3::uuid IS NULL OR jobs.id >= $3)
+       AND ($4::uuid IS NULL OR jobs.id < $4)
+       AND ($5::text IS NULL OR jobs.kind = $5)
+       AND ($6::timestamptz IS NULL OR jobs.submitted_at >= $6)
+       AND ($7::timestamptz IS NULL OR jobs.submitted_at < $7)
      ORDER BY jobs.id DESC
-     LIMIT $2)
+     LIMIT $8)
 ) j
-WHERE ($3::boolean OR p.organisation_id = $4::uuid)
-  AND ($5::uuid IS NULL OR p.id = $5)
+WHERE ($9::boolean OR p.organisation_id = $10::uuid)
+  AND ($11::uuid IS NULL OR p.id = $11)
 ORDER BY j.id DESC
-LIMIT $2
+LIMIT $8
 `
 
 type ListJobsInPoolsParams struct {
-	State    *string
-	MaxRows  int32
-	AllOrgs  bool
-	ScopeOrg uuid.NullUUID
-	PoolID   uuid.NullUUID
+	State           *string
+	BeforeID        uuid.NullUUID
+	MinID           uuid.NullUUID
+	MaxID           uuid.NullUUID
+	Kind            *string
+	SubmittedAfter  *time.Time
+	SubmittedBefore *time.Time
+	MaxRows         int32
+	AllOrgs         bool
+	ScopeOrg        uuid.NullUUID
+	PoolID          uuid.NullUUID
 }
 
 // The jobs of one pool, or of one organisation's pools, newest first. Each
@@ -1260,6 +1301,12 @@ type ListJobsInPoolsParams struct {
 func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPoolsParams) ([]Job, error) {
 	rows, err := db.Query(ctx, listJobsInPools,
 		arg.State,
+		arg.BeforeID,
+		arg.MinID,
+		arg.MaxID,
+		arg.Kind,
+		arg.SubmittedAfter,
+		arg.SubmittedBefore,
 		arg.MaxRows,
 		arg.AllOrgs,
 		arg.ScopeOrg,

@@ -20,12 +20,14 @@ type Admin struct {
 }
 
 type AdminToken struct {
-	ID        uuid.UUID
-	AdminID   uuid.UUID
-	TokenHash []byte
-	CreatedAt time.Time
-	ExpiresAt *time.Time
-	RevokedAt *time.Time
+	ID         uuid.UUID
+	AdminID    uuid.UUID
+	TokenHash  []byte
+	CreatedAt  time.Time
+	ExpiresAt  *time.Time
+	RevokedAt  *time.Time
+	LastUsedAt *time.Time
+	RevokedBy  uuid.NullUUID
 }
 
 type AuditLog struct {
@@ -67,6 +69,8 @@ type EnrolmentToken struct {
 	CreatedAt time.Time
 	ExpiresAt time.Time
 	UsedAt    *time.Time
+	RevokedAt *time.Time
+	RevokedBy uuid.NullUUID
 }
 
 type GpuHold struct {

@@ -49,7 +49,7 @@ func (q *Queries) CertificateStanding(ctx context.Context, db DBTX, serial strin
 const createEnrolmentToken = `-- name: CreateEnrolmentToken :one
 INSERT INTO enrolment_tokens (pool_id, token_hash, created_by, expires_at)
 VALUES ($1, $2, $3, $4)
-RETURNING id, pool_id, token_hash, created_by, created_at, expires_at, used_at
+RETURNING id, pool_id, token_hash, created_by, created_at, expires_at, used_at, revoked_at, revoked_by
 `
 
 type CreateEnrolmentTokenParams struct {
@@ -75,6 +75,8 @@ func (q *Queries) CreateEnrolmentToken(ctx context.Context, db DBTX, arg CreateE
 		&i.CreatedAt,
 		&i.ExpiresAt,
 		&i.UsedAt,
+		&i.RevokedAt,
+		&i.RevokedBy,
 	)
 	return i, err
 }
@@ -422,14 +424,24 @@ FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR r.pool_id = $3)
   AND ($4::text IS NULL OR r.status = $4)
+  -- A label the runner reported: key=value, or the key with any value.
+  AND ($5::text IS NULL OR jsonb_path_exists(r.capacity, '$.labels[*] ? (@.key == $k && ($v == null || @.value == $v))',
+       jsonb_build_object('k', $5::text, 'v', $6::text)))
+  AND ($7::timestamptz IS NULL OR (r.enrolled_at, r.id) > ($7, $8::uuid))
 ORDER BY r.enrolled_at, r.id
+LIMIT $9
 `
 
 type ListRunnersParams struct {
-	AllOrgs  bool
-	ScopeOrg uuid.NullUUID
-	PoolID   uuid.NullUUID
-	Status   *string
+	AllOrgs    bool
+	ScopeOrg   uuid.NullUUID
+	PoolID     uuid.NullUUID
+	Status     *string
+	LabelKey   *string
+	LabelValue *string
+	AfterAt    *time.Time
+	AfterID    uuid.NullUUID
+	MaxRows    *int32
 }
 
 type ListRunnersRow struct {
@@ -438,12 +450,19 @@ type ListRunnersRow struct {
 	PoolLeaseSeconds *int32
 }
 
+// Runners inside the scope, oldest enrolment first, a page at a time after
+// the (enrolled_at, id) of the last one seen (max_rows null: all of them).
 func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParams) ([]ListRunnersRow, error) {
 	rows, err := db.Query(ctx, listRunners,
 		arg.AllOrgs,
 		arg.ScopeOrg,
 		arg.PoolID,
 		arg.Status,
+		arg.LabelKey,
+		arg.LabelValue,
+		arg.AfterAt,
+		arg.AfterID,
+		arg.MaxRows,
 	)
 	if err != nil {
 		return nil, err
@@ -609,8 +628,9 @@ UPDATE enrolment_tokens
 SET used_at = coalesce($1::timestamptz, now())
 WHERE token_hash = $2
   AND used_at IS NULL
+  AND revoked_at IS NULL
   AND expires_at > coalesce($1::timestamptz, now())
-RETURNING id, pool_id, token_hash, created_by, created_at, expires_at, used_at
+RETURNING id, pool_id, token_hash, created_by, created_at, expires_at, used_at, revoked_at, revoked_by
 `
 
 type UseEnrolmentTokenParams struct {
@@ -618,7 +638,8 @@ type UseEnrolmentTokenParams struct {
 	TokenHash []byte
 }
 
-// Consumes a token: unknown, used and expired tokens all match nothing.
+// Consumes a token: unknown, used, expired and revoked tokens all match
+// nothing.
 // The row lock makes two enrolments racing for one token take turns, and
 // the loser finds it used.
 func (q *Queries) UseEnrolmentToken(ctx context.Context, db DBTX, arg UseEnrolmentTokenParams) (EnrolmentToken, error) {
@@ -632,6 +653,8 @@ func (q *Queries) UseEnrolmentToken(ctx context.Context, db DBTX, arg UseEnrolme
 		&i.CreatedAt,
 		&i.ExpiresAt,
 		&i.UsedAt,
+		&i.RevokedAt,
+		&i.RevokedBy,
 	)
 	return i, err
 }
