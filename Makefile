@@ -11,18 +11,19 @@ RUN ?=
 GOTESTFLAGS ?= -count=1 -timeout 30m $(if $(RUN),-run '$(RUN)')
 # go-nvml's header marks many functions deprecated; we call none of those.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
-GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/model
+GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/model cmd/runmesh/internal/api
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start
+.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build playground packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-generate: ## regenerate the sqlc store code and the gqlgen API code
+generate: ## regenerate the sqlc store code, the gqlgen API code and the CLI's genqlient client
 	cd controlplane/internal/store && $(GO) tool sqlc generate
 	$(GO) tool gqlgen generate
+	cd cmd/runmesh && $(GO) tool genqlient
 
 verify: ## fail if the generated code differs from what the sources generate
 	@snap=$$(mktemp -d); trap 'rm -rf "$$snap"' EXIT; \
@@ -40,6 +41,7 @@ lint: ## gofmt, go vet, and no build outputs in the tree
 	$(GO) -C bench vet ./...
 
 test: ## all tests against a throwaway PostgreSQL (started and stopped here), the fuzzers briefly, chaos -short, test-e2e, the packages
+	scripts/ensure-chromium.sh
 	$(GO) run ./internal/pgcluster/withpg -- $(GO) test $(GOTESTFLAGS) $(PKG)
 	@if [ "$(PKG)" = ./... ] && [ -z "$(RUN)" ]; then $(GO) -C bench test $(GOTESTFLAGS) ./... && \
 		$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME) && \
@@ -101,6 +103,10 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 
 build: ## build the binaries into bin/
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
+
+# The bundle is committed (graph/playground/dist), so build and test need no npm.
+playground: ## rebuild the GraphiQL bundle (needs npm)
+	graph/playground/build.sh
 
 packages: ## the runmesh-agent and runmesh-server packages, .deb and .rpm, into dist/ (the version from git)
 	packaging/build.sh dist

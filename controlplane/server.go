@@ -163,8 +163,11 @@ func New(o Options) (*Server, error) {
 		Defaults:      o.Defaults,
 		CAFingerprint: o.CA.Fingerprint(),
 		Health:        s.health.reg,
+		Version:       Version,
 	})))
-	mux.Handle("GET /playground", graph.PlaygroundHandler("/graphql"))
+	playground := graph.PlaygroundHandler("/graphql") // the page, and its files under /playground/
+	mux.Handle("GET /playground", playground)
+	mux.Handle("GET /playground/", playground)
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.admin = &http.Server{

@@ -3,14 +3,11 @@ package graph
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
-	"html/template"
 	"io"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -56,6 +53,8 @@ type Options struct {
 	CAFingerprint string
 	// Health is the serving replica's registry: Query.health lists it.
 	Health *health.Registry
+	// Version is the serving replica's, for Query.version.
+	Version string
 	// SocketInitTimeout is how long a websocket may go without
 	// connection_init; SocketRecheck how often an open one's token is
 	// checked again (0: the defaults).
@@ -101,7 +100,7 @@ func NewHandler(o Options) http.Handler {
 		o.Defaults = DefaultDefaults
 	}
 	r := &Resolver{Tenancy: o.Tenancy, Queue: o.Queue, Fleet: o.Fleet, Enrolment: o.Enrolment,
-		Log: o.Log, Defaults: o.Defaults, CAFingerprint: o.CAFingerprint, Health: o.Health}
+		Log: o.Log, Defaults: o.Defaults, CAFingerprint: o.CAFingerprint, Health: o.Health, Version: o.Version}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},
@@ -119,6 +118,7 @@ func NewHandler(o Options) http.Handler {
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.Introspection{})
 	srv.Use(depthLimit{max: o.MaxDepth}) // first: the clearer refusal of a deep query
+	srv.Use(subscriptionsBySocket{})
 	srv.Use(extension.FixedComplexityLimit(o.ComplexityLimit))
 	srv.SetErrorPresenter(presentError(o.Log))
 	srv.SetRecoverFunc(func(ctx context.Context, p any) error {
@@ -206,25 +206,7 @@ func (w *shapedAnswer) Write(p []byte) (int, error) {
 	return w.ResponseWriter.Write(p)
 }
 
-//go:embed playground.html
-var playgroundPage string
-
 type socketTokenKey struct{}
-
-// PlaygroundHandler serves a small GraphQL playground for endpoint. It is
-// self-contained (no scripts from elsewhere), so it works on hosts without
-// internet access. The page itself needs no token; the queries it sends do.
-func PlaygroundHandler(endpoint string) http.Handler {
-	page := []byte(strings.Replace(playgroundPage, "{{ENDPOINT}}", template.JSEscapeString(endpoint), 1))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h := w.Header()
-		h.Set("Content-Type", "text/html; charset=utf-8")
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Referrer-Policy", "no-referrer")
-		w.Write(page)
-	})
-}
 
 func cutBearer(s string) (string, bool) {
 	if len(s) > 7 && (s[:7] == "Bearer " || s[:7] == "bearer ") {

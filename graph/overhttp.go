@@ -2,9 +2,14 @@ package graph
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
 // GraphQL over HTTP (the GraphQL-over-HTTP specification): queries by GET
@@ -20,7 +25,8 @@ import (
 //     (gqlgen: 422; under application/graphql-response+json it is 400);
 //   - a batch (a JSON array) is refused plainly: gqlgen's message echoed the
 //     body and named a Go type;
-//   - answers are not cached (they depend on the token).
+//   - answers are not cached (they depend on the token);
+//   - a subscription by GET or POST is refused (subscriptionsBySocket).
 func overHTTP(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isWebsocketUpgrade(r) {
@@ -85,4 +91,26 @@ func (w *statusMending) Flush() {
 	if f, ok := w.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
+}
+
+// subscriptionsBySocket refuses a subscription sent by GET or POST, which
+// gqlgen would answer with its first item alone: a client that sends one
+// so would take one event for the whole stream. Subscriptions go over a
+// websocket (graphql-transport-ws).
+type subscriptionsBySocket struct{}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = subscriptionsBySocket{}
+
+func (subscriptionsBySocket) ExtensionName() string                   { return "SubscriptionsBySocket" }
+func (subscriptionsBySocket) Validate(graphql.ExecutableSchema) error { return nil }
+func (subscriptionsBySocket) MutateOperationContext(ctx context.Context, rc *graphql.OperationContext) *gqlerror.Error {
+	if rc.Operation == nil || rc.Operation.Operation != ast.Subscription || socketFrom(ctx) != nil {
+		return nil
+	}
+	err := gqlerror.Errorf("subscriptions need a websocket (graphql-transport-ws) at this endpoint")
+	err.Extensions = map[string]any{"code": CodeBadInput}
+	return err
 }

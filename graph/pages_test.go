@@ -223,6 +223,11 @@ func TestGraphQLOverHTTP(t *testing.T) {
 	rec = send(http.MethodGet, `{ viewer { nosuchfield } }`, "application/graphql-response+json")
 	require.Equal(t, http.StatusBadRequest, rec.Code, "and under application/graphql-response+json")
 
+	rec = send(http.MethodGet, `subscription { runnerEvents(poolId: "`+b.poolA.ID.String()+`") { id } }`, "application/json")
+	require.Contains(t, rec.Body.String(), "subscriptions need a websocket", "one event for a whole stream, otherwise")
+	r0 := b.do(t, b.platform, `subscription($p: ID!) { runnerEvents(poolId: $p) { id } }`, map[string]any{"p": b.poolA.ID})
+	require.Equal(t, graph.CodeBadInput, r0.code(), r0.Raw)
+
 	r := b.doRaw(t, b.platform, []byte(` [{"query": "{ viewer { role } }"}, {"query": "{ viewer { name } }"}]`))
 	require.Equal(t, http.StatusBadRequest, r.Status)
 	require.Equal(t, graph.CodeBadInput, r.code())

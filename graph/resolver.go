@@ -36,4 +36,6 @@ type Resolver struct {
 	CAFingerprint string
 	// Health is the serving replica's registry (nil: no conditions).
 	Health *health.Registry
+	// Version is the serving replica's.
+	Version string
 }

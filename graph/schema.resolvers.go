@@ -285,6 +285,14 @@ func (r *queryResolver) Health(ctx context.Context) ([]model.HealthCondition, er
 	return serverHealth(r.Resolver.Health.Conditions(), me.Role == record.RolePlatformAdmin), nil
 }
 
+// Version is the resolver for the version field.
+func (r *queryResolver) Version(ctx context.Context) (string, error) {
+	if r.Resolver.Version == "" {
+		return "dev", nil
+	}
+	return r.Resolver.Version, nil
+}
+
 // JobEvents is the resolver for the jobEvents field.
 func (r *subscriptionResolver) JobEvents(ctx context.Context, jobID uuid.UUID) (<-chan *record.JobEvent, error) {
 	me, _ := principal(ctx)

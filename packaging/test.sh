@@ -18,7 +18,7 @@ trap 'echo "test-packages: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 step() { printf '\n== %s\n' "$*"; }
 fail() { printf 'test-packages: FAIL: %s\n' "$*" >&2; exit 1; }
 in_sb() { $SB exec sh -ec "$1"; }                # as root in the sandbox
-cli() { in_sb "runmesh --env-file /root/admin.env $*"; } # the admin CLI, as the operator
+cli() { in_sb "runmesh --env-file /root/admin.env -o json $*"; } # the admin CLI, as the operator (JSON, for field)
 field() { grep -o "\"$1\": *\"[^\"]*\"" | head -1 | sed 's/.*: *"\(.*\)"/\1/'; }
 wait_state() { # wait_state JOB STATE SECONDS
   local i

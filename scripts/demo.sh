@@ -87,7 +87,7 @@ $SB exec sh -c "install -m 0755 $RUNMESH_SANDBOX_DIR/bin/runmesh-agent /usr/loca
   systemctl start runmesh-agent && systemctl status --no-pager --lines=0 runmesh-agent"
 
 say "a job: one line from a rootless container"
-job=$(cli submit-job --pool default --image localhost/busybox:latest --cores 0.5 --wall-clock 1m -- \
+job=$(cli -o json submit-job --pool default --image localhost/busybox:latest --cores 0.5 --wall-clock 1m -- \
   sh -c 'echo "hello from $(hostname), a rootless container in its own systemd unit"' | sed -n 's/.*\([0-9a-f]\{8\}-[0-9a-f-]\{27\}\).*/\1/p' | head -1)
 [ -n "$job" ] || die "the job was not submitted"
 echo "job $job submitted"

@@ -10,7 +10,10 @@ package controlplanetest
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -31,6 +34,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/pgcluster"
+	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
@@ -116,6 +120,35 @@ type Runner struct {
 	// Recovery is the agent's recovery proof as JSON (nil: none yet, so
 	// the runner takes no work).
 	Recovery []byte
+}
+
+// PendingRunner enrols a runner named name into the pool with a fresh
+// Ed25519 key and a CSR signed by it, as the runner API would, and leaves
+// it PENDING: an administrator can approve it with the fingerprint it
+// returns, and the CA signs its CSR. It returns the runner's id.
+func (s *Services) PendingRunner(t testing.TB, poolID uuid.UUID, name string) (id uuid.UUID, fingerprint string) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := sha256.Sum256([]byte("pending " + name))
+	if _, err := s.st.CreateEnrolmentToken(context.Background(), record.AllOrganisations(), poolID, digest[:], nil, time.Now().Add(time.Hour)); err != nil {
+		t.Fatalf("enrolment token: %v", err)
+	}
+	fingerprint = pki.KeyFingerprint(pub)
+	enrolled, err := s.st.Enrol(context.Background(), store.NewRunner{
+		TokenDigest: digest[:], Name: name, PublicKey: pub, Fingerprint: fingerprint, CSR: csr,
+		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: 4, MemoryMiB: 1024},
+	})
+	if err != nil {
+		t.Fatalf("enrol: %v", err)
+	}
+	return enrolled.ID, fingerprint
 }
 
 // ApprovedRunner enrols r into the pool and approves it, as a runner and an

@@ -369,6 +369,7 @@ type ComplexityRoot struct {
 		Runner               func(childComplexity int, id uuid.UUID) int
 		Runners              func(childComplexity int, poolID *uuid.UUID, status *record.RunnerStatus, label *string, first int, after *string) int
 		Runs                 func(childComplexity int, organisationID *uuid.UUID, poolID *uuid.UUID, first int, after *string) int
+		Version              func(childComplexity int) int
 		Viewer               func(childComplexity int) int
 	}
 
@@ -542,6 +543,7 @@ type QueryResolver interface {
 	Job(ctx context.Context, id uuid.UUID) (*record.Job, error)
 	AuditLog(ctx context.Context, action *string, actorID *uuid.UUID, first int, after *string) (*model.AuditEntryConnection, error)
 	Health(ctx context.Context) ([]model.HealthCondition, error)
+	Version(ctx context.Context) (string, error)
 	Admins(ctx context.Context, organisationID *uuid.UUID, first int, after *string) (*model.AdminConnection, error)
 	EnrolmentTokens(ctx context.Context, poolID *uuid.UUID, state *record.EnrolmentTokenState, first int, after *string) (*model.EnrolmentTokenConnection, error)
 	Runs(ctx context.Context, organisationID *uuid.UUID, poolID *uuid.UUID, first int, after *string) (*model.JobRunConnection, error)
@@ -2034,6 +2036,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Runs(childComplexity, args["organisationId"].(*uuid.UUID), args["poolId"].(*uuid.UUID), args["first"].(int), args["after"].(*string)), true
+	case "Query.version":
+		if e.ComplexityRoot.Query.Version == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Version(childComplexity), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
@@ -2557,6 +2565,8 @@ type Query {
   same ones its /healthz and its systemd status show.
   """
   health: [HealthCondition!]!
+  "The version of the control-plane replica that answers."
+  version: String!
 }
 
 type Mutation {
@@ -11027,6 +11037,29 @@ func (ec *executionContext) fieldContext_Query_health(_ context.Context, field g
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_version(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_version(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Version(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_version(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Query", field, true, true, "String")
+}
+
 func (ec *executionContext) _Query_admins(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -16468,6 +16501,12 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Query_health(ctx, field)
+				})
+		case "version":
+			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Query_version(ctx, field)
 				})
 		case "admins":
 			out.ResolveRootConcurrently(innerCtx, ec.OperationContext, i,
