@@ -396,8 +396,7 @@ func TestRunnerEventsFollowAPool(t *testing.T) {
 	first, c, _ := b.approvedRunner(t, measured(2))
 
 	// Another organisation's pool cannot be followed.
-	_, code := b.gql(t, member, `subscription($p: ID!) { runnerEvents(poolId: $p) { id } }`, map[string]any{"p": b.poolB.ID})
-	require.Equal(t, "NOT_FOUND", code)
+	require.Equal(t, "NOT_FOUND", b.subscriptionRefusal(t, member, `subscription($p: ID!) { runnerEvents(poolId: $p) { id } }`, map[string]any{"p": b.poolB.ID}))
 
 	next := b.subscribe(t, member, `subscription($p: ID!) { runnerEvents(poolId: $p) { id status draining quarantined } }`, map[string]any{"p": b.poolA.ID})
 	// Delivery is at least once: a notification still in flight when the

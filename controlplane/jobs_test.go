@@ -447,6 +447,41 @@ func (b *testBundle) subscribe(t testing.TB, token, query string, vars map[strin
 	}
 }
 
+// subscriptionRefusal subscribes over a websocket, as subscribe does,
+// and returns the code of the error that refuses the subscription.
+func (b *testBundle) subscriptionRefusal(t testing.TB, token, query string, vars map[string]any) string {
+	t.Helper()
+	dialer := websocket.Dialer{Subprotocols: []string{"graphql-transport-ws"}, HandshakeTimeout: 5 * time.Second}
+	conn, _, err := dialer.Dial("ws"+strings.TrimPrefix(b.adminURL, "http")+"/graphql", nil)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.WriteJSON(map[string]any{"type": "connection_init", "payload": map[string]any{"Authorization": "Bearer " + token}}))
+	var m map[string]any
+	require.NoError(t, conn.ReadJSON(&m))
+	require.Equal(t, "connection_ack", m["type"])
+	require.NoError(t, conn.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{"query": query, "variables": vars}}))
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	// gqlgen answers a resolver's refusal as an item with errors (then
+	// complete), and a request that does not validate as an error message.
+	var m2 struct {
+		Type    string
+		Payload json.RawMessage
+	}
+	require.NoError(t, conn.ReadJSON(&m2))
+	type gqlError struct{ Extensions struct{ Code string } }
+	var errs []gqlError
+	switch m2.Type {
+	case "error":
+		require.NoError(t, json.Unmarshal(m2.Payload, &errs))
+	case "next":
+		var item struct{ Errors []gqlError }
+		require.NoError(t, json.Unmarshal(m2.Payload, &item))
+		errs = item.Errors
+	}
+	require.NotEmpty(t, errs, "%s: %s", m2.Type, m2.Payload)
+	return errs[0].Extensions.Code
+}
+
 func TestJobLogsAndEventsStreamUntilTheJobEnds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -40,6 +40,18 @@ func (r *jobResolver) Pool(ctx context.Context, obj *record.Job) (*record.Pool, 
 	return loadPool(ctx, obj.PoolID)
 }
 
+// Organisation is the resolver for the organisation field.
+func (r *jobResolver) Organisation(ctx context.Context, obj *record.Job) (*record.Organisation, error) {
+	if obj.SubmittedFor != nil {
+		return loadOrganisation(ctx, obj.SubmittedFor)
+	}
+	p, err := loadPool(ctx, obj.PoolID)
+	if err != nil {
+		return nil, err
+	}
+	return loadOrganisation(ctx, p.OrganisationID)
+}
+
 // EnvNames is the resolver for the envNames field.
 func (r *jobResolver) EnvNames(ctx context.Context, obj *record.Job) ([]string, error) {
 	names := make([]string, 0, len(obj.Env))

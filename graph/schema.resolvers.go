@@ -163,6 +163,11 @@ func (r *poolResolver) HeldGpus(ctx context.Context, obj *record.Pool) (int, err
 
 // Holds is the resolver for the holds field.
 func (r *poolResolver) Holds(ctx context.Context, obj *record.Pool) ([]record.Hold, error) {
+	// A platform pool's holds name its runners, which organisations do not
+	// see (they see the pool to submit to it).
+	if me, _ := principal(ctx); obj.OrganisationID == nil && me.Role != record.RolePlatformAdmin {
+		return []record.Hold{}, nil
+	}
 	return loadersFor(ctx).poolHolds.Load(ctx, obj.ID)
 }
 
@@ -198,7 +203,7 @@ func (r *queryResolver) Pools(ctx context.Context, organisationID *uuid.UUID, pl
 // Pool is the resolver for the pool field.
 func (r *queryResolver) Pool(ctx context.Context, id uuid.UUID) (*record.Pool, error) {
 	me, _ := principal(ctx)
-	p, err := r.Tenancy.Pool(ctx, me.Scope(), id)
+	p, err := r.Tenancy.UsablePool(ctx, me.Scope(), id)
 	return nullIfNotFound(&p, err)
 }
 

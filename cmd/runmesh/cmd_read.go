@@ -154,7 +154,7 @@ func (a *app) poolsCommand() *cobra.Command {
 func (a *app) runnersCommand() *cobra.Command {
 	var pool, status, label string
 	c, _ := a.paged("runners", "Query.runners", "Runners, oldest enrolment first", 100, "runners",
-		view{cols: cols("ID=id", "NAME=name", "POOL=pool.name", "STATUS=status", "ONLINE=online", "TAKING WORK=takingWork", "CORES=capacity.cores", "GPUS=gpus.index", "FINGERPRINT=fingerprintHint")},
+		view{cols: cols("ID=id", "NAME=name", "POOL=pool.name", "STATUS=status", "ONLINE=online", "TAKING WORK=takingWork", "CORES=capacity.cores", "GPUS=gpus.index", "FINGERPRINT=fingerprintHint", "REASON=statusReason")},
 		func(ctx context.Context, c graphql.Client, first int, after *string) (any, error) {
 			poolID, err := a.optPool(ctx, pool)
 			if err != nil {

@@ -39,8 +39,12 @@ type Claim struct {
 
 // Job is a unit of work in a pool.
 type Job struct {
-	ID             uuid.UUID
-	PoolID         uuid.UUID
+	ID     uuid.UUID
+	PoolID uuid.UUID
+	// SubmittedFor is the organisation of a job an organisation submitted
+	// to a platform pool; nil for every other job, whose organisation is
+	// its pool's.
+	SubmittedFor   *uuid.UUID
 	SubmittedBy    *uuid.UUID
 	Image          string
 	Command        []string

@@ -62,6 +62,12 @@ func (s *Service) Pool(ctx context.Context, scope record.Scope, id uuid.UUID) (r
 	return s.st.Pool(ctx, scope, id)
 }
 
+// UsablePool is a pool inside scope or one of the platform's, which every
+// organisation may see and submit to; or record.ErrNotFound.
+func (s *Service) UsablePool(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Pool, error) {
+	return s.st.UsablePool(ctx, scope, id)
+}
+
 // Pools lists the pools inside scope that match f.
 func (s *Service) Pools(ctx context.Context, scope record.Scope, f record.PoolFilter) ([]record.Pool, error) {
 	return s.st.Pools(ctx, scope, f)

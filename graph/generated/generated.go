@@ -216,6 +216,7 @@ type ComplexityRoot struct {
 		Kind            func(childComplexity int) int
 		Logs            func(childComplexity int) int
 		MaxAttempts     func(childComplexity int) int
+		Organisation    func(childComplexity int) int
 		Pool            func(childComplexity int) int
 		Priority        func(childComplexity int) int
 		Runs            func(childComplexity int) int
@@ -479,6 +480,7 @@ type HoldResolver interface {
 }
 type JobResolver interface {
 	Pool(ctx context.Context, obj *record.Job) (*record.Pool, error)
+	Organisation(ctx context.Context, obj *record.Job) (*record.Organisation, error)
 
 	EnvNames(ctx context.Context, obj *record.Job) ([]string, error)
 	Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error)
@@ -1251,6 +1253,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.MaxAttempts(childComplexity), true
+	case "Job.organisation":
+		if e.ComplexityRoot.Job.Organisation == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Organisation(childComplexity), true
 	case "Job.pool":
 		if e.ComplexityRoot.Job.Pool == nil {
 			break
@@ -2533,7 +2541,10 @@ type Query {
   organisations: [Organisation!]!
   "An organisation, or null when it does not exist or is not the caller's."
   organisation(id: ID!): Organisation
-  "Pools the caller may see, optionally of one organisation or only the platform's."
+  """
+  Pools the caller may see, optionally of one organisation or only the platform's.
+  Every organisation sees the platform's pools: it may submit jobs to them.
+  """
   pools(organisationId: ID, platformOnly: Boolean = false): [Pool!]!
   "A pool, or null when it does not exist or is not the caller's."
   pool(id: ID!): Pool
@@ -2641,7 +2652,7 @@ type Pool {
   queued: Int!
   "GPUs of the pool's runners under holds."
   heldGpus: Int!
-  "The holds in force on its runners, newest first."
+  "The holds in force on its runners, newest first (of a platform pool: to platform admins only)."
   holds: [Hold!]!
 }
 
@@ -2749,6 +2760,11 @@ enum JobState {
 type Job {
   id: ID!
   pool: Pool!
+  """
+  The organisation it is for: its pool's or, in a platform pool, the one that submitted
+  it (null: a platform admin's job in a platform pool).
+  """
+  organisation: Organisation
   state: JobState!
   stateReason: String!
   image: String!
@@ -3539,6 +3555,8 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_id(ctx, field)
 	case "pool":
 		return ec.fieldContext_Job_pool(ctx, field)
+	case "organisation":
+		return ec.fieldContext_Job_organisation(ctx, field)
 	case "state":
 		return ec.fieldContext_Job_state(ctx, field)
 	case "stateReason":
@@ -7276,6 +7294,38 @@ func (ec *executionContext) fieldContext_Job_pool(_ context.Context, field graph
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Pool(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_organisation(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_organisation(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Organisation(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Organisation) graphql.Marshaler {
+			return ec.marshalOOrganisation2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐOrganisation(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_organisation(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Organisation(ctx, field)
 		},
 	}
 	return fc, nil
@@ -15386,6 +15436,12 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				true, true,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_pool(ctx, field, obj)
+				})
+		case "organisation":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_organisation(ctx, field, obj)
 				})
 		case "state":
 			out.Values[i] = ec._Job_state(ctx, field, obj)

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +21,7 @@ func jobFromRow(r dbsqlc.Job) Job {
 	env := map[string]string{}
 	_ = json.Unmarshal(r.Env, &env)
 	return Job{
-		ID: r.ID, PoolID: r.PoolID, SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
+		ID: r.ID, PoolID: r.PoolID, SubmittedFor: uuidPtr(r.OrganisationID), SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
 		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
 		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
 		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
@@ -72,8 +73,13 @@ func (s *Querier) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (job
 	}
 	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
 	err = s.atomically(ctx, func(tx *Tx) error {
-		if _, err := tx.Pool(ctx, scope, poolID); err != nil {
+		pool, err := tx.UsablePool(ctx, scope, poolID)
+		if err != nil {
 			return err
+		}
+		// An organisation's job in a platform pool carries the organisation.
+		if org, ok := scope.Organisation(); ok && pool.OrganisationID == nil {
+			p.OrganisationID = uuid.NullUUID{UUID: org, Valid: true}
 		}
 		inserted, err := tx.q.InsertJobs(ctx, tx.db, p)
 		if err != nil {
@@ -85,11 +91,12 @@ func (s *Querier) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (job
 		}
 		for i, id := range p.Ids {
 			if r, ok := byID[id]; ok {
-				jobs[i], created[i] = newJob(ns[i], r), true
+				jobs[i], created[i] = newJob(ns[i], r, p.OrganisationID), true
 				continue
 			}
 			// Not inserted: its key was used before.
-			existing, err := tx.q.JobByIdempotencyKey(ctx, tx.db, dbsqlc.JobByIdempotencyKeyParams{PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey})
+			existing, err := tx.q.JobByIdempotencyKey(ctx, tx.db, dbsqlc.JobByIdempotencyKeyParams{
+				PoolID: poolID, IdempotencyKey: ns[i].IdempotencyKey, OrganisationID: p.OrganisationID})
 			if err != nil {
 				return mapErr(err)
 			}
@@ -169,7 +176,7 @@ func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
 	return p, nil
 }
 
-func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
+func newJob(n NewJob, r dbsqlc.InsertJobsRow, org uuid.NullUUID) Job {
 	// Copies: the job is not to share the caller's slice and map.
 	command, env := slices.Clone(n.Command), maps.Clone(n.Env)
 	if command == nil {
@@ -179,7 +186,7 @@ func newJob(n NewJob, r dbsqlc.InsertJobsRow) Job {
 		env = map[string]string{}
 	}
 	return Job{
-		ID: r.ID, PoolID: n.PoolID, SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
+		ID: r.ID, PoolID: n.PoolID, SubmittedFor: uuidPtr(org), SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
 		Priority: n.Priority, MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
 		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt,
@@ -258,6 +265,15 @@ func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter, p Page) ([
 			BeforeID: before, MinID: minID, MaxID: maxID, Kind: f.Kind,
 			SubmittedAfter: f.SubmittedAfter, SubmittedBefore: f.SubmittedBefore, MaxRows: int32(p.Limit)})
 	}
+	if org, ok := scope.Organisation(); ok && err == nil {
+		// And what the organisation submitted to the platform's pools.
+		var theirs []dbsqlc.Job
+		theirs, err = s.q.ListJobsSubmittedBy(ctx, s.db, dbsqlc.ListJobsSubmittedByParams{
+			OrganisationID: uuid.NullUUID{UUID: org, Valid: true}, PoolID: nullUUID(f.PoolID), State: state,
+			BeforeID: before, MinID: minID, MaxID: maxID, Kind: f.Kind,
+			SubmittedAfter: f.SubmittedAfter, SubmittedBefore: f.SubmittedBefore, MaxRows: int32(p.Limit)})
+		rows = newestFirst(rows, theirs, p.Limit)
+	}
 	if err != nil {
 		return nil, mapErr(err)
 	}
@@ -266,6 +282,23 @@ func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter, p Page) ([
 		out[i] = jobFromRow(r)
 	}
 	return out, nil
+}
+
+// newestFirst merges two job lists ordered newest first (by id) into one,
+// at most limit long.
+func newestFirst(a, b []dbsqlc.Job, limit int) []dbsqlc.Job {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]dbsqlc.Job, 0, min(len(a)+len(b), limit))
+	for len(out) < limit && (len(a) > 0 || len(b) > 0) {
+		if len(b) == 0 || (len(a) > 0 && bytes.Compare(a[0].ID[:], b[0].ID[:]) > 0) {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return out
 }
 
 // idBound is the smallest UUIDv7 of the millisecond at t+slack (no bound

@@ -74,6 +74,17 @@ func (s *Querier) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, er
 	return poolFromRow(row), nil
 }
 
+// UsablePool is a pool scope may see and submit to: one of its
+// organisation's, or one of the platform's; or ErrNotFound. (Pool is one it
+// manages.)
+func (s *Querier) UsablePool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+	row, err := s.q.GetUsablePool(ctx, s.db, dbsqlc.GetUsablePoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
+	if err != nil {
+		return Pool{}, mapErr(err)
+	}
+	return poolFromRow(row), nil
+}
+
 // LockPool reads the pool (inside scope), locked until the transaction
 // ends, for SavePool.
 func (s *Tx) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {

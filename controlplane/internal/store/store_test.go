@@ -57,7 +57,7 @@ func TestScopeBoundsPools(t *testing.T) {
 
 	onlyA, err := b.store.Pools(ctx, store.OneOrganisation(b.orgA.ID), store.PoolFilter{})
 	require.NoError(t, err)
-	require.Equal(t, []uuid.UUID{b.poolA.ID}, poolIDs(onlyA))
+	require.Equal(t, []uuid.UUID{platform.ID, b.poolA.ID}, poolIDs(onlyA), "its own, and the platform's it may submit to")
 
 	// Asking for another organisation inside a narrow scope finds nothing.
 	none, err := b.store.Pools(ctx, store.OneOrganisation(b.orgA.ID), store.PoolFilter{OrganisationID: &b.orgB.ID})
@@ -74,6 +74,16 @@ func TestScopeBoundsPools(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrNotFound)
 	_, err = b.store.Pool(ctx, store.Scope{}, b.poolA.ID)
 	require.ErrorIs(t, err, store.ErrNotFound, "the zero scope sees nothing")
+	usable, err := b.store.UsablePool(ctx, store.OneOrganisation(b.orgA.ID), platform.ID)
+	require.NoError(t, err, "an organisation may submit to a platform pool")
+	require.Equal(t, platform.ID, usable.ID)
+	_, err = b.store.UsablePool(ctx, store.OneOrganisation(b.orgA.ID), b.poolB.ID)
+	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = b.store.UsablePool(ctx, store.Scope{}, platform.ID)
+	require.ErrorIs(t, err, store.ErrNotFound, "the zero scope sees no platform pool either")
+	none, err = b.store.Pools(ctx, store.Scope{}, store.PoolFilter{})
+	require.NoError(t, err)
+	require.Empty(t, none, "the zero scope lists nothing")
 
 	orgs, err := b.store.Organisations(ctx, store.OneOrganisation(b.orgB.ID))
 	require.NoError(t, err)

@@ -1686,7 +1686,7 @@ type PoolPool struct {
 	// The newest heartbeat of any of the pool's runners.
 	RunnerSeen *time.Time `json:"runnerSeen"`
 	CreatedAt  time.Time  `json:"createdAt"`
-	// The holds in force on its runners, newest first.
+	// The holds in force on its runners, newest first (of a platform pool: to platform admins only).
 	Holds []PoolPoolHoldsHold `json:"holds"`
 }
 
@@ -1983,6 +1983,7 @@ func (v *PoolsPoolsPoolQueueTimeoutHoursIntSetting) GetInForce() int { return v.
 // PoolsResponse is returned by Pools on success.
 type PoolsResponse struct {
 	// Pools the caller may see, optionally of one organisation or only the platform's.
+	// Every organisation sees the platform's pools: it may submit jobs to them.
 	Pools []PoolsPoolsPool `json:"pools"`
 }
 

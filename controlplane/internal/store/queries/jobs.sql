@@ -1,5 +1,8 @@
 -- name: JobByIdempotencyKey :one
-SELECT * FROM jobs WHERE pool_id = @pool_id AND idempotency_key = @idempotency_key;
+-- A key is its submitter's (see jobs_idempotency_by_submitter).
+SELECT * FROM jobs
+WHERE pool_id = @pool_id AND idempotency_key = @idempotency_key
+  AND organisation_id IS NOT DISTINCT FROM sqlc.narg('organisation_id')::uuid;
 
 -- name: InsertJobEvent :exec
 INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -8,12 +11,18 @@ VALUES (@job_id, @type, @attempt, sqlc.narg('runner_id'), @detail);
 -- name: GetJob :one
 SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = @id
-  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
+  -- An organisation's jobs: those of its pools, and those it submitted to
+  -- the platform's.
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = sqlc.narg('scope_org')::uuid));
 
 -- name: GetJobForUpdate :one
 SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = @id
-  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
+  -- An organisation's jobs: those of its pools, and those it submitted to
+  -- the platform's.
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = sqlc.narg('scope_org')::uuid))
 FOR UPDATE OF j;
 
 -- name: ListJobs :many
@@ -76,6 +85,23 @@ CROSS JOIN LATERAL (
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
   AND (sqlc.narg('pool_id')::uuid IS NULL OR p.id = sqlc.narg('pool_id'))
 ORDER BY j.id DESC
+LIMIT @max_rows;
+
+-- name: ListJobsSubmittedBy :many
+-- An organisation's jobs in platform pools (of one, or of all), newest
+-- first, through jobs_submitter: what ListJobsInPools gives of its own
+-- pools, an organisation's job list has of these too.
+SELECT * FROM jobs
+WHERE organisation_id = @organisation_id
+  AND (sqlc.narg('pool_id')::uuid IS NULL OR pool_id = sqlc.narg('pool_id'))
+  AND (sqlc.narg('state')::text IS NULL OR state = sqlc.narg('state'))
+  AND (sqlc.narg('before_id')::uuid IS NULL OR id < sqlc.narg('before_id'))
+  AND (sqlc.narg('min_id')::uuid IS NULL OR id >= sqlc.narg('min_id'))
+  AND (sqlc.narg('max_id')::uuid IS NULL OR id < sqlc.narg('max_id'))
+  AND (sqlc.narg('kind')::text IS NULL OR kind = sqlc.narg('kind'))
+  AND (sqlc.narg('submitted_after')::timestamptz IS NULL OR submitted_at >= sqlc.narg('submitted_after'))
+  AND (sqlc.narg('submitted_before')::timestamptz IS NULL OR submitted_at < sqlc.narg('submitted_before'))
+ORDER BY organisation_id DESC, id DESC
 LIMIT @max_rows;
 
 -- name: SetJobState :exec
@@ -518,21 +544,21 @@ WITH v AS (
             idempotency_key, kind)
 ),
 unkeyed AS (
-    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+    INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                       priority, max_attempts, kind)
-    SELECT v.id, @pool_id, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+    SELECT v.id, @pool_id, sqlc.narg('organisation_id')::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
     FROM v WHERE v.idempotency_key = ''
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
-    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+    INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                       priority, max_attempts, idempotency_key, kind)
-    SELECT v.id, @pool_id, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+    SELECT v.id, @pool_id, sqlc.narg('organisation_id')::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
            v.idempotency_key, v.kind
     FROM v WHERE v.idempotency_key <> ''
-    ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (pool_id, organisation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 inserted AS (

@@ -65,8 +65,9 @@ FROM job_runs r
 JOIN jobs j ON j.id = r.job_id
 JOIN pools p ON p.id = j.pool_id
 WHERE r.finished_at IS NOT NULL
-  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
-  AND (sqlc.narg('organisation_id')::uuid IS NULL OR p.organisation_id = sqlc.narg('organisation_id'))
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = sqlc.narg('scope_org')::uuid))
+  AND (sqlc.narg('organisation_id')::uuid IS NULL OR coalesce(j.organisation_id, p.organisation_id) = sqlc.narg('organisation_id'))
   AND (sqlc.narg('pool_id')::uuid IS NULL OR j.pool_id = sqlc.narg('pool_id'))
   AND (sqlc.narg('before_at')::timestamptz IS NULL
        OR (r.finished_at, r.job_id, r.attempt) < (sqlc.narg('before_at'), sqlc.narg('before_job')::uuid, sqlc.narg('before_attempt')::int))
@@ -75,4 +76,6 @@ LIMIT @max_rows;
 
 -- name: JobsByID :many
 SELECT j.* FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE j.id = ANY(@ids::uuid[]) AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
+WHERE j.id = ANY(@ids::uuid[])
+  AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = sqlc.narg('scope_org')::uuid));

@@ -4,9 +4,11 @@ VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.na
 RETURNING *;
 
 -- name: ListPools :many
--- only_platform / filter_org narrow the list; all_orgs / scope_org bound it.
+-- only_platform / filter_org narrow the list; all_orgs / scope_org bound
+-- it: an organisation sees its pools and the platform's, which it may
+-- submit to.
 SELECT * FROM pools
-WHERE (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid)
+WHERE (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid OR (organisation_id IS NULL AND sqlc.narg('scope_org')::uuid IS NOT NULL))
   AND (NOT @only_platform::boolean OR organisation_id IS NULL)
   AND (sqlc.narg('filter_org')::uuid IS NULL OR organisation_id = sqlc.narg('filter_org'))
 -- Platform pools first, then by organisation name: a stable order people can read.
@@ -40,6 +42,15 @@ WHERE organisation_id = ANY(@organisation_ids::uuid[])
 ORDER BY name;
 
 -- name: PoolsByIDs :many
+-- The pools of jobs and runners read in scope: an organisation's, and the
+-- platform's it submitted to.
 SELECT * FROM pools
 WHERE id = ANY(@ids::uuid[])
-  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid);
+  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid OR (organisation_id IS NULL AND sqlc.narg('scope_org')::uuid IS NOT NULL));
+
+-- name: GetUsablePool :one
+-- A pool the scope may see and submit to: its own, or the platform's. (GetPool
+-- is a pool the scope manages.)
+SELECT * FROM pools
+WHERE id = @id
+  AND (@all_orgs::boolean OR organisation_id = sqlc.narg('scope_org')::uuid OR (organisation_id IS NULL AND sqlc.narg('scope_org')::uuid IS NOT NULL));

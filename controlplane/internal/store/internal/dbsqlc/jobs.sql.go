@@ -83,13 +83,13 @@ leased AS (
         lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM r
     WHERE j.id = ANY(ARRAY(SELECT id FROM fitting))
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM leased ORDER BY priority DESC, submitted_at, id
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM leased ORDER BY priority DESC, submitted_at, id
 `
 
 type ClaimJobsParams struct {
@@ -135,6 +135,7 @@ type ClaimJobsRow struct {
 	Undelivered      int32
 	LeasedAt         *time.Time
 	LeaseHeardAt     *time.Time
+	OrganisationID   uuid.NullUUID
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -213,6 +214,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -324,7 +326,7 @@ func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunP
 }
 
 const expiredLeases = `-- name: ExpiredLeases :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at,
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id,
        (j.state = 'LEASED' AND j.lease_heard_at IS NULL
         AND coalesce(r.last_heartbeat_at > j.leased_at + (j.lease_expires_at - j.leased_at) / 2, false))::boolean AS unheard
 FROM jobs j LEFT JOIN runners r ON r.id = j.runner_id
@@ -386,6 +388,7 @@ func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesP
 			&i.Job.Undelivered,
 			&i.Job.LeasedAt,
 			&i.Job.LeaseHeardAt,
+			&i.Job.OrganisationID,
 			&i.Unheard,
 		); err != nil {
 			return nil, err
@@ -607,9 +610,12 @@ func (q *Queries) GetHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, 
 }
 
 const getJob = `-- name: GetJob :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
-  AND ($2::boolean OR p.organisation_id = $3::uuid)
+  -- An organisation's jobs: those of its pools, and those it submitted to
+  -- the platform's.
+  AND ($2::boolean OR p.organisation_id = $3::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = $3::uuid))
 `
 
 type GetJobParams struct {
@@ -648,14 +654,18 @@ func (q *Queries) GetJob(ctx context.Context, db DBTX, arg GetJobParams) (Job, e
 		&i.Undelivered,
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
+		&i.OrganisationID,
 	)
 	return i, err
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
-  AND ($2::boolean OR p.organisation_id = $3::uuid)
+  -- An organisation's jobs: those of its pools, and those it submitted to
+  -- the platform's.
+  AND ($2::boolean OR p.organisation_id = $3::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = $3::uuid))
 FOR UPDATE OF j
 `
 
@@ -695,6 +705,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, db DBTX, arg GetJobForUpd
 		&i.Undelivered,
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
+		&i.OrganisationID,
 	)
 	return i, err
 }
@@ -755,21 +766,21 @@ WITH v AS (
             idempotency_key, kind)
 ),
 unkeyed AS (
-    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+    INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                       priority, max_attempts, kind)
-    SELECT v.id, $14, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+    SELECT v.id, $14, $15::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
     FROM v WHERE v.idempotency_key = ''
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
-    INSERT INTO jobs (id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
+    INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
                       priority, max_attempts, idempotency_key, kind)
-    SELECT v.id, $14, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+    SELECT v.id, $14, $15::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
            v.idempotency_key, v.kind
     FROM v WHERE v.idempotency_key <> ''
-    ON CONFLICT (pool_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    ON CONFLICT (pool_id, organisation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 inserted AS (
@@ -796,6 +807,7 @@ type InsertJobsParams struct {
 	IdempotencyKeys  []string
 	Kinds            []string
 	PoolID           uuid.UUID
+	OrganisationID   uuid.NullUUID
 }
 
 type InsertJobsRow struct {
@@ -835,6 +847,7 @@ func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams)
 		arg.IdempotencyKeys,
 		arg.Kinds,
 		arg.PoolID,
+		arg.OrganisationID,
 	)
 	if err != nil {
 		return nil, err
@@ -889,16 +902,20 @@ func (q *Queries) InsertLogChunk(ctx context.Context, db DBTX, arg InsertLogChun
 }
 
 const jobByIdempotencyKey = `-- name: JobByIdempotencyKey :one
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs WHERE pool_id = $1 AND idempotency_key = $2
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+WHERE pool_id = $1 AND idempotency_key = $2
+  AND organisation_id IS NOT DISTINCT FROM $3::uuid
 `
 
 type JobByIdempotencyKeyParams struct {
 	PoolID         uuid.UUID
 	IdempotencyKey *string
+	OrganisationID uuid.NullUUID
 }
 
+// A key is its submitter's (see jobs_idempotency_by_submitter).
 func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIdempotencyKeyParams) (Job, error) {
-	row := db.QueryRow(ctx, jobByIdempotencyKey, arg.PoolID, arg.IdempotencyKey)
+	row := db.QueryRow(ctx, jobByIdempotencyKey, arg.PoolID, arg.IdempotencyKey, arg.OrganisationID)
 	var i Job
 	err := row.Scan(
 		&i.ID,
@@ -927,6 +944,7 @@ func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIde
 		&i.Undelivered,
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
+		&i.OrganisationID,
 	)
 	return i, err
 }
@@ -1154,7 +1172,7 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
 WHERE ($1::text IS NULL OR state = $1)
   AND ($2::uuid IS NULL OR id < $2)
   AND ($3::uuid IS NULL OR id >= $3)
@@ -1228,6 +1246,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -1240,9 +1259,9 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 }
 
 const listJobsInPools = `-- name: ListJobsInPools :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM pools p
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM pools p
 CROSS JOIN LATERAL (
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
      -- The pool as a range and in the order: with an equality the planner
      -- drops the pool from the order and may walk the primary key instead,
      -- past every other pool's jobs (it guesses each pool holds an even
@@ -1259,7 +1278,7 @@ CROSS JOIN LATERAL (
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT $8)
     UNION ALL
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
      WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
        AND ($1::text IS NULL OR jobs.state = $1)
        AND ($2::uuid IS NULL OR jobs.id < $2)
@@ -1346,6 +1365,97 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listJobsSubmittedBy = `-- name: ListJobsSubmittedBy :many
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+WHERE organisation_id = $1
+  AND ($2::uuid IS NULL OR pool_id = $2)
+  AND ($3::text IS NULL OR state = $3)
+  AND ($4::uuid IS NULL OR id < $4)
+  AND ($5::uuid IS NULL OR id >= $5)
+  AND ($6::uuid IS NULL OR id < $6)
+  AND ($7::text IS NULL OR kind = $7)
+  AND ($8::timestamptz IS NULL OR submitted_at >= $8)
+  AND ($9::timestamptz IS NULL OR submitted_at < $9)
+ORDER BY organisation_id DESC, id DESC
+LIMIT $10
+`
+
+type ListJobsSubmittedByParams struct {
+	OrganisationID  uuid.NullUUID
+	PoolID          uuid.NullUUID
+	State           *string
+	BeforeID        uuid.NullUUID
+	MinID           uuid.NullUUID
+	MaxID           uuid.NullUUID
+	Kind            *string
+	SubmittedAfter  *time.Time
+	SubmittedBefore *time.Time
+	MaxRows         int32
+}
+
+// An organisation's jobs in platform pools (of one, or of all), newest
+// first, through jobs_submitter: what ListJobsInPools gives of its own
+// pools, an organisation's job list has of these too.
+func (q *Queries) ListJobsSubmittedBy(ctx context.Context, db DBTX, arg ListJobsSubmittedByParams) ([]Job, error) {
+	rows, err := db.Query(ctx, listJobsSubmittedBy,
+		arg.OrganisationID,
+		arg.PoolID,
+		arg.State,
+		arg.BeforeID,
+		arg.MinID,
+		arg.MaxID,
+		arg.Kind,
+		arg.SubmittedAfter,
+		arg.SubmittedBefore,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Job
+	for rows.Next() {
+		var i Job
+		if err := rows.Scan(
+			&i.ID,
+			&i.PoolID,
+			&i.SubmittedBy,
+			&i.Image,
+			&i.Command,
+			&i.Env,
+			&i.Cores,
+			&i.MemoryMib,
+			&i.Gpus,
+			&i.WallClockSeconds,
+			&i.Priority,
+			&i.MaxAttempts,
+			&i.IdempotencyKey,
+			&i.Kind,
+			&i.State,
+			&i.StateReason,
+			&i.Attempt,
+			&i.RunnerID,
+			&i.LeaseExpiresAt,
+			&i.AvailableAt,
+			&i.CancelRequested,
+			&i.SubmittedAt,
+			&i.FinishedAt,
+			&i.Undelivered,
+			&i.LeasedAt,
+			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -1865,7 +1975,7 @@ func (q *Queries) TickMaintenanceClock(ctx context.Context, db DBTX, duty string
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
       < coalesce($2::timestamptz, now())
@@ -1922,6 +2032,7 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -1956,7 +2067,7 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const unblockable = `-- name: Unblockable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
 WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2003,6 +2114,7 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -2051,7 +2163,7 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 }
 
 const unplaceable = `-- name: Unplaceable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2101,6 +2213,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -2113,7 +2226,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unplaceableSince = `-- name: UnplaceableSince :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2168,6 +2281,7 @@ func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg Unplaceable
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}

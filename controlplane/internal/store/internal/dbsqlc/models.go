@@ -111,6 +111,7 @@ type Job struct {
 	Undelivered      int32
 	LeasedAt         *time.Time
 	LeaseHeardAt     *time.Time
+	OrganisationID   uuid.NullUUID
 }
 
 type JobEvent struct {

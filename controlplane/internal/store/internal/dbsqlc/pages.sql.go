@@ -140,8 +140,10 @@ func (q *Queries) HoldsOfRunners(ctx context.Context, db DBTX, arg HoldsOfRunner
 }
 
 const jobsByID = `-- name: JobsByID :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at FROM jobs j JOIN pools p ON p.id = j.pool_id
-WHERE j.id = ANY($1::uuid[]) AND ($2::boolean OR p.organisation_id = $3::uuid)
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
+WHERE j.id = ANY($1::uuid[])
+  AND ($2::boolean OR p.organisation_id = $3::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = $3::uuid))
 `
 
 type JobsByIDParams struct {
@@ -186,6 +188,7 @@ func (q *Queries) JobsByID(ctx context.Context, db DBTX, arg JobsByIDParams) ([]
 			&i.Undelivered,
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
+			&i.OrganisationID,
 		); err != nil {
 			return nil, err
 		}
@@ -306,8 +309,9 @@ FROM job_runs r
 JOIN jobs j ON j.id = r.job_id
 JOIN pools p ON p.id = j.pool_id
 WHERE r.finished_at IS NOT NULL
-  AND ($1::boolean OR p.organisation_id = $2::uuid)
-  AND ($3::uuid IS NULL OR p.organisation_id = $3)
+  AND ($1::boolean OR p.organisation_id = $2::uuid
+       OR (p.organisation_id IS NULL AND j.organisation_id = $2::uuid))
+  AND ($3::uuid IS NULL OR coalesce(j.organisation_id, p.organisation_id) = $3)
   AND ($4::uuid IS NULL OR j.pool_id = $4)
   AND ($5::timestamptz IS NULL
        OR (r.finished_at, r.job_id, r.attempt) < ($5, $6::uuid, $7::int))

@@ -103,9 +103,38 @@ func (q *Queries) GetPoolForUpdate(ctx context.Context, db DBTX, arg GetPoolForU
 	return i, err
 }
 
+const getUsablePool = `-- name: GetUsablePool :one
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+WHERE id = $1
+  AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
+`
+
+type GetUsablePoolParams struct {
+	ID       uuid.UUID
+	AllOrgs  bool
+	ScopeOrg uuid.NullUUID
+}
+
+// A pool the scope may see and submit to: its own, or the platform's. (GetPool
+// is a pool the scope manages.)
+func (q *Queries) GetUsablePool(ctx context.Context, db DBTX, arg GetUsablePoolParams) (Pool, error) {
+	row := db.QueryRow(ctx, getUsablePool, arg.ID, arg.AllOrgs, arg.ScopeOrg)
+	var i Pool
+	err := row.Scan(
+		&i.ID,
+		&i.OrganisationID,
+		&i.Name,
+		&i.LeaseSeconds,
+		&i.QueueTimeoutHours,
+		&i.CreatedAt,
+		&i.AllowUnenforcedMemory,
+	)
+	return i, err
+}
+
 const listPools = `-- name: ListPools :many
 SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
-WHERE ($1::boolean OR organisation_id = $2::uuid)
+WHERE ($1::boolean OR organisation_id = $2::uuid OR (organisation_id IS NULL AND $2::uuid IS NOT NULL))
   AND (NOT $3::boolean OR organisation_id IS NULL)
   AND ($4::uuid IS NULL OR organisation_id = $4)
 ORDER BY (SELECT o.name FROM organisations o WHERE o.id = pools.organisation_id) NULLS FIRST, name
@@ -118,7 +147,9 @@ type ListPoolsParams struct {
 	FilterOrg    uuid.NullUUID
 }
 
-// only_platform / filter_org narrow the list; all_orgs / scope_org bound it.
+// only_platform / filter_org narrow the list; all_orgs / scope_org bound
+// it: an organisation sees its pools and the platform's, which it may
+// submit to.
 // Platform pools first, then by organisation name: a stable order people can read.
 func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) ([]Pool, error) {
 	rows, err := db.Query(ctx, listPools,
@@ -156,7 +187,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 const poolsByIDs = `-- name: PoolsByIDs :many
 SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
 WHERE id = ANY($1::uuid[])
-  AND ($2::boolean OR organisation_id = $3::uuid)
+  AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
 `
 
 type PoolsByIDsParams struct {
@@ -165,6 +196,8 @@ type PoolsByIDsParams struct {
 	ScopeOrg uuid.NullUUID
 }
 
+// The pools of jobs and runners read in scope: an organisation's, and the
+// platform's it submitted to.
 func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams) ([]Pool, error) {
 	rows, err := db.Query(ctx, poolsByIDs, arg.Ids, arg.AllOrgs, arg.ScopeOrg)
 	if err != nil {
