@@ -114,7 +114,7 @@ func (r *mutationResolver) CreateAdminToken(ctx context.Context, input model.Cre
 	if err != nil {
 		return nil, err
 	}
-	return &model.CreatedAdminToken{Token: made.Token, Admin: &made.Admin, ExpiresAt: made.ExpiresAt}, nil
+	return &model.CreatedAdminToken{Token: made.Token, TokenID: made.Admin.TokenID, Admin: &made.Admin, ExpiresAt: made.ExpiresAt}, nil
 }
 
 // Pools is the resolver for the pools field.

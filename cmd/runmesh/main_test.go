@@ -101,6 +101,8 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	// Admins and their tokens: a token prints alone on stdout.
 	token := b.ok("create-admin-token", "--name", "lee", "--role", "org_admin", "--organisation", org, "--ttl", "1h")
 	require.Regexp(t, `^rmat_\S+\n$`, token)
+	made := b.field("createAdminToken.tokenId", "create-admin-token", "--name", "kim", "--role", "ORG_MEMBER", "--organisation", org)
+	require.Contains(t, b.ok("admins", "--organisation", org), made, "the token's id names it in the list")
 	admin := b.field("admins.nodes.1.id", "admins")
 	require.Regexp(t, `lee +ORG_ADMIN +acme`, b.ok("admins"))
 	second := b.ok("issue-admin-token", admin)

@@ -13,8 +13,9 @@ type Admin struct {
 	Role           Role
 	OrganisationID *uuid.UUID
 	CreatedAt      time.Time
-	// TokenID is the token the admin authenticated with; uuid.Nil when the
-	// admin was read otherwise (in a list, say).
+	// TokenID is the token the admin authenticated with (or, for an admin
+	// just made, its first token); uuid.Nil when the admin was read
+	// otherwise (in a list, say).
 	TokenID uuid.UUID
 }
 

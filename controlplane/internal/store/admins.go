@@ -30,7 +30,8 @@ type NewAdmin struct {
 	ExpiresAt      *time.Time
 }
 
-// CreateAdminWithToken adds an admin and its first token in one step.
+// CreateAdminWithToken adds an admin and its first token in one step; the
+// admin's TokenID is that token's.
 func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
 	var out Admin
 	err := s.atomically(ctx, func(tx *Tx) error {
@@ -43,12 +44,14 @@ func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, 
 		if err != nil {
 			return mapErr(err)
 		}
-		if _, err := tx.q.CreateAdminToken(ctx, tx.db, dbsqlc.CreateAdminTokenParams{
+		tok, err := tx.q.CreateAdminToken(ctx, tx.db, dbsqlc.CreateAdminTokenParams{
 			AdminID: row.ID, TokenHash: a.TokenHash, ExpiresAt: a.ExpiresAt,
-		}); err != nil {
+		})
+		if err != nil {
 			return mapErr(err)
 		}
 		out = adminFromRow(row)
+		out.TokenID = tok.ID
 		return nil
 	})
 	return out, err
