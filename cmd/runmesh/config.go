@@ -201,6 +201,12 @@ func readToken(path string) (string, error) {
 // configCommand manages the contexts.
 func (a *app) configCommand() *cobra.Command {
 	c := &cobra.Command{Use: "config", Short: "Named contexts: which admin API, which CA, which token file"}
+	c.AddCommand(a.setContextCommand(), a.useContextCommand(), a.getContextsCommand())
+	return c
+}
+
+// setContextCommand adds or changes a context.
+func (a *app) setContextCommand() *cobra.Command {
 	var server, caFile, tokenFile string
 	var tokenStdin bool
 	set := &cobra.Command{
@@ -255,7 +261,11 @@ func (a *app) configCommand() *cobra.Command {
 	set.Flags().StringVar(&caFile, "ca-file", "", "PEM CA certificates for a private CA")
 	set.Flags().StringVar(&tokenFile, "token-file", "", "where the context's token is (0600)")
 	set.Flags().BoolVar(&tokenStdin, "token-stdin", false, "read the token from stdin and store it in the token file")
-	use := &cobra.Command{
+	return set
+}
+
+func (a *app) useContextCommand() *cobra.Command {
+	return &cobra.Command{
 		Use: "use-context NAME", Short: "Make a context the current one", Args: cobra.ExactArgs(1),
 		ValidArgsFunction: a.contextNames,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -271,7 +281,10 @@ func (a *app) configCommand() *cobra.Command {
 			return saveConfig(path, cfg)
 		},
 	}
-	get := &cobra.Command{
+}
+
+func (a *app) getContextsCommand() *cobra.Command {
+	return &cobra.Command{
 		Use: "get-contexts", Short: "List the contexts; * marks the current one", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadConfig(a.flags.configPath(a.getenv))
@@ -289,8 +302,6 @@ func (a *app) configCommand() *cobra.Command {
 			return a.print(map[string]any{"contexts": rows}, view{list: "contexts", cols: cols("CURRENT=current", "NAME=name", "SERVER=server", "CA FILE=caFile", "TOKEN FILE=tokenFile")})
 		},
 	}
-	c.AddCommand(set, use, get)
-	return c
 }
 
 func (a *app) contextNames(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
