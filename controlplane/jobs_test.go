@@ -886,6 +886,16 @@ func TestJobMetrics(t *testing.T) {
 	_, code := b.gql(t, b.platform, `mutation($r: ID!) { createHold(runnerId: $r, gpus: 2, reason: "maintenance", durationSeconds: 3600) { id } }`,
 		map[string]any{"r": runnerID})
 	require.Empty(t, code)
+	// A platform pool's jobs, by who submitted them: the platform, or an
+	// organisation.
+	data, code := b.gql(t, b.platform, `mutation { createPool(input: {name: "shared"}) { id } }`, nil)
+	require.Empty(t, code)
+	shared := uuid.MustParse(data["createPool"].(map[string]any)["id"].(string))
+	memberB := b.newAdmin(t, store.RoleOrgMember, b.poolB.OrganisationID)
+	for _, token := range []string{b.platform, memberB, memberB} {
+		_, code := b.submit(t, token, jobInput(shared))
+		require.Empty(t, code)
+	}
 
 	resp, err := http.Get(b.adminURL + "/metrics")
 	require.NoError(t, err)
@@ -900,7 +910,11 @@ func TestJobMetrics(t *testing.T) {
 		`runmesh_jobs{organisation="org-a",pool="gpu",state="BLOCKED"} 0`,
 		`runmesh_jobs{organisation="org-b",pool="gpu",state="QUEUED"} 0`,
 		`runmesh_pool_gpus_held{organisation="org-a",pool="gpu"} 2`,
-		`runmesh_job_events_total{type="SUBMITTED"} 3`,
+		`runmesh_jobs{organisation="",pool="shared",state="QUEUED"} 1`,
+		`runmesh_jobs{organisation="org-b",pool="shared",state="QUEUED"} 2`,
+		`runmesh_jobs{organisation="org-b",pool="shared",state="RUNNING"} 0`,
+		`runmesh_pool_gpus_held{organisation="",pool="shared"} 0`,
+		`runmesh_job_events_total{type="SUBMITTED"} 6`,
 		`runmesh_job_events_total{type="LEASED"} 2`,
 		`runmesh_job_events_total{type="SUCCEEDED"} 1`,
 		`runmesh_job_events_total{type="LEASE_EXPIRED"} 0`,
@@ -908,6 +922,7 @@ func TestJobMetrics(t *testing.T) {
 	} {
 		require.True(t, strings.Contains(got, line+"\n"), "no line %s", line)
 	}
+	require.NotContains(t, got, `runmesh_pool_gpus_held{organisation="org-b",pool="shared"}`, "a pool's holds are its own entry's")
 	for _, cert := range []string{"runner_listener", "ca_root", "ca_intermediate"} {
 		series := `runmesh_certificate_expiry_timestamp_seconds{certificate="` + cert + `"} `
 		i := strings.Index(got, series)

@@ -82,7 +82,7 @@ type fleetCollector struct {
 }
 
 var (
-	jobsDesc     = prometheus.NewDesc("runmesh_jobs", "Unfinished jobs by pool and state (QUEUED, BLOCKED, LEASED, RUNNING).", []string{"organisation", "pool", "state"}, nil)
+	jobsDesc     = prometheus.NewDesc("runmesh_jobs", "Unfinished jobs by organisation, pool and state (QUEUED, BLOCKED, LEASED, RUNNING); in a platform pool, by the organisation that submitted them.", []string{"organisation", "pool", "state"}, nil)
 	heldGPUsDesc = prometheus.NewDesc("runmesh_pool_gpus_held", "GPUs under an administrator's hold, by pool.", []string{"organisation", "pool"}, nil)
 	runnersDesc  = prometheus.NewDesc("runmesh_runners", "Runners by status and whether they are online (heartbeated within their pool's lease).", []string{"status", "online"}, nil)
 	gpusDesc     = prometheus.NewDesc("runmesh_gpus", "GPUs reported by runners, by runner status and GPU health.", []string{"status", "health"}, nil)
@@ -114,7 +114,9 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 		for st, n := range p.Jobs {
 			ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(n), p.Organisation, p.Pool, string(st))
 		}
-		ch <- prometheus.MustNewConstMetric(heldGPUsDesc, prometheus.GaugeValue, float64(p.HeldGPUs), p.Organisation, p.Pool)
+		if !p.Submitted {
+			ch <- prometheus.MustNewConstMetric(heldGPUsDesc, prometheus.GaugeValue, float64(p.HeldGPUs), p.Organisation, p.Pool)
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(scrapeDesc, prometheus.GaugeValue, 0)
 	type key struct{ status, online string }

@@ -194,6 +194,19 @@ func TestJobsInTheSandbox(t *testing.T) {
 		e2e.Eventually(t, 30*time.Second, "units forgotten once reported", func() bool { return strings.TrimSpace(sb.jobUnits()) == "" })
 	})
 
+	t.Run("runmesh submit-job --wait follows the job and exits with its exit code", func(t *testing.T) {
+		out, err := e2e.Run(t, nil, cliBin, "--env-file", srv.EnvFile, "submit-job", "--pool", "default", "--image", busybox,
+			"--cores", "0.5", "--wait", "--", "sh", "-c", "echo waited; exit 7")
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, out)
+		require.Equal(t, 7, exit.ExitCode(), out)
+		require.Regexp(t, `(?s)queued in pool default.*SUBMITTED.*LEASED.*FAILED.*exited with code 7`, out)
+		ok, err := e2e.Run(t, nil, cliBin, "--env-file", srv.EnvFile, "submit-job", "--pool", "default", "--image", busybox,
+			"--cores", "0.5", "--wait", "--", "true")
+		require.NoError(t, err, ok)
+		require.Contains(t, ok, "SUCCEEDED")
+	})
+
 	t.Run("kill -9 of the agent mid-job: the job goes on and is adopted", func(t *testing.T) {
 		id := submit(busybox, []string{"sh", "-c", "echo before; sleep 8; echo after"}, 120, nil)
 		j := waitState(id, 60*time.Second, "RUNNING")

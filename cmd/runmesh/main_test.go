@@ -201,16 +201,30 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 		}
 	}
 	require.Empty(t, missing, "root fields without a command")
+	help, _, err := b.cli("", "--help")
+	require.NoError(t, err)
+	forEachCommand(new(app).root(), func(c *cobra.Command) {
+		if c.Annotations["operation"] != "" {
+			require.Regexp(t, `(?m)^  `+c.Name()+` `, help, "runmesh --help lists %s", c.Name())
+		}
+	})
 	require.Empty(t, unrun, "commands this test did not run")
 }
 
 // forEach calls f with the operation of every command that has one.
 func forEach(c *cobra.Command, f func(string)) {
-	if op := c.Annotations["operation"]; op != "" {
-		f(op)
-	}
+	forEachCommand(c, func(c *cobra.Command) {
+		if op := c.Annotations["operation"]; op != "" {
+			f(op)
+		}
+	})
+}
+
+// forEachCommand calls f with c and every command under it.
+func forEachCommand(c *cobra.Command, f func(*cobra.Command)) {
+	f(c)
 	for _, sub := range c.Commands() {
-		forEach(sub, f)
+		forEachCommand(sub, f)
 	}
 }
 

@@ -79,13 +79,17 @@ func (s *Querier) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid
 }
 
 // PoolJobs is one pool's unfinished jobs by state and its GPUs under holds
-// (what /metrics shows per pool).
+// (what /metrics shows per pool); or, with Submitted, the unfinished jobs
+// an organisation submitted to a platform pool, attributed to it.
 type PoolJobs struct {
 	Organisation, Pool string
 	// Jobs counts QUEUED, BLOCKED, LEASED and RUNNING jobs; every one of
 	// those states is present, at zero if need be.
 	Jobs     map[JobState]int64
 	HeldGPUs int64
+	// Submitted: Organisation's jobs in the platform pool Pool; the pool's
+	// held GPUs are on its own entry.
+	Submitted bool
 }
 
 // unfinishedStates are the states a job is in until it ends.
@@ -111,10 +115,31 @@ func (s *Querier) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
 		}
 		byPool[p.ID] = &out[i]
 	}
+	type submitted struct {
+		pool uuid.UUID
+		org  string
+	}
+	bySubmitter := map[submitted]int{}
 	for _, c := range counts {
-		if p := byPool[c.PoolID]; p != nil { // a pool created since the first read waits for the next scrape
-			p.Jobs[JobState(c.State)] = c.Jobs
+		p := byPool[c.PoolID]
+		if p == nil {
+			continue // a pool created since the first read waits for the next scrape
 		}
+		if c.Submitter == "" {
+			p.Jobs[JobState(c.State)] = c.Jobs
+			continue
+		}
+		k := submitted{c.PoolID, c.Submitter}
+		i, ok := bySubmitter[k]
+		if !ok {
+			i = len(out)
+			bySubmitter[k] = i
+			out = append(out, PoolJobs{Organisation: c.Submitter, Pool: p.Pool, Jobs: make(map[JobState]int64, len(unfinishedStates)), Submitted: true})
+			for _, st := range unfinishedStates {
+				out[i].Jobs[st] = 0
+			}
+		}
+		out[i].Jobs[JobState(c.State)] = c.Jobs
 	}
 	return out, nil
 }

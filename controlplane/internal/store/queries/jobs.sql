@@ -634,13 +634,16 @@ logs AS (
 DELETE FROM jobs WHERE id = ANY(@ids::uuid[]);
 
 -- name: UnfinishedJobCounts :many
--- Unfinished jobs by pool and state, for /metrics. The states are ORed so
--- that the planner reads the partial indexes of unfinished jobs
--- (jobs_queued, jobs_blocked, jobs_leases), never the finished ones.
-SELECT pool_id, state, count(*)::bigint AS jobs
-FROM jobs
-WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
-GROUP BY pool_id, state;
+-- Unfinished jobs by pool, submitting organisation (in platform pools; ''
+-- otherwise) and state, for /metrics. The states are ORed so that the
+-- planner reads the partial indexes of unfinished jobs (jobs_queued,
+-- jobs_blocked, jobs_leases), never the finished ones.
+SELECT c.pool_id, coalesce(o.name, '')::text AS submitter, c.state, c.jobs
+FROM (SELECT pool_id, organisation_id, state, count(*)::bigint AS jobs
+      FROM jobs
+      WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
+      GROUP BY pool_id, organisation_id, state) c
+LEFT JOIN organisations o ON o.id = c.organisation_id;
 
 -- name: PoolsForMetrics :many
 -- Every pool with its organisation's name and the GPUs under holds on its

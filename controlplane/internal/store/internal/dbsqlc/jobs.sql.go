@@ -2127,21 +2127,25 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unfinishedJobCounts = `-- name: UnfinishedJobCounts :many
-SELECT pool_id, state, count(*)::bigint AS jobs
-FROM jobs
-WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
-GROUP BY pool_id, state
+SELECT c.pool_id, coalesce(o.name, '')::text AS submitter, c.state, c.jobs
+FROM (SELECT pool_id, organisation_id, state, count(*)::bigint AS jobs
+      FROM jobs
+      WHERE state = 'QUEUED' OR state = 'BLOCKED' OR state = 'LEASED' OR state = 'RUNNING'
+      GROUP BY pool_id, organisation_id, state) c
+LEFT JOIN organisations o ON o.id = c.organisation_id
 `
 
 type UnfinishedJobCountsRow struct {
-	PoolID uuid.UUID
-	State  string
-	Jobs   int64
+	PoolID    uuid.UUID
+	Submitter string
+	State     string
+	Jobs      int64
 }
 
-// Unfinished jobs by pool and state, for /metrics. The states are ORed so
-// that the planner reads the partial indexes of unfinished jobs
-// (jobs_queued, jobs_blocked, jobs_leases), never the finished ones.
+// Unfinished jobs by pool, submitting organisation (in platform pools; ”
+// otherwise) and state, for /metrics. The states are ORed so that the
+// planner reads the partial indexes of unfinished jobs (jobs_queued,
+// jobs_blocked, jobs_leases), never the finished ones.
 func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]UnfinishedJobCountsRow, error) {
 	rows, err := db.Query(ctx, unfinishedJobCounts)
 	if err != nil {
@@ -2151,7 +2155,12 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 	var items []UnfinishedJobCountsRow
 	for rows.Next() {
 		var i UnfinishedJobCountsRow
-		if err := rows.Scan(&i.PoolID, &i.State, &i.Jobs); err != nil {
+		if err := rows.Scan(
+			&i.PoolID,
+			&i.Submitter,
+			&i.State,
+			&i.Jobs,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
