@@ -92,6 +92,14 @@ func NewServices(t testing.TB, pool *pgxpool.Pool, keys *ca.Keys) *Services {
 	done := make(chan struct{})
 	go func() { defer close(done); l.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// Listening before the services are used: a test that counts the
+	// statements its requests cost would count the listener's own LISTENs
+	// otherwise, and a subscription could miss a wake-up.
+	select {
+	case <-l.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the services' listener did not start listening")
+	}
 	return &Services{
 		Tenancy:   tenancy.New(st, l),
 		Queue:     queue.NewService(st, l),
