@@ -250,7 +250,7 @@ func (d *daemon) wire(ctx context.Context) error {
 				d.metrics.Heartbeat("error")
 			} else {
 				d.metrics.Heartbeat("ok")
-				d.metrics.SetGPUs(b.Capacity, nil)
+				d.metrics.SetGPUs(b.Capacity, gpuHolders(w.GPUHolders()))
 				c := b.Capacity
 				measured.Store(&c)
 				d.health.answered(b.Response)
@@ -321,4 +321,14 @@ func (d *daemon) showStatus(p phase) {
 		d.status = line
 		sdnotify.Status(line)
 	}
+}
+
+// gpuHolders is the worker's view of who holds which GPU, as the metrics
+// label it.
+func gpuHolders(in map[string]worker.GPUHolder) map[string]metrics.Holder {
+	out := make(map[string]metrics.Holder, len(in))
+	for uuid, h := range in {
+		out[uuid] = metrics.Holder{Organisation: h.Organisation, Pool: h.Pool, Job: h.Job, Lease: h.Lease}
+	}
+	return out
 }

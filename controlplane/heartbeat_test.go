@@ -41,8 +41,14 @@ func measured(gpus int) runnerapi.Capacity {
 // enrolWithCapacity enrols, approves and returns a client certificate.
 func (b *testBundle) approvedRunner(t testing.TB, c runnerapi.Capacity) (string, *http.Client, *tls.Certificate) {
 	t.Helper()
+	return b.approvedRunnerIn(t, b.poolA.ID, c)
+}
+
+// approvedRunnerIn is approvedRunner in another pool.
+func (b *testBundle) approvedRunnerIn(t testing.TB, pool uuid.UUID, c runnerapi.Capacity) (string, *http.Client, *tls.Certificate) {
+	t.Helper()
 	k := newRunnerKey(t)
-	body, _ := json.Marshal(runnerapi.EnrolRequest{Token: b.enrolmentToken(t, b.poolA.ID), Name: "gpu-" + uuid.NewString()[:8], PublicKey: k.pub(), CSR: k.csr, Capacity: c})
+	body, _ := json.Marshal(runnerapi.EnrolRequest{Token: b.enrolmentToken(t, pool), Name: "gpu-" + uuid.NewString()[:8], PublicKey: k.pub(), CSR: k.csr, Capacity: c})
 	r := b.call(t, b.client(nil), http.MethodPost, runnerapi.PathEnrol, body)
 	require.Equal(t, http.StatusCreated, r.Status, r.Body)
 	var resp runnerapi.EnrolResponse

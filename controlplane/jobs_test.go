@@ -867,6 +867,34 @@ func TestTheServerPrunesTheAuditLog(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM audit_log WHERE action = 'new'"))
 }
 
+// A lease names the job's organisation and pool, for the agent's GPU
+// metrics: in a platform pool, the organisation that submitted the job.
+func TestALeaseNamesItsOrganisationAndPool(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
+	require.Empty(t, code)
+	l := b.lease(t, c, anyWork(0))
+	require.Len(t, l, 1)
+	require.Equal(t, [2]string{"org-a", "gpu"}, [2]string{l[0].Organisation, l[0].Pool})
+
+	data, code := b.gql(t, b.platform, `mutation { createPool(input: {name: "shared"}) { id } }`, nil)
+	require.Empty(t, code)
+	shared := uuid.MustParse(data["createPool"].(map[string]any)["id"].(string))
+	_, cs, _ := b.approvedRunnerIn(t, shared, measured(0))
+	_, code = b.submit(t, b.newAdmin(t, store.RoleOrgMember, b.poolB.OrganisationID), jobInput(shared))
+	require.Empty(t, code)
+	l = b.lease(t, cs, anyWork(0))
+	require.Len(t, l, 1)
+	require.Equal(t, [2]string{"org-b", "shared"}, [2]string{l[0].Organisation, l[0].Pool}, "the submitter's organisation")
+	_, code = b.submit(t, b.platform, jobInput(shared))
+	require.Empty(t, code)
+	l = b.lease(t, cs, anyWork(0))
+	require.Len(t, l, 1)
+	require.Equal(t, [2]string{"", "shared"}, [2]string{l[0].Organisation, l[0].Pool}, "the platform's own job")
+}
+
 // /metrics shows each pool's unfinished jobs by state and its held GPUs
 // (read from PostgreSQL at the scrape), the job events this server wrote,
 // and when its certificates expire.

@@ -116,6 +116,11 @@ type Lease struct {
 	WallClockSeconds int               `json:"wall_clock_seconds"`
 	Kind             string            `json:"kind"`
 	LeaseSeconds     int               `json:"lease_seconds"`
+	// Organisation (its handle; empty for the platform's own jobs) and
+	// Pool (its name) say whose the job is: the agent labels the metrics
+	// of the GPUs it holds with them.
+	Organisation string `json:"organisation,omitempty"`
+	Pool         string `json:"pool,omitempty"`
 }
 
 // LeaseResponse carries the leases granted (none when the wait ran out).

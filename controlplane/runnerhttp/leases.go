@@ -136,13 +136,25 @@ func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest
 // was written is beyond the server's sight; the lease expires as before.)
 func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs []store.Job, leaseSeconds int) {
 	if r.Context().Err() == nil {
+		named := s.leaseNames(r.Context(), c.runner, jobs)
 		out := make([]runnerapi.Lease, 0, len(jobs))
 		for _, j := range jobs {
-			out = append(out, runnerapi.Lease{
+			// A job's organisation: its pool's, or the one that submitted
+			// it to a platform pool.
+			org := c.runner.OrganisationID
+			if j.SubmittedFor != nil {
+				org = j.SubmittedFor
+			}
+			l := runnerapi.Lease{
 				LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
 				Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
 				WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
-			})
+				Pool: named[j.PoolID],
+			}
+			if org != nil {
+				l.Organisation = named[*org]
+			}
+			out = append(out, l)
 		}
 		writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: out})
 		// A writer that cannot flush leaves the answer to the server's
@@ -159,6 +171,20 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 		return
 	}
 	s.o.Log.Info("leases not delivered: given back", "runner", c.runner.ID, "leases", n)
+}
+
+// leaseNames are the names of the jobs' pool and organisations.
+func (s *Server) leaseNames(ctx context.Context, runner store.Runner, jobs []store.Job) map[uuid.UUID]string {
+	orgs := []uuid.UUID{}
+	if runner.OrganisationID != nil {
+		orgs = append(orgs, *runner.OrganisationID)
+	}
+	for _, j := range jobs {
+		if j.SubmittedFor != nil {
+			orgs = append(orgs, *j.SubmittedFor)
+		}
+	}
+	return s.names.of(ctx, []uuid.UUID{runner.PoolID}, orgs)
 }
 
 func leaseID(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {

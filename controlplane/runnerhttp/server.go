@@ -57,6 +57,7 @@ type Server struct {
 	o        Options
 	ids      *identities
 	finisher *queue.Finisher
+	names    *names
 }
 
 // New returns the runner API. Run it for the life of the listener.
@@ -65,7 +66,7 @@ func New(o Options) *Server {
 	if o.QuarantineAfter == 0 {
 		o.QuarantineAfter = queue.DefaultQuarantineAfter
 	}
-	return &Server{o: o, ids: newIdentities(o.Store), finisher: o.Queue.Finisher(o.QuarantineAfter)}
+	return &Server{o: o, ids: newIdentities(o.Store), finisher: o.Queue.Finisher(o.QuarantineAfter), names: newNames(o.Store)}
 }
 
 // Run keeps the identity cache honest until ctx ends.

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,26 @@ func (w *Worker) Held() []runnerapi.HeldLease {
 		out = append(out, runnerapi.HeldLease{LeaseID: j.lease.LeaseID, Attempt: j.lease.Attempt, Phase: j.phase})
 	}
 	slices.SortFunc(out, func(a, b runnerapi.HeldLease) int { return strings.Compare(a.LeaseID, b.LeaseID) })
+	return out
+}
+
+// GPUHolder is the job holding a GPU, as the agent's metrics label it:
+// its organisation and pool, its id, and its lease (the id and the
+// attempt: another attempt of the job is another lease).
+type GPUHolder struct{ Organisation, Pool, Job, Lease string }
+
+// GPUHolders maps each GPU a held job has (by UUID) to that job.
+func (w *Worker) GPUHolders() map[string]GPUHolder {
+	w.init()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]GPUHolder{}
+	for _, j := range w.held {
+		l := j.lease
+		for _, g := range j.gpus {
+			out[g] = GPUHolder{Organisation: l.Organisation, Pool: l.Pool, Job: l.LeaseID, Lease: l.LeaseID + "/" + strconv.Itoa(l.Attempt)}
+		}
+	}
 	return out
 }
 
