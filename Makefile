@@ -58,9 +58,7 @@ FUZZTIME ?= 60s
 TEST_FUZZTIME ?= 3s
 
 fuzz: ## fuzz every target for FUZZTIME each (default 60s)
-	$(GO) run ./internal/pgcluster/withpg -- sh -c 'for t in $(FUZZ_TARGETS); do \
-		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
-		$(GO) test -run "^$$" -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; done'
+	$(GO) run ./internal/pgcluster/withpg -- scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 # Mutation testing (gremlins) of the code whose tests guard the most: pki,
 # the queue's lease and finish decisions, the agent's survivor check. Each
