@@ -1,9 +1,7 @@
 package graph
 
 import (
-	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"strings"
 
@@ -23,8 +21,8 @@ import (
 //   - a request that does not parse or validate is 200 under
 //     application/json, as the specification has it for that media type
 //     (gqlgen: 422; under application/graphql-response+json it is 400);
-//   - a batch (a JSON array) is refused plainly: gqlgen's message echoed the
-//     body and named a Go type;
+//   - a batch (a JSON array) is refused plainly, by onlyUTF8, which reads
+//     the body: gqlgen's message echoed the body and named a Go type;
 //   - answers are not cached (they depend on the token);
 //   - a subscription by GET or POST is refused (subscriptionsBySocket).
 func overHTTP(next http.Handler) http.Handler {
@@ -39,18 +37,6 @@ func overHTTP(next http.Handler) http.Handler {
 			return
 		}
 		w.Header().Set("Cache-Control", "no-store")
-		if r.Method == http.MethodPost && r.Body != nil {
-			body, err := io.ReadAll(r.Body)
-			if err != nil {
-				writeJSONError(w, http.StatusRequestEntityTooLarge, CodeBadInput, "the request body could not be read whole")
-				return
-			}
-			if trimmed := bytes.TrimLeft(body, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '[' {
-				writeJSONError(w, http.StatusBadRequest, CodeBadInput, "batched operations are not supported: send one operation a request")
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-		}
 		next.ServeHTTP(&statusMending{ResponseWriter: w, get: r.Method == http.MethodGet}, r)
 	})
 }

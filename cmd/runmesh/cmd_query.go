@@ -1,15 +1,13 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 
+	"github.com/Khan/genqlient/graphql"
 	"github.com/spf13/cobra"
 )
 
@@ -62,53 +60,12 @@ func (a *app) queryCommand() *cobra.Command {
 	return c
 }
 
-// raw runs one operation as given and returns its data; GraphQL errors
-// become one error with each message and code.
+// raw runs one operation as given, through the same client as every
+// command, and returns its data.
 func (a *app) raw(ctx context.Context, query string, vars map[string]any) (json.RawMessage, error) {
-	if err := a.connect(); err != nil {
-		return nil, err
-	}
-	body, err := json.Marshal(map[string]any{"query": query, "variables": vars})
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.flags.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.ep.url+"/graphql", bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode == http.StatusUnauthorized {
-		return nil, errors.New("the admin API refused the token (401): it is wrong, expired or revoked")
-	}
-	var out struct {
-		Data   json.RawMessage `json:"data"`
-		Errors []struct {
-			Message    string `json:"message"`
-			Extensions struct {
-				Code string `json:"code"`
-			} `json:"extensions"`
-		} `json:"errors"`
-	}
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("HTTP %d: not a GraphQL answer", resp.StatusCode)
-	}
-	if len(out.Errors) > 0 {
-		msgs := make([]string, len(out.Errors))
-		for i, e := range out.Errors {
-			msgs[i] = fmt.Sprintf("%s (%s)", e.Message, e.Extensions.Code)
-		}
-		return nil, errors.New(strings.Join(msgs, "; "))
-	}
-	return out.Data, nil
+	var data json.RawMessage
+	_, err := call(ctx, a, func(ctx context.Context, c graphql.Client) (*struct{}, error) {
+		return nil, c.MakeRequest(ctx, &graphql.Request{Query: query, Variables: vars}, &graphql.Response{Data: &data})
+	})
+	return data, err
 }

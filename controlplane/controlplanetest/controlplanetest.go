@@ -144,19 +144,8 @@ func (s *Services) PendingRunner(t testing.TB, poolID uuid.UUID, name string) (i
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := sha256.Sum256([]byte("pending " + name))
-	if _, err := s.st.CreateEnrolmentToken(context.Background(), record.AllOrganisations(), poolID, digest[:], nil, time.Now().Add(time.Hour)); err != nil {
-		t.Fatalf("enrolment token: %v", err)
-	}
 	fingerprint = pki.KeyFingerprint(pub)
-	enrolled, err := s.st.Enrol(context.Background(), store.NewRunner{
-		TokenDigest: digest[:], Name: name, PublicKey: pub, Fingerprint: fingerprint, CSR: csr,
-		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: 4, MemoryMiB: 1024},
-	})
-	if err != nil {
-		t.Fatalf("enrol: %v", err)
-	}
-	return enrolled.ID, fingerprint
+	return s.enrol(t, poolID, Runner{Name: name, PublicKey: pub, CSR: csr, Cores: 4, MemoryMiB: 1024}, fingerprint), fingerprint
 }
 
 // ApprovedRunner enrols r into the pool and approves it, as a runner and an
@@ -164,23 +153,30 @@ func (s *Services) PendingRunner(t testing.TB, poolID uuid.UUID, name string) (i
 // (Authority issues one for the CSR). It returns the runner's id.
 func (s *Services) ApprovedRunner(t testing.TB, poolID uuid.UUID, r Runner) uuid.UUID {
 	t.Helper()
+	id := s.enrol(t, poolID, r, "SHA256:x")
+	storetest.Approve(t, s.st, id)
+	if r.Recovery != nil {
+		if err := s.st.RecordRecovery(context.Background(), id, r.Recovery); err != nil {
+			t.Fatalf("recovery proof: %v", err)
+		}
+	}
+	return id
+}
+
+// enrol puts r into the pool, PENDING, with a single-use token of its own.
+func (s *Services) enrol(t testing.TB, poolID uuid.UUID, r Runner, fingerprint string) uuid.UUID {
+	t.Helper()
 	ctx := context.Background()
 	digest := sha256.Sum256([]byte(r.Name))
 	if _, err := s.st.CreateEnrolmentToken(ctx, record.AllOrganisations(), poolID, digest[:], nil, time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("enrolment token: %v", err)
 	}
 	enrolled, err := s.st.Enrol(ctx, store.NewRunner{
-		TokenDigest: digest[:], Name: r.Name, PublicKey: r.PublicKey, Fingerprint: "SHA256:x", CSR: r.CSR,
+		TokenDigest: digest[:], Name: r.Name, PublicKey: r.PublicKey, Fingerprint: fingerprint, CSR: r.CSR,
 		Capacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: r.Cores, MemoryMiB: r.MemoryMiB},
 	})
 	if err != nil {
 		t.Fatalf("enrol: %v", err)
-	}
-	storetest.Approve(t, s.st, enrolled.ID)
-	if r.Recovery != nil {
-		if err := s.st.RecordRecovery(ctx, enrolled.ID, r.Recovery); err != nil {
-			t.Fatalf("recovery proof: %v", err)
-		}
 	}
 	return enrolled.ID
 }
