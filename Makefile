@@ -79,7 +79,7 @@ SANDBOX_DIR ?= /tmp/runmesh-sandbox
 E2E_PACKAGES = ./agent/internal/jobrun
 # Tests that run here and drive an agent inside the sandbox.
 E2E_HOST_PACKAGES = ./cmd/runmesh-agent
-E2E_HOST_TESTS = TestJobsInTheSandbox
+E2E_HOST_TESTS = TestJobsInTheSandbox|TestGPUsInTheSandbox
 
 test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sandbox (needs root)
 	@# Each package's directory is copied next to its test binary: the tests read testdata from there, and
@@ -89,6 +89,7 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; \
 		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent ./cmd/runmesh-agent && \
+		$(GO) build -tags nvmlmock -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent-nvmlmock ./cmd/runmesh-agent && \
 		chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
 	@# A sandbox that is already up (someone's, by hand) is refused by up and left alone.
 	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh up || exit 1; \

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -250,8 +251,14 @@ func (d *daemon) wire(ctx context.Context) error {
 				d.metrics.Heartbeat("error")
 			} else {
 				d.metrics.Heartbeat("ok")
-				d.metrics.SetGPUs(b.Capacity, gpuHolders(w.GPUHolders()))
+				// The server's faults decide which GPUs are in service,
+				// from this answer on (a restarted agent learns here of
+				// faults it never saw).
+				d.collector.GPUs.Remember(b.Response.GPUFaults)
 				c := b.Capacity
+				c.GPUs = slices.Clone(c.GPUs)
+				d.collector.GPUs.OutOfService(c.GPUs)
+				d.metrics.SetGPUs(c, gpuHolders(w.GPUHolders()))
 				measured.Store(&c)
 				d.health.answered(b.Response)
 				w.Answer(b.Response, b.Proof)

@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -158,7 +159,10 @@ func serverHealth(conds []health.Status, showText bool) []model.HealthCondition 
 	return out
 }
 
-func gpus(in []runnerapi.GPU) []model.GPU {
+// gpus are the GPUs as reported, with the faults the server holds against
+// them: such a GPU is unhealthy whatever its agent says.
+func gpus(in []runnerapi.GPU, held []runnerapi.GPUFault) []model.GPU {
+	faults := runnerapi.Faulted(held)
 	out := make([]model.GPU, 0, len(in))
 	for _, g := range in {
 		m := model.GPU{
@@ -166,13 +170,36 @@ func gpus(in []runnerapi.GPU) []model.GPU {
 			MemoryTotalMiB: int(g.MemoryTotalMiB), MemoryUsedMiB: int(g.MemoryUsedMiB), MemoryFreeMiB: int(g.MemoryFreeMiB),
 			UtilisationPercent: g.Utilisation, TemperatureC: g.TemperatureC, PowerWatts: g.PowerWatts, Healthy: g.Healthy,
 		}
-		if g.Health != "" {
+		f, held := faults[g.UUID]
+		switch {
+		case held:
+			m.Healthy, m.Fault = false, gpuFault(f)
+			evidence := f.Evidence()
+			m.Health = &evidence
+		case g.Fault != nil:
+			m.Fault = gpuFault(*g.Fault)
+		}
+		if g.Health != "" && m.Health == nil {
 			m.Health = &g.Health
 		}
 		out = append(out, m)
 	}
 	return out
 }
+
+func gpuFault(f runnerapi.GPUFault) *model.GPUFault {
+	m := &model.GPUFault{
+		EccUncorrected: clampInt(f.ECCUncorrected), EccCorrected: clampInt(f.ECCCorrected),
+		ObservedAt: f.ObservedAt, RecordedAt: f.RecordedAt, Evidence: f.Evidence(),
+	}
+	if f.XID != 0 {
+		m.Xid = &f.XID
+	}
+	return m
+}
+
+// clampInt fits a count into GraphQL's 32-bit Int.
+func clampInt(n uint64) int { return int(min(n, math.MaxInt32)) }
 
 // submission is what the queue is asked to queue: the input as given. The
 // queue checks it.

@@ -108,6 +108,16 @@ func (r *mutationResolver) ClearQuarantine(ctx context.Context, id uuid.UUID) (*
 	return &runner, nil
 }
 
+// ClearGPUHealth is the resolver for the clearGpuHealth field.
+func (r *mutationResolver) ClearGPUHealth(ctx context.Context, runnerID uuid.UUID, gpuUUID string) (*record.Runner, error) {
+	me, _ := principal(ctx)
+	runner, err := r.Fleet.ClearGPUHealth(ctx, me.Scope(), runnerID, gpuUUID)
+	if err != nil {
+		return nil, err
+	}
+	return &runner, nil
+}
+
 // Pool is the resolver for the pool field.
 func (r *runnerResolver) Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error) {
 	return loadPool(ctx, obj.PoolID)
@@ -152,7 +162,7 @@ func (r *runnerResolver) Capacity(ctx context.Context, obj *record.Runner) (*mod
 
 // Gpus is the resolver for the gpus field.
 func (r *runnerResolver) Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error) {
-	return gpus(obj.Capacity.GPUs), nil
+	return gpus(obj.Capacity.GPUs, obj.GPUFaults), nil
 }
 
 // Labels is the resolver for the labels field.

@@ -66,6 +66,9 @@ type GPU struct {
 	Healthy        bool    `json:"healthy"`
 	// Health is the evidence when unhealthy, e.g. "XID 79 at 2026-11-30T12:00:00Z".
 	Health string `json:"health,omitempty"`
+	// Fault is that evidence as NVML gave it, when a health event was the
+	// cause.
+	Fault *GPUFault `json:"fault,omitempty"`
 }
 
 // Label sources.
@@ -113,6 +116,11 @@ type HeartbeatResponse struct {
 	Leases []LeaseAnswer `json:"leases,omitempty"`
 	// RecoveryRecorded: the request's recovery proof is stored.
 	RecoveryRecorded bool `json:"recovery_recorded,omitempty"`
+	// GPUFaults are the faults the server holds against the runner's GPUs,
+	// this heartbeat's included: each such GPU stays out of service, on
+	// the server's word, until an administrator clears it
+	// (clearGpuHealth), whatever the agent remembers.
+	GPUFaults []GPUFault `json:"gpu_faults,omitempty"`
 }
 
 // Bounds on what a runner may claim: beyond them the report is impossible,
@@ -237,6 +245,9 @@ func checkGPUs(gpus []GPU) error {
 			return fmt.Errorf("gpus[%d].temperature_c: %d is impossible", i, g.TemperatureC)
 		case math.IsNaN(g.PowerWatts) || math.IsInf(g.PowerWatts, 0) || g.PowerWatts < 0 || g.PowerWatts > 100000:
 			return fmt.Errorf("gpus[%d].power_watts: %v is impossible", i, g.PowerWatts)
+		}
+		if err := checkFault(i, g); err != nil {
+			return err
 		}
 		seen[g.UUID], seenIndex[g.Index] = true, true
 	}

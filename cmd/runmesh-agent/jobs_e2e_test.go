@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,37 +14,6 @@ import (
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
 )
-
-// sandbox drives agent/sandbox: a booted systemd with the runmesh user's
-// manager and rootless podman, which `make test-e2e` has brought up.
-type sandbox struct {
-	t   *testing.T
-	dir string
-}
-
-func (s sandbox) cmd(mode string, args ...string) *exec.Cmd {
-	c := exec.Command("../../agent/sandbox/sandbox.sh", append([]string{mode}, args...)...)
-	c.Env = append(os.Environ(), "RUNMESH_SANDBOX_DIR="+s.dir)
-	return c
-}
-
-// run runs args in the sandbox, as root ("exec") or as runmesh ("user").
-func (s sandbox) run(mode string, args ...string) (string, error) {
-	out, err := s.cmd(mode, args...).CombinedOutput()
-	return string(out), err
-}
-
-func (s sandbox) must(mode string, args ...string) string {
-	s.t.Helper()
-	out, err := s.run(mode, args...)
-	require.NoError(s.t, err, "%s %v: %s", mode, args, out)
-	return out
-}
-
-// jobUnits lists the job units the runmesh user's manager has loaded.
-func (s sandbox) jobUnits() string {
-	return s.must("user", "systemctl", "--user", "list-units", "--all", "--plain", "--no-legend", "runmesh-job-*")
-}
 
 // TestJobsInTheSandbox runs the real server on the host and
 // the real agent as a systemd service inside the sandbox, and walks a
@@ -68,64 +36,14 @@ func TestJobsInTheSandbox(t *testing.T) {
 	// The runner listener is where the cut drill's network namespace can
 	// reach it, and so can the rest of the sandbox.
 	srv := e2e.StartDev(t, serverBin, "--runner-addr", cutNetwork(t, sb))
-	dev := srv.Env
 	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
 	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
 	// within about 7 s.
 	srv.GraphQL(t, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
 
-	// Enrol inside the sandbox, as the runmesh user, with a token file
-	// only that user can read.
-	work := filepath.Join(dir, "e2e")
-	require.NoError(t, os.RemoveAll(work))
-	require.NoError(t, os.MkdirAll(work, 0o755))
-	out := e2e.MustRun(t, nil, cliBin, "--env-file", srv.EnvFile, "create-enrolment-token", "--pool", "default")
-	token := filepath.Join(work, "token")
-	require.NoError(t, os.WriteFile(token, []byte(regexp.MustCompile(`rmet_\S+`).FindString(out)), 0o600))
-	cfg := filepath.Join(work, "agent.yaml")
-	require.NoError(t, os.WriteFile(cfg, []byte("version: 1\npodman: /usr/bin/podman\nmetrics:\n  listen: \"off\"\n"), 0o644))
-	const state = "/var/lib/runmesh-agent"
-	sb.must("exec", "sh", "-c", "chown runmesh:runmesh "+token+" && rm -rf "+state+" && install -d -o runmesh -g runmesh -m 0700 "+state)
-	enrol := sb.cmd("user", agentBin, "enrol", "--server", dev["RUNMESH_RUNNER_URL"], "--ca-fingerprint", dev["RUNMESH_CA_FINGERPRINT"],
-		"--token-file", token, "--state-dir", state, "--config", cfg, "--name", "sandbox-01")
-	var enrolOut e2e.Buffer
-	enrol.Stdout, enrol.Stderr = &enrolOut, &enrolOut
-	require.NoError(t, enrol.Start())
-	var runnerID string
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("enrol:\n%s", enrolOut.String())
-		}
-	})
-	e2e.Eventually(t, 60*time.Second, "enrolled", func() bool {
-		m := regexp.MustCompile(`enrolled as runner ([0-9a-f-]{36})`).FindStringSubmatch(enrolOut.String())
-		if m != nil {
-			runnerID = m[1]
-		}
-		return m != nil
-	})
-	fingerprint := strings.TrimSpace(sb.must("user", agentBin, "fingerprint", "--state-dir", state))
-	srv.GraphQL(t, `mutation($id: ID!, $fp: String!) { approveRunner(id: $id, fingerprint: $fp) { status } }`, map[string]any{"id": runnerID, "fp": fingerprint})
-	require.NoError(t, enrol.Wait(), enrolOut.String())
-
-	// The packaged unit, pointed at this build.
-	unit, err := os.ReadFile("../../systemd/runmesh-agent.service")
-	require.NoError(t, err)
-	// The unit's /tmp is private: the binary and its config go where a
-	// package puts them.
-	unitText := regexp.MustCompile(`(?m)^ExecStart=.*$`).ReplaceAllString(string(unit),
-		fmt.Sprintf("ExecStart=/usr/local/bin/runmesh-agent run --state-dir %s --config /etc/runmesh/agent.yaml", state))
-	require.NoError(t, os.WriteFile(filepath.Join(work, "runmesh-agent.service"), []byte(unitText), 0o644))
-	sb.must("exec", "sh", "-c", "install -m 0755 "+agentBin+" /usr/local/bin/runmesh-agent && install -D -m 0644 "+cfg+
-		" /etc/runmesh/agent.yaml && cp "+work+"/runmesh-agent.service /etc/systemd/system/ && systemctl daemon-reload")
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, _ := sb.run("exec", "journalctl", "-u", "runmesh-agent", "--no-pager", "-n", "150", "-o", "cat")
-			t.Logf("agent journal:\n%s", out)
-		}
-		sb.run("exec", "systemctl", "kill", "-s", "KILL", "runmesh-agent")
-		sb.run("exec", "systemctl", "stop", "runmesh-agent")
-	})
+	runnerID := sb.installAgent(t, srv, cliBin, agentBin, "sandbox-01", `metrics:
+  listen: "off"
+`)
 
 	recovery := func() map[string]any {
 		r := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { recovery { agentInstance survivorsChecked survivorsFound adopted isolated bootId } } }`,

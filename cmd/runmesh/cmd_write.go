@@ -66,6 +66,10 @@ func (a *app) changeCommands() []*cobra.Command {
 			func(ctx context.Context, c graphql.Client, args []string) (any, error) {
 				return api.ClearQuarantine(ctx, c, args[0])
 			}),
+		a.single("clear-gpu-health RUNNER GPU-UUID", "Mutation.clearGpuHealth", "Return a GPU the server holds a fault against to service", cobra.ExactArgs(2),
+			func(ctx context.Context, c graphql.Client, args []string) (any, error) {
+				return api.ClearGPUHealth(ctx, c, args[0], args[1])
+			}),
 		a.submitJobCommand(),
 		a.submitJobsCommand(),
 		a.single("cancel-job ID", "Mutation.cancelJob", "Cancel a job: at once when queued, by its runner when running", cobra.ExactArgs(1),

@@ -123,6 +123,8 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	require.Contains(t, b.ok("drain-runner", runner.String()), "draining: true")
 	require.Contains(t, b.ok("resume-runner", runner.String()), "draining: false")
 	require.Contains(t, b.ok("clear-quarantine", runner.String()), "quarantined: false")
+	_, _, err = b.cli("", "clear-gpu-health", runner.String(), "GPU-0")
+	require.ErrorContains(t, err, `GPU "GPU-0" of runner `+runner.String()+` has no fault recorded`)
 	hold := b.field("createHold.id", "create-hold", runner.String(), "--gpus", "1", "--reason", "fan", "--for", "10m")
 	require.Contains(t, b.ok("release-hold", hold), "releasedAt:")
 	require.Contains(t, b.ok("retire-runner", runner.String(), "replaced"), "retired: true")

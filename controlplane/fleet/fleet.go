@@ -18,8 +18,10 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// Report turns a checked capacity report into what the store keeps.
-func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
+// Report turns a checked capacity report into what the store keeps. A GPU
+// the server holds a fault against (faulted, by UUID) does not count as
+// healthy, whatever the report says: placement counts only healthy GPUs.
+func Report(c runnerapi.Capacity, faulted map[string]runnerapi.GPUFault) (store.ReportedCapacity, error) {
 	gpus := c.GPUs
 	if gpus == nil {
 		gpus = []runnerapi.GPU{}
@@ -35,7 +37,7 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 	}
 	healthy := 0
 	for _, g := range gpus {
-		if g.Healthy {
+		if _, bad := faulted[g.UUID]; g.Healthy && !bad {
 			healthy++
 		}
 	}
@@ -98,6 +100,21 @@ func Drift(inv *record.Inventory, c runnerapi.Capacity) string {
 	}
 	sort.Strings(diffs)
 	return "inventory drift: " + strings.Join(diffs, "; ")
+}
+
+// NewFaults are the faults a report shows of GPUs the server holds none
+// against (held), stamped with now as when the server recorded them.
+func NewFaults(c runnerapi.Capacity, held map[string]runnerapi.GPUFault, now time.Time) []runnerapi.GPUFault {
+	var out []runnerapi.GPUFault
+	for _, g := range c.GPUs {
+		if _, known := held[g.UUID]; g.Fault == nil || known {
+			continue
+		}
+		f := *g.Fault
+		f.RecordedAt = &now
+		out = append(out, f)
+	}
+	return out
 }
 
 // LeaseSeconds is the lease in force for the runner's pool.

@@ -9,6 +9,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/audit"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Service is the fleet as administrators see it: runners, what they have
@@ -85,6 +86,19 @@ func resumable(r record.Runner) error {
 func (s *Service) ClearQuarantine(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
 	return s.control(ctx, scope, id, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
 		return tx.ClearQuarantine(ctx, r.ID, InventoryOf(r))
+	})
+}
+
+// ClearGPUHealth returns one of a runner's GPUs to service: the fault the
+// server holds against it is dropped, and the runner may be given work for
+// it again once its agent reports it healthy. A GPU without a fault is
+// refused, changing nothing.
+func (s *Service) ClearGPUHealth(ctx context.Context, scope record.Scope, id uuid.UUID, gpuUUID string) (record.Runner, error) {
+	return s.control(ctx, scope, id, func(ctx context.Context, tx *store.Tx, r record.Runner) error {
+		if _, held := runnerapi.Faulted(r.GPUFaults)[gpuUUID]; !held {
+			return record.Invalidf("GPU %q of runner %s has no fault recorded", gpuUUID, r.ID)
+		}
+		return tx.ClearGPUFault(ctx, r.ID, gpuUUID)
 	})
 }
 

@@ -63,6 +63,9 @@ type RunnerCapacity struct {
 	RetiredAt        *time.Time
 	FailuresInARow   int
 	EnforcesLimits   bool
+	// GPUFaults are the faults the server holds against the runner's GPUs
+	// (never nil): each such GPU is out of placement until cleared.
+	GPUFaults []runnerapi.GPUFault
 	// Recovery is the agent's latest recovery proof (nil before one came).
 	Recovery   *runnerapi.RecoveryProof
 	RecoveryAt *time.Time

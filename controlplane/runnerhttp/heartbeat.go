@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
@@ -33,11 +34,13 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if req.Recovery != nil {
 		proof, _ = json.Marshal(req.Recovery) // a struct of strings, ints and bools
 	}
-	rep, err := fleet.Report(req.Capacity)
+	held := runnerapi.Faulted(c.runner.GPUFaults)
+	rep, err := fleet.Report(req.Capacity, held)
 	if err != nil {
 		s.internal(w, r, "heartbeat", err)
 		return
 	}
+	newFaults := fleet.NewFaults(req.Capacity, held, time.Now().UTC())
 	health := req.Health
 	if health == nil {
 		health = []runnerapi.Condition{}
@@ -50,6 +53,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	drift := fleet.Drift(c.runner.Inventory, req.Capacity)
 	out, err := s.o.Heartbeats.Submit(r.Context(), store.Heartbeat{
 		RunnerID: c.runner.ID, AgentVersion: req.AgentVersion, Health: healthJSON, Drift: drift, ReportedCapacity: rep,
+		NewGPUFaults: newFaults,
 	})
 	switch {
 	case errors.Is(err, fleet.ErrNotRecorded):
@@ -77,6 +81,9 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 		s.o.Log.Info("runner recovery proof", "runner_id", c.runner.ID, "agent_instance", req.Recovery.AgentInstance,
 			"boot_id", req.Recovery.BootID, "survivors_found", req.Recovery.SurvivorsFound, "adopted", req.Recovery.Adopted, "isolated", req.Recovery.Isolated)
 	}
+	for _, f := range newFaults {
+		s.o.Log.Warn("GPU out of service until cleared", "runner_id", c.runner.ID, "gpu_uuid", f.UUID, "evidence", f.Evidence())
+	}
 	if drift != "" && c.runner.QuarantinedAt == nil {
 		s.o.Log.Warn("runner quarantined", "runner_id", c.runner.ID, "reason", drift)
 	}
@@ -86,7 +93,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
 	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
 		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
-		RecoveryRecorded: proof != nil,
+		RecoveryRecorded: proof != nil, GPUFaults: append(slices.Clip(c.runner.GPUFaults), newFaults...),
 	})
 }
 

@@ -162,6 +162,7 @@ type ComplexityRoot struct {
 	}
 
 	GPU struct {
+		Fault              func(childComplexity int) int
 		Health             func(childComplexity int) int
 		Healthy            func(childComplexity int) int
 		Index              func(childComplexity int) int
@@ -173,6 +174,15 @@ type ComplexityRoot struct {
 		TemperatureC       func(childComplexity int) int
 		UUID               func(childComplexity int) int
 		UtilisationPercent func(childComplexity int) int
+	}
+
+	GPUFault struct {
+		EccCorrected   func(childComplexity int) int
+		EccUncorrected func(childComplexity int) int
+		Evidence       func(childComplexity int) int
+		ObservedAt     func(childComplexity int) int
+		RecordedAt     func(childComplexity int) int
+		Xid            func(childComplexity int) int
 	}
 
 	HealthCondition struct {
@@ -309,6 +319,7 @@ type ComplexityRoot struct {
 	Mutation struct {
 		ApproveRunner        func(childComplexity int, id uuid.UUID, fingerprint string) int
 		CancelJob            func(childComplexity int, id uuid.UUID) int
+		ClearGPUHealth       func(childComplexity int, runnerID uuid.UUID, gpuUUID string) int
 		ClearQuarantine      func(childComplexity int, id uuid.UUID) int
 		CreateAdminToken     func(childComplexity int, input model.CreateAdminTokenInput) int
 		CreateEnrolmentToken func(childComplexity int, poolID uuid.UUID, ttlSeconds int) int
@@ -518,6 +529,7 @@ type MutationResolver interface {
 	ResumeRunner(ctx context.Context, id uuid.UUID) (*record.Runner, error)
 	RetireRunner(ctx context.Context, id uuid.UUID, reason string) (*record.Runner, error)
 	ClearQuarantine(ctx context.Context, id uuid.UUID) (*record.Runner, error)
+	ClearGPUHealth(ctx context.Context, runnerID uuid.UUID, gpuUUID string) (*record.Runner, error)
 }
 type OrganisationResolver interface {
 	Pools(ctx context.Context, obj *record.Organisation) ([]record.Pool, error)
@@ -992,6 +1004,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.EnrolmentTokenEdge.Node(childComplexity), true
 
+	case "GPU.fault":
+		if e.ComplexityRoot.GPU.Fault == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPU.Fault(childComplexity), true
 	case "GPU.health":
 		if e.ComplexityRoot.GPU.Health == nil {
 			break
@@ -1058,6 +1076,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.GPU.UtilisationPercent(childComplexity), true
+
+	case "GPUFault.eccCorrected":
+		if e.ComplexityRoot.GPUFault.EccCorrected == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.EccCorrected(childComplexity), true
+	case "GPUFault.eccUncorrected":
+		if e.ComplexityRoot.GPUFault.EccUncorrected == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.EccUncorrected(childComplexity), true
+	case "GPUFault.evidence":
+		if e.ComplexityRoot.GPUFault.Evidence == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.Evidence(childComplexity), true
+	case "GPUFault.observedAt":
+		if e.ComplexityRoot.GPUFault.ObservedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.ObservedAt(childComplexity), true
+	case "GPUFault.recordedAt":
+		if e.ComplexityRoot.GPUFault.RecordedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.RecordedAt(childComplexity), true
+	case "GPUFault.xid":
+		if e.ComplexityRoot.GPUFault.Xid == nil {
+			break
+		}
+
+		return e.ComplexityRoot.GPUFault.Xid(childComplexity), true
 
 	case "HealthCondition.name":
 		if e.ComplexityRoot.HealthCondition.Name == nil {
@@ -1600,6 +1655,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CancelJob(childComplexity, args["id"].(uuid.UUID)), true
+	case "Mutation.clearGpuHealth":
+		if e.ComplexityRoot.Mutation.ClearGPUHealth == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_clearGpuHealth_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ClearGPUHealth(childComplexity, args["runnerId"].(uuid.UUID), args["gpuUuid"].(string)), true
 	case "Mutation.clearQuarantine":
 		if e.ComplexityRoot.Mutation.ClearQuarantine == nil {
 			break
@@ -3058,6 +3124,13 @@ extend type Mutation {
   the difference that quarantined it does not do so again.
   """
   clearQuarantine(id: ID!): Runner! @hasRole(role: ORG_ADMIN)
+  """
+  Returns a GPU to service: the fault the server holds against it (see
+  ` + "`" + `GPU.fault` + "`" + `) is dropped, and the GPU is placeable again once its agent
+  reports it healthy. A GPU without a fault is refused (BAD_INPUT) and nothing
+  changes.
+  """
+  clearGpuHealth(runnerId: ID!, gpuUuid: String!): Runner! @hasRole(role: ORG_ADMIN)
 }
 
 enum RunnerStatus {
@@ -3183,9 +3256,29 @@ type GPU {
   utilisationPercent: Int!
   temperatureC: Int!
   powerWatts: Float!
+  "Healthy as reported, and no fault held against it."
   healthy: Boolean!
   "The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error."
   health: String
+  """
+  The fault that took the GPU out of service: kept by the server, across agent
+  restarts, until an administrator clears it (` + "`" + `clearGpuHealth` + "`" + `).
+  """
+  fault: GPUFault
+}
+
+"What NVML reported when a GPU failed."
+type GPUFault {
+  "The critical XID; null when an uncorrectable ECC error was the evidence."
+  xid: Int
+  "Volatile ECC error counts (since the driver loaded) when the fault was seen."
+  eccUncorrected: Int!
+  eccCorrected: Int!
+  observedAt: Time!
+  "When the server recorded it; null while only the agent's report shows it."
+  recordedAt: Time
+  "The whole evidence in a line."
+  evidence: String!
 }
 
 enum LabelSource {
@@ -3491,8 +3584,28 @@ func (ec *executionContext) childFields_GPU(ctx context.Context, field graphql.C
 		return ec.fieldContext_GPU_healthy(ctx, field)
 	case "health":
 		return ec.fieldContext_GPU_health(ctx, field)
+	case "fault":
+		return ec.fieldContext_GPU_fault(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type GPU", field.Name)
+}
+
+func (ec *executionContext) childFields_GPUFault(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "xid":
+		return ec.fieldContext_GPUFault_xid(ctx, field)
+	case "eccUncorrected":
+		return ec.fieldContext_GPUFault_eccUncorrected(ctx, field)
+	case "eccCorrected":
+		return ec.fieldContext_GPUFault_eccCorrected(ctx, field)
+	case "observedAt":
+		return ec.fieldContext_GPUFault_observedAt(ctx, field)
+	case "recordedAt":
+		return ec.fieldContext_GPUFault_recordedAt(ctx, field)
+	case "evidence":
+		return ec.fieldContext_GPUFault_evidence(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type GPUFault", field.Name)
 }
 
 func (ec *executionContext) childFields_HealthCondition(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4124,6 +4237,28 @@ func (ec *executionContext) field_Mutation_cancelJob_args(ctx context.Context, r
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_clearGpuHealth_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "runnerId",
+		func(ctx context.Context, v any) (uuid.UUID, error) {
+			return ec.unmarshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["runnerId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "gpuUuid",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNString2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["gpuUuid"] = arg1
 	return args, nil
 }
 
@@ -6810,6 +6945,176 @@ func (ec *executionContext) _GPU_health(ctx context.Context, field graphql.Colle
 }
 func (ec *executionContext) fieldContext_GPU_health(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("GPU", field, false, false, "String")
+}
+
+func (ec *executionContext) _GPU_fault(ctx context.Context, field graphql.CollectedField, obj *model.GPU) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPU_fault(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Fault, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.GPUFault) graphql.Marshaler {
+			return ec.marshalOGPUFault2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPUFault(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_GPU_fault(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "GPU",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_GPUFault(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _GPUFault_xid(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_xid(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Xid, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_xid(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPUFault_eccUncorrected(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_eccUncorrected(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EccUncorrected, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_eccUncorrected(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPUFault_eccCorrected(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_eccCorrected(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EccCorrected, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_eccCorrected(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "Int")
+}
+
+func (ec *executionContext) _GPUFault_observedAt(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_observedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ObservedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_observedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "Time")
+}
+
+func (ec *executionContext) _GPUFault_recordedAt(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_recordedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RecordedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_recordedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "Time")
+}
+
+func (ec *executionContext) _GPUFault_evidence(ctx context.Context, field graphql.CollectedField, obj *model.GPUFault) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_GPUFault_evidence(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Evidence, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_GPUFault_evidence(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("GPUFault", field, false, false, "String")
 }
 
 func (ec *executionContext) _HealthCondition_name(ctx context.Context, field graphql.CollectedField, obj *model.HealthCondition) (ret graphql.Marshaler) {
@@ -10147,6 +10452,68 @@ func (ec *executionContext) fieldContext_Mutation_clearQuarantine(ctx context.Co
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_clearQuarantine_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_clearGpuHealth(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_clearGpuHealth(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ClearGPUHealth(ctx, fc.Args["runnerId"].(uuid.UUID), fc.Args["gpuUuid"].(string))
+		},
+		func(ctx context.Context, next graphql.Resolver) graphql.Resolver {
+			directive0 := next
+
+			directive1 := func(ctx context.Context) (any, error) {
+				role, err := ec.unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx, "ORG_ADMIN")
+				if err != nil {
+					var zeroVal *record.Runner
+					return zeroVal, err
+				}
+				if ec.Directives.HasRole == nil {
+					var zeroVal *record.Runner
+					return zeroVal, errors.New("directive hasRole is not implemented")
+				}
+				return ec.Directives.HasRole(ctx, nil, directive0, role)
+			}
+
+			next = directive1
+			return next
+		},
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_clearGpuHealth(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_clearGpuHealth_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -15222,6 +15589,69 @@ func (ec *executionContext) _GPU(ctx context.Context, sel ast.SelectionSet, obj 
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}
+		case "fault":
+			out.Values[i] = ec._GPU_fault(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var gPUFaultImplementors = []string{"GPUFault"}
+
+func (ec *executionContext) _GPUFault(ctx context.Context, sel ast.SelectionSet, obj *model.GPUFault) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, gPUFaultImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("GPUFault")
+		case "xid":
+			out.Values[i] = ec._GPUFault_xid(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "eccUncorrected":
+			out.Values[i] = ec._GPUFault_eccUncorrected(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "eccCorrected":
+			out.Values[i] = ec._GPUFault_eccCorrected(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "observedAt":
+			out.Values[i] = ec._GPUFault_observedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "recordedAt":
+			out.Values[i] = ec._GPUFault_recordedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "evidence":
+			out.Values[i] = ec._GPUFault_evidence(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -16269,6 +16699,13 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "clearQuarantine":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_clearQuarantine(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "clearGpuHealth":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_clearGpuHealth(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -18611,6 +19048,13 @@ func (ec *executionContext) unmarshalOEnvVarInput2ᚕgithubᚗcomᚋrunmeshᚋru
 		}
 	}
 	return res, nil
+}
+
+func (ec *executionContext) marshalOGPUFault2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐGPUFault(ctx context.Context, sel ast.SelectionSet, v *model.GPUFault) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._GPUFault(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOID2ᚖgithubᚗcomᚋgoogleᚋuuidᚐUUID(ctx context.Context, v any) (*uuid.UUID, error) {

@@ -99,9 +99,27 @@ type GPU struct {
 	UtilisationPercent int     `json:"utilisationPercent"`
 	TemperatureC       int     `json:"temperatureC"`
 	PowerWatts         float64 `json:"powerWatts"`
-	Healthy            bool    `json:"healthy"`
+	// Healthy as reported, and no fault held against it.
+	Healthy bool `json:"healthy"`
 	// The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error.
 	Health *string `json:"health,omitempty"`
+	// The fault that took the GPU out of service: kept by the server, across agent
+	// restarts, until an administrator clears it (`clearGpuHealth`).
+	Fault *GPUFault `json:"fault,omitempty"`
+}
+
+// What NVML reported when a GPU failed.
+type GPUFault struct {
+	// The critical XID; null when an uncorrectable ECC error was the evidence.
+	Xid *int `json:"xid,omitempty"`
+	// Volatile ECC error counts (since the driver loaded) when the fault was seen.
+	EccUncorrected int       `json:"eccUncorrected"`
+	EccCorrected   int       `json:"eccCorrected"`
+	ObservedAt     time.Time `json:"observedAt"`
+	// When the server recorded it; null while only the agent's report shows it.
+	RecordedAt *time.Time `json:"recordedAt,omitempty"`
+	// The whole evidence in a line.
+	Evidence string `json:"evidence"`
 }
 
 // A named condition of a runner's or a server's health.

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/agent/internal/capacity"
+	"github.com/runmesh/runmesh/agent/internal/capacity/nvmltest"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -30,6 +31,16 @@ func dgx(t *testing.T) *dgxa100.Server {
 		}
 		dev.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return uint32(40 + i), nvml.SUCCESS }
 		dev.GetPowerUsageFunc = func() (uint32, nvml.Return) { return uint32(100000 + 1000*i), nvml.SUCCESS }
+		// GPU 5 counts ECC errors (1 uncorrected, 4 corrected); the rest cannot.
+		dev.GetTotalEccErrorsFunc = func(kind nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
+			if i != 5 {
+				return 0, nvml.ERROR_NOT_SUPPORTED
+			}
+			if kind == nvml.MEMORY_ERROR_TYPE_UNCORRECTED {
+				return 1, nvml.SUCCESS
+			}
+			return 4, nvml.SUCCESS
+		}
 	}
 	return s
 }
@@ -124,14 +135,56 @@ func TestXIDAndECCEventsMarkOneGPUUnhealthy(t *testing.T) {
 	for i, gpu := range gpus {
 		switch i {
 		case 3:
-			require.Regexp(t, `^XID 79 at `, gpu.Health)
+			require.Regexp(t, `^XID 79 at \S+ \(ECC: 0 uncorrected, 0 corrected\)$`, gpu.Health)
+			require.Equal(t, 79, gpu.Fault.XID)
+			require.Equal(t, gpu.UUID, gpu.Fault.UUID)
 		case 5:
-			require.Regexp(t, `^uncorrectable \(double-bit\) ECC error at `, gpu.Health)
+			require.Regexp(t, `^uncorrectable \(double-bit\) ECC error at \S+ \(ECC: 1 uncorrected, 4 corrected\)$`, gpu.Health)
+			require.Equal(t, runnerapi.GPUFault{UUID: gpu.UUID, ECCUncorrected: 1, ECCCorrected: 4, ObservedAt: gpu.Fault.ObservedAt}, *gpu.Fault)
 		default:
 			require.True(t, gpu.Healthy, "GPU %d", i)
 			require.Empty(t, gpu.Health)
 		}
 	}
+}
+
+// TestTheServersFaultsDecide: a fault the server holds keeps a GPU out of
+// service in an agent that saw nothing (a restart), and clearing it there
+// returns the GPU, including one this agent saw fail, but only once the
+// server had listed it.
+func TestTheServersFaultsDecide(t *testing.T) {
+	t.Parallel()
+	lib, xid := nvmltest.XIDServer()
+	g := capacity.NewGPUs(lib)
+	uuidOf := func(i int) string { u, _ := lib.Devices[i].GetUUID(); return u }
+	healthy := func() []bool {
+		gpus, _, _ := g.Measure()
+		out := make([]bool, len(gpus))
+		for i, gpu := range gpus {
+			out[i] = gpu.Healthy
+		}
+		return out
+	}
+	held := runnerapi.GPUFault{UUID: uuidOf(2), XID: 48, ObservedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	g.Remember([]runnerapi.GPUFault{held})
+	gpus, _, _ := g.Measure()
+	require.False(t, gpus[2].Healthy)
+	require.Equal(t, held.Evidence(), gpus[2].Health)
+	require.Nil(t, gpus[2].Fault, "the server has its own evidence")
+	g.Remember(nil)
+	require.NotContains(t, healthy(), false, "cleared by an administrator")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go g.WatchHealth(ctx, slog.New(slog.DiscardHandler))
+	xid <- nvml.EventData{Device: lib.Devices[3], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
+	require.Eventually(t, func() bool { return !healthy()[3] }, 5*time.Second, 10*time.Millisecond)
+	g.Remember(nil)
+	require.False(t, healthy()[3], "not recorded by the server yet: still reported")
+	g.Remember([]runnerapi.GPUFault{{UUID: uuidOf(3), XID: 79, ObservedAt: time.Now()}})
+	require.False(t, healthy()[3])
+	g.Remember(nil)
+	require.True(t, healthy()[3], "recorded, then cleared")
 }
 
 // fixture writes files under a fake root.

@@ -51,7 +51,17 @@ func (r *Runtime) Close() { r.conn.Close() }
 // started it: the container is created and conmon said READY. The unit
 // says where its output goes (LogPath).
 func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error) {
-	u, err := jobunit.Render(r.host, job)
+	host := r.host
+	if len(job.GPUs) > 0 {
+		// Read at each start: the specs are written when the driver
+		// loads, which may be after the agent started.
+		var skipped error
+		host.CDIDevices, skipped = CDIDevices(CDISpecDirs)
+		if skipped != nil && !hasAll(host.CDIDevices, job.GPUs) {
+			return jobunit.Unit{}, fmt.Errorf("%w: %v", jobunit.ErrUnrunnable, skipped)
+		}
+	}
+	u, err := jobunit.Render(host, job)
 	if err != nil {
 		return u, err
 	}

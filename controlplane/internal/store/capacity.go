@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // ReportedCapacity is one capacity report, ready to store: the JSON
@@ -57,6 +58,9 @@ type Heartbeat struct {
 	Health       json.RawMessage `json:"health"`
 	// Drift, when not empty, quarantines the runner with it as the reason.
 	Drift string `json:"drift"`
+	// NewGPUFaults are faults of GPUs the runner had none recorded for;
+	// they are kept (one per GPU) and every replica told.
+	NewGPUFaults []runnerapi.GPUFault `json:"new_gpu_faults,omitempty"`
 	ReportedCapacity
 }
 
@@ -83,6 +87,20 @@ func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *
 		out[r.ID] = HeartbeatOutcome{Quarantined: r.Quarantined, Draining: r.Draining}
 	}
 	return out, nil
+}
+
+// ClearGPUFault drops the fault held against one of a runner's GPUs, and
+// tells every replica. ErrNotFound: the GPU has none.
+func (s *Querier) ClearGPUFault(ctx context.Context, id uuid.UUID, gpuUUID string) error {
+	n, err := s.q.ClearGPUFault(ctx, s.db, dbsqlc.ClearGPUFaultParams{ID: id, GpuUuid: gpuUUID})
+	if err != nil {
+		return mapErr(err)
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	s.runnerChanged(ChannelRunnerStatus, id.String())
+	return nil
 }
 
 // SetDraining drains a runner (no new work) or lets it take work again.

@@ -37,6 +37,10 @@ func runnerReports(r dbsqlc.Runner) (RunnerCapacity, error) {
 	if err := decodeDocument(r.Health, &c.Health); err != nil {
 		return c, fmt.Errorf("read runner %s: stored health: %w", r.ID, err)
 	}
+	c.GPUFaults = []runnerapi.GPUFault{}
+	if err := decodeDocument(r.GpuFaults, &c.GPUFaults); err != nil {
+		return c, fmt.Errorf("read runner %s: stored gpu faults: %w", r.ID, err)
+	}
 	var err error
 	if c.Inventory, err = decodeOptional[Inventory](r.Inventory); err != nil {
 		return c, fmt.Errorf("read runner %s: stored inventory: %w", r.ID, err)
@@ -50,6 +54,9 @@ func runnerReports(r dbsqlc.Runner) (RunnerCapacity, error) {
 	}
 	if c.Health == nil {
 		c.Health = []runnerapi.Condition{}
+	}
+	if c.GPUFaults == nil {
+		c.GPUFaults = []runnerapi.GPUFault{}
 	}
 	return c, nil
 }

@@ -412,6 +412,61 @@ func (v *CertificateAuthorityResponse) GetCertificateAuthority() CertificateAuth
 	return v.CertificateAuthority
 }
 
+// ClearGPUHealthClearGpuHealthRunner includes the requested fields of the GraphQL type Runner.
+type ClearGPUHealthClearGpuHealthRunner struct {
+	Id   string `json:"id"`
+	Name string `json:"name"`
+	// Its GPUs with their latest metrics.
+	Gpus []ClearGPUHealthClearGpuHealthRunnerGpusGPU `json:"gpus"`
+}
+
+// GetId returns ClearGPUHealthClearGpuHealthRunner.Id, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunner) GetId() string { return v.Id }
+
+// GetName returns ClearGPUHealthClearGpuHealthRunner.Name, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunner) GetName() string { return v.Name }
+
+// GetGpus returns ClearGPUHealthClearGpuHealthRunner.Gpus, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunner) GetGpus() []ClearGPUHealthClearGpuHealthRunnerGpusGPU {
+	return v.Gpus
+}
+
+// ClearGPUHealthClearGpuHealthRunnerGpusGPU includes the requested fields of the GraphQL type GPU.
+type ClearGPUHealthClearGpuHealthRunnerGpusGPU struct {
+	Index int    `json:"index"`
+	Uuid  string `json:"uuid"`
+	// Healthy as reported, and no fault held against it.
+	Healthy bool `json:"healthy"`
+	// The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error.
+	Health *string `json:"health"`
+}
+
+// GetIndex returns ClearGPUHealthClearGpuHealthRunnerGpusGPU.Index, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunnerGpusGPU) GetIndex() int { return v.Index }
+
+// GetUuid returns ClearGPUHealthClearGpuHealthRunnerGpusGPU.Uuid, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunnerGpusGPU) GetUuid() string { return v.Uuid }
+
+// GetHealthy returns ClearGPUHealthClearGpuHealthRunnerGpusGPU.Healthy, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunnerGpusGPU) GetHealthy() bool { return v.Healthy }
+
+// GetHealth returns ClearGPUHealthClearGpuHealthRunnerGpusGPU.Health, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthClearGpuHealthRunnerGpusGPU) GetHealth() *string { return v.Health }
+
+// ClearGPUHealthResponse is returned by ClearGPUHealth on success.
+type ClearGPUHealthResponse struct {
+	// Returns a GPU to service: the fault the server holds against it (see
+	// `GPU.fault`) is dropped, and the GPU is placeable again once its agent
+	// reports it healthy. A GPU without a fault is refused (BAD_INPUT) and nothing
+	// changes.
+	ClearGpuHealth ClearGPUHealthClearGpuHealthRunner `json:"clearGpuHealth"`
+}
+
+// GetClearGpuHealth returns ClearGPUHealthResponse.ClearGpuHealth, and is useful for accessing the field via an interface.
+func (v *ClearGPUHealthResponse) GetClearGpuHealth() ClearGPUHealthClearGpuHealthRunner {
+	return v.ClearGpuHealth
+}
+
 // ClearQuarantineClearQuarantineRunner includes the requested fields of the GraphQL type Runner.
 type ClearQuarantineClearQuarantineRunner struct {
 	Id   string `json:"id"`
@@ -2680,9 +2735,13 @@ type RunnerRunnerGpusGPU struct {
 	UtilisationPercent int     `json:"utilisationPercent"`
 	TemperatureC       int     `json:"temperatureC"`
 	PowerWatts         float64 `json:"powerWatts"`
-	Healthy            bool    `json:"healthy"`
+	// Healthy as reported, and no fault held against it.
+	Healthy bool `json:"healthy"`
 	// The evidence when unhealthy, e.g. an XID or an uncorrectable ECC error.
 	Health *string `json:"health"`
+	// The fault that took the GPU out of service: kept by the server, across agent
+	// restarts, until an administrator clears it (`clearGpuHealth`).
+	Fault *RunnerRunnerGpusGPUFault `json:"fault"`
 }
 
 // GetIndex returns RunnerRunnerGpusGPU.Index, and is useful for accessing the field via an interface.
@@ -2714,6 +2773,39 @@ func (v *RunnerRunnerGpusGPU) GetHealthy() bool { return v.Healthy }
 
 // GetHealth returns RunnerRunnerGpusGPU.Health, and is useful for accessing the field via an interface.
 func (v *RunnerRunnerGpusGPU) GetHealth() *string { return v.Health }
+
+// GetFault returns RunnerRunnerGpusGPU.Fault, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPU) GetFault() *RunnerRunnerGpusGPUFault { return v.Fault }
+
+// RunnerRunnerGpusGPUFault includes the requested fields of the GraphQL type GPUFault.
+// The GraphQL type's documentation follows.
+//
+// What NVML reported when a GPU failed.
+type RunnerRunnerGpusGPUFault struct {
+	// The critical XID; null when an uncorrectable ECC error was the evidence.
+	Xid *int `json:"xid"`
+	// Volatile ECC error counts (since the driver loaded) when the fault was seen.
+	EccUncorrected int       `json:"eccUncorrected"`
+	EccCorrected   int       `json:"eccCorrected"`
+	ObservedAt     time.Time `json:"observedAt"`
+	// When the server recorded it; null while only the agent's report shows it.
+	RecordedAt *time.Time `json:"recordedAt"`
+}
+
+// GetXid returns RunnerRunnerGpusGPUFault.Xid, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPUFault) GetXid() *int { return v.Xid }
+
+// GetEccUncorrected returns RunnerRunnerGpusGPUFault.EccUncorrected, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPUFault) GetEccUncorrected() int { return v.EccUncorrected }
+
+// GetEccCorrected returns RunnerRunnerGpusGPUFault.EccCorrected, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPUFault) GetEccCorrected() int { return v.EccCorrected }
+
+// GetObservedAt returns RunnerRunnerGpusGPUFault.ObservedAt, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPUFault) GetObservedAt() time.Time { return v.ObservedAt }
+
+// GetRecordedAt returns RunnerRunnerGpusGPUFault.RecordedAt, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerGpusGPUFault) GetRecordedAt() *time.Time { return v.RecordedAt }
 
 // RunnerRunnerHealthHealthCondition includes the requested fields of the GraphQL type HealthCondition.
 // The GraphQL type's documentation follows.
@@ -2981,7 +3073,8 @@ func (v *RunnersRunnersRunnerConnectionNodesRunnerCapacity) GetMemoryMiB() int {
 
 // RunnersRunnersRunnerConnectionNodesRunnerGpusGPU includes the requested fields of the GraphQL type GPU.
 type RunnersRunnersRunnerConnectionNodesRunnerGpusGPU struct {
-	Index   int  `json:"index"`
+	Index int `json:"index"`
+	// Healthy as reported, and no fault held against it.
 	Healthy bool `json:"healthy"`
 }
 
@@ -3564,6 +3657,18 @@ type __CancelJobInput struct {
 
 // GetId returns __CancelJobInput.Id, and is useful for accessing the field via an interface.
 func (v *__CancelJobInput) GetId() string { return v.Id }
+
+// __ClearGPUHealthInput is used internally by genqlient
+type __ClearGPUHealthInput struct {
+	RunnerId string `json:"runnerId"`
+	GpuUuid  string `json:"gpuUuid"`
+}
+
+// GetRunnerId returns __ClearGPUHealthInput.RunnerId, and is useful for accessing the field via an interface.
+func (v *__ClearGPUHealthInput) GetRunnerId() string { return v.RunnerId }
+
+// GetGpuUuid returns __ClearGPUHealthInput.GpuUuid, and is useful for accessing the field via an interface.
+func (v *__ClearGPUHealthInput) GetGpuUuid() string { return v.GpuUuid }
 
 // __ClearQuarantineInput is used internally by genqlient
 type __ClearQuarantineInput struct {
@@ -4159,6 +4264,49 @@ func CertificateAuthority(
 	}
 
 	data_ = &CertificateAuthorityResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ClearGPUHealth.
+const ClearGPUHealth_Operation = `
+mutation ClearGPUHealth ($runnerId: ID!, $gpuUuid: String!) {
+	clearGpuHealth(runnerId: $runnerId, gpuUuid: $gpuUuid) {
+		id
+		name
+		gpus {
+			index
+			uuid
+			healthy
+			health
+		}
+	}
+}
+`
+
+func ClearGPUHealth(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	runnerId string,
+	gpuUuid string,
+) (data_ *ClearGPUHealthResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ClearGPUHealth",
+		Query:  ClearGPUHealth_Operation,
+		Variables: &__ClearGPUHealthInput{
+			RunnerId: runnerId,
+			GpuUuid:  gpuUuid,
+		},
+	}
+
+	data_ = &ClearGPUHealthResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -5489,6 +5637,13 @@ query Runner ($id: ID!) {
 			powerWatts
 			healthy
 			health
+			fault {
+				xid
+				eccUncorrected
+				eccCorrected
+				observedAt
+				recordedAt
+			}
 		}
 		labels {
 			key

@@ -29,19 +29,34 @@ SET agent_version     = v.agent_version,
     gpus_healthy      = v.gpus_healthy,
     enforces_limits   = v.enforces_memory,
     quarantined_at    = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN coalesce(sqlc.narg('now')::timestamptz, now()) ELSE r.quarantined_at END,
-    quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END
+    quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END,
+    -- New GPU faults (a beat names them only when the runner as the
+    -- handler knew it had none for those GPUs) are kept, one per GPU.
+    gpu_faults        = CASE WHEN v.new_gpu_faults IS NULL THEN r.gpu_faults
+                             ELSE r.gpu_faults || coalesce((
+                                 SELECT jsonb_agg(f) FROM jsonb_array_elements(v.new_gpu_faults) f
+                                 WHERE NOT r.gpu_faults @> jsonb_build_array(jsonb_build_object('uuid', f->'uuid'))), '[]') END
 FROM jsonb_to_recordset(@beats::jsonb) AS v (
         id uuid, agent_version text, capacity jsonb, gpus jsonb, health jsonb,
-        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text)
+        cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text,
+        new_gpu_faults jsonb)
 WHERE r.id = v.id AND r.status = 'APPROVED'
 RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining,
-          -- Set by this statement: the drift just quarantined it.
+          -- Set by this statement: the drift just quarantined it, or a
+          -- GPU fault was kept.
           (v.drift <> '' AND r.quarantine_reason = v.drift
-           AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS newly_quarantined
+           AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now())
+           OR v.new_gpu_faults IS NOT NULL)::boolean AS changed
 )
 SELECT u.id, u.quarantined, u.draining
 FROM updated u
-LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.newly_quarantined) n ON true;
+LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.changed) n ON true;
+
+-- name: ClearGPUFault :execrows
+-- An administrator returns a GPU to service: its fault is dropped.
+UPDATE runners
+SET gpu_faults = coalesce((SELECT jsonb_agg(f) FROM jsonb_array_elements(gpu_faults) f WHERE f->>'uuid' <> @gpu_uuid::text), '[]')
+WHERE id = @id AND gpu_faults @> jsonb_build_array(jsonb_build_object('uuid', @gpu_uuid::text));
 
 -- name: SetRunnerDraining :exec
 UPDATE runners SET draining = @draining WHERE id = @id;

@@ -209,4 +209,5 @@ type Runner struct {
 	EnforcesLimits    bool
 	Recovery          []byte
 	RecoveryAt        *time.Time
+	GpuFaults         []byte
 }
