@@ -1,19 +1,15 @@
 package graph_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -121,51 +117,6 @@ func requireChromium(t *testing.T) {
 			t.Skipf("%s is missing: scripts/ensure-chromium.sh installs it (under CI this test fails instead)", chromiumPath)
 		}
 		t.Fatalf("%s is missing under CI: make test installs it (scripts/ensure-chromium.sh): %v", chromiumPath, err)
-	}
-}
-
-// startChromium starts a headless chromium of its own profile, killed at
-// the test's end, and returns its DevTools address.
-func startChromium(ctx context.Context, t *testing.T) string {
-	t.Helper()
-	// Not bound to ctx: a test out of time still asks the page what it
-	// shows; the cleanup ends chromium. Containers' /dev/shm is often too
-	// small for it, hence --disable-dev-shm-usage.
-	cmd := exec.Command(chromiumPath, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--window-size=1400,900", "--remote-debugging-port=0",
-		"--user-data-dir="+t.TempDir(), "about:blank")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	found := make(chan string, 1)
-	var mu sync.Mutex
-	var said strings.Builder
-	go func() {
-		listening := regexp.MustCompile(`DevTools listening on (ws://\S+)`)
-		s := bufio.NewScanner(stderr)
-		for s.Scan() {
-			if m := listening.FindStringSubmatch(s.Text()); m != nil {
-				found <- m[1]
-			}
-			mu.Lock()
-			said.WriteString(s.Text() + "\n")
-			mu.Unlock()
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	select {
-	case addr := <-found:
-		return addr
-	case <-ctx.Done():
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("chromium did not say where DevTools listen: %v\n%s", ctx.Err(), said.String())
-		return ""
 	}
 }
 

@@ -65,7 +65,21 @@ func (r *jobResolver) EnvNames(ctx context.Context, obj *record.Job) ([]string, 
 // Claim is the resolver for the claim field.
 func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error) {
 	c := obj.Claim
-	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds}, nil
+	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds,
+		ScratchMiB: int(obj.Options.ScratchMiB)}, nil
+}
+
+// Network is the resolver for the network field.
+func (r *jobResolver) Network(ctx context.Context, obj *record.Job) (bool, error) {
+	return obj.Options.Network, nil
+}
+
+// WorkingDir is the resolver for the workingDir field.
+func (r *jobResolver) WorkingDir(ctx context.Context, obj *record.Job) (*string, error) {
+	if obj.Options.WorkingDir == "" {
+		return nil, nil
+	}
+	return &obj.Options.WorkingDir, nil
 }
 
 // Events is the resolver for the events field.

@@ -63,6 +63,7 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 		LeaseSeconds:          input.LeaseSeconds,
 		QueueTimeoutHours:     input.QueueTimeoutHours,
 		AllowUnenforcedMemory: input.AllowUnenforcedMemory != nil && *input.AllowUnenforcedMemory,
+		AllowNetwork:          input.AllowNetwork != nil && *input.AllowNetwork,
 	})
 	if err != nil {
 		return nil, err
@@ -78,6 +79,7 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 		LeaseSeconds:          settingChange(input.LeaseSeconds),
 		QueueTimeoutHours:     settingChange(input.QueueTimeoutHours),
 		AllowUnenforcedMemory: input.AllowUnenforcedMemory,
+		AllowNetwork:          input.AllowNetwork,
 	})
 	if err != nil {
 		return nil, err

@@ -121,6 +121,12 @@ type Lease struct {
 	// of the GPUs it holds with them.
 	Organisation string `json:"organisation,omitempty"`
 	Pool         string `json:"pool,omitempty"`
+	// Network: the job gets the host's rootless network instead of none.
+	Network bool `json:"network,omitempty"`
+	// WorkingDir is the container's working directory; empty: the image's.
+	WorkingDir string `json:"working_dir,omitempty"`
+	// ScratchMiB sizes a tmpfs at /scratch; 0: none.
+	ScratchMiB int64 `json:"scratch_mib,omitempty"`
 }
 
 // LeaseResponse carries the leases granted (none when the wait ran out).

@@ -2,7 +2,9 @@ package runnerapi
 
 import (
 	"fmt"
+	"path"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -74,4 +76,22 @@ func hasControl(s string) bool {
 		}
 	}
 	return false
+}
+
+// MaxWorkingDir bounds a job's working directory.
+const MaxWorkingDir = 1024
+
+// CheckWorkingDir refuses a working directory podman would not take as
+// given: one that is not absolute or not clean (no "..", no "//", no
+// trailing slash), too long, or that holds a control character.
+func CheckWorkingDir(dir string) error {
+	switch {
+	case len(dir) > MaxWorkingDir:
+		return fmt.Errorf("longer than %d bytes", MaxWorkingDir)
+	case !utf8.ValidString(dir) || strings.IndexFunc(dir, unicode.IsControl) >= 0:
+		return fmt.Errorf("a control character or invalid UTF-8")
+	case !strings.HasPrefix(dir, "/") || path.Clean(dir) != dir:
+		return fmt.Errorf("%q is not a clean absolute path", dir)
+	}
+	return nil
 }

@@ -125,6 +125,34 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.Contains(t, ok, "SUCCEEDED")
 	})
 
+	t.Run("a network only when asked for, a working directory, a bounded scratch tmpfs", func(t *testing.T) {
+		setPool := func(on bool) {
+			srv.GraphQL(t, `mutation($id: ID!, $on: Boolean!) { updatePool(input: {id: $id, allowNetwork: $on, allowUnenforcedMemory: $on}) { id } }`,
+				map[string]any{"id": poolID, "on": on})
+		}
+		setPool(true)
+		defer setPool(false)
+		// The interfaces of the container's own network namespace (rootless
+		// podman's /sys shows the host's).
+		links := []string{"awk", "-F:", `NR > 2 { gsub(/ /, "", $1); printf "%s ", $1 }`, "/proc/net/dev"}
+		none := submit(busybox, links, 60, nil)
+		netted := submit(busybox, links, 60, map[string]any{"network": true})
+		scratch := submit(busybox, []string{"sh", "-c", "pwd; df -m /scratch | awk 'NR==2 {print $2}'; " +
+			"dd if=/dev/zero of=/scratch/f bs=1M count=64 2>&1 | grep -o 'No space left on device' | head -1"}, 60,
+			map[string]any{"workingDir": "/scratch/run", "claim": map[string]any{"cores": 0.5, "memoryMiB": 64, "scratchMiB": 16, "wallClockSeconds": 60}})
+		require.Equal(t, "lo ", waitState(none, 60*time.Second, "SUCCEEDED")["logs"], "no network by default")
+		// slirp4netns (podman 4.3 here) gives the container a tap0.
+		require.Regexp(t, `^(lo tap0|tap0 lo|lo eth0|eth0 lo) $`, waitState(netted, 60*time.Second, "SUCCEEDED")["logs"])
+		require.Equal(t, "/scratch/run\n16\nNo space left on device\n", waitState(scratch, 60*time.Second, "SUCCEEDED")["logs"],
+			"the working directory, a 16 MiB /scratch, and nothing written past it")
+		// A working directory the image lacks is the job's mistake, and
+		// podman's words say so.
+		lacking := submit(busybox, []string{"true"}, 60, map[string]any{"workingDir": "/no/such/dir", "maxAttempts": 1})
+		j := waitState(lacking, 60*time.Second, "FAILED")
+		require.Contains(t, j["stateReason"], `workdir "/no/such/dir" does not exist`)
+		require.NotContains(t, j["stateReason"], "host fault")
+	})
+
 	t.Run("kill -9 of the agent mid-job: the job goes on and is adopted", func(t *testing.T) {
 		id := submit(busybox, []string{"sh", "-c", "echo before; sleep 8; echo after"}, 120, nil)
 		j := waitState(id, 60*time.Second, "RUNNING")

@@ -139,7 +139,7 @@ func (a *app) runnerEventsCommand() *cobra.Command {
 
 func (a *app) submitJobCommand() *cobra.Command {
 	var in api.SubmitJobInput
-	var pool, key string
+	var pool, key, workdir string
 	var wall time.Duration
 	var env []string
 	var wait bool
@@ -154,7 +154,7 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 			if err != nil {
 				return err
 			}
-			in.PoolId, in.Command, in.IdempotencyKey = id, args, opt(key)
+			in.PoolId, in.Command, in.IdempotencyKey, in.WorkingDir = id, args, opt(key), opt(workdir)
 			in.Claim.WallClockSeconds = int(wall.Seconds())
 			in.Env = in.Env[:0]
 			for _, name := range env {
@@ -183,6 +183,9 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 	f.Float64Var(&in.Claim.Cores, "cores", 1, "cores it claims")
 	f.IntVar(&in.Claim.MemoryMiB, "memory-mib", 0, "memory it claims (MiB)")
 	f.IntVar(&in.Claim.Gpus, "gpus", 0, "GPUs it claims")
+	f.IntVar(&in.Claim.ScratchMiB, "scratch-mib", 0, "a tmpfs of this size at /scratch (within --memory-mib)")
+	f.BoolVar(&in.Network, "network", false, "a network (the pool must allow it)")
+	f.StringVar(&workdir, "workdir", "", "the working directory (in the image, or under /scratch)")
 	f.DurationVar(&wall, "wall-clock", time.Hour, "how long it may run")
 	f.IntVar(&in.Priority, "priority", 0, "priority (-1000 to 1000)")
 	f.IntVar(&in.MaxAttempts, "max-attempts", 3, "attempts before it fails")

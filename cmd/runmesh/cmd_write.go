@@ -87,22 +87,24 @@ func (a *app) changeCommands() []*cobra.Command {
 func (a *app) createPoolCommand() *cobra.Command {
 	var org string
 	var lease, timeout int
-	var unenforced bool
+	var unenforced, network bool
 	c := a.single("create-pool NAME", "Mutation.createPool", "Create a pool (a platform admin without --organisation: a platform pool)", cobra.ExactArgs(1),
 		func(ctx context.Context, c graphql.Client, args []string) (any, error) {
-			in := api.CreatePoolInput{Name: args[0], OrganisationId: opt(org), LeaseSeconds: optInt(lease), QueueTimeoutHours: optInt(timeout), AllowUnenforcedMemory: &unenforced}
+			in := api.CreatePoolInput{Name: args[0], OrganisationId: opt(org), LeaseSeconds: optInt(lease), QueueTimeoutHours: optInt(timeout), AllowUnenforcedMemory: &unenforced,
+				AllowNetwork: &network}
 			return api.CreatePool(ctx, c, in)
 		})
 	c.Flags().StringVar(&org, "organisation", "", "the organisation's id (platform admins)")
 	c.Flags().IntVar(&lease, "lease-seconds", 0, "how long a lease lives without a heartbeat (0: the default)")
 	c.Flags().IntVar(&timeout, "queue-timeout-hours", 0, "how long a job may wait (0: the default)")
 	c.Flags().BoolVar(&unenforced, "allow-unenforced-memory", false, "memory-claiming jobs may run where memory limits are not enforced")
+	c.Flags().BoolVar(&network, "allow-network", false, "its jobs may ask for a network (submit-job --network)")
 	return c
 }
 
 func (a *app) updatePoolCommand() *cobra.Command {
 	var name, lease, timeout string
-	var unenforced bool
+	var unenforced, network bool
 	c := a.single("update-pool POOL", "Mutation.updatePool", "Change a pool's name or settings; a setting given as 'default' returns to the default", cobra.ExactArgs(1),
 		func(ctx context.Context, c graphql.Client, args []string) (any, error) {
 			id, err := a.poolID(ctx, args[0])
@@ -127,16 +129,20 @@ func (a *app) updatePoolCommand() *cobra.Command {
 					return nil, err
 				}
 			}
-			var mem *bool
+			var mem, net *bool
 			if a.changed("allow-unenforced-memory") {
 				mem = &unenforced
 			}
-			return api.UpdatePool(ctx, c, id, opt(name), leaseN, timeoutN, mem)
+			if a.changed("allow-network") {
+				net = &network
+			}
+			return api.UpdatePool(ctx, c, id, opt(name), leaseN, timeoutN, mem, net)
 		})
 	c.Flags().StringVar(&name, "name", "", "a new name")
 	c.Flags().StringVar(&lease, "lease-seconds", "", "seconds, or 'default'")
 	c.Flags().StringVar(&timeout, "queue-timeout-hours", "", "hours, or 'default'")
 	c.Flags().BoolVar(&unenforced, "allow-unenforced-memory", false, "memory-claiming jobs may run where memory limits are not enforced")
+	c.Flags().BoolVar(&network, "allow-network", false, "its jobs may ask for a network")
 	return c
 }
 

@@ -95,6 +95,7 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	pool := b.field("createPool.id", "create-pool", "gpu", "--organisation", org)
 	require.Regexp(t, `gpu +acme +30 `, b.ok("pools"))
 	require.Contains(t, b.ok("update-pool", "gpu", "--lease-seconds", "60"), "own: 60")
+	require.Contains(t, b.ok("update-pool", "gpu", "--allow-network", "--allow-unenforced-memory"), "allowNetwork: true")
 	require.Contains(t, b.ok("update-pool", pool, "--lease-seconds", "default"), "inForce: 30")
 	require.Contains(t, b.ok("pool", pool), "name: gpu")
 
@@ -139,6 +140,10 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	job := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--env", "API_KEY", "--", "echo", "hi")
 	require.Regexp(t, job+` +gpu +QUEUED +default`, b.ok("jobs", "--state", "queued"))
 	require.NotContains(t, b.ok("job", job), "s3cret")
+	netted := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--network", "--workdir", "/scratch/run",
+		"--memory-mib", "64", "--scratch-mib", "16", "--", "true")
+	require.Regexp(t, `(?s)network: true.*workingDir: /scratch/run`, b.ok("job", netted))
+	require.Contains(t, b.ok("job", netted), "scratchMiB: 16")
 	jobsFile := filepath.Join(t.TempDir(), "jobs.yaml")
 	require.NoError(t, os.WriteFile(jobsFile, []byte("- {poolId: "+pool+", image: busybox, claim: {cores: 1, wallClockSeconds: 60}}\n- {poolId: "+pool+", image: alpine, claim: {cores: 1, wallClockSeconds: 60}}\n"), 0o600))
 	require.Regexp(t, `(?s)QUEUED +gpu +busybox.*QUEUED +gpu +alpine`, b.ok("submit-jobs", "--file", jobsFile))

@@ -18,10 +18,10 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// Report turns a checked capacity report into what the store keeps. A GPU
-// the server holds a fault against (faulted, by UUID) does not count as
-// healthy, whatever the report says: placement counts only healthy GPUs.
-func Report(c runnerapi.Capacity, faulted map[string]runnerapi.GPUFault) (store.ReportedCapacity, error) {
+// Report turns a checked capacity report into what the store keeps. (A
+// GPU the server holds a fault against is counted out of the healthy ones
+// by the statement that stores a heartbeat, on the row it updates.)
+func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 	gpus := c.GPUs
 	if gpus == nil {
 		gpus = []runnerapi.GPU{}
@@ -37,7 +37,7 @@ func Report(c runnerapi.Capacity, faulted map[string]runnerapi.GPUFault) (store.
 	}
 	healthy := 0
 	for _, g := range gpus {
-		if _, bad := faulted[g.UUID]; g.Healthy && !bad {
+		if g.Healthy {
 			healthy++
 		}
 	}

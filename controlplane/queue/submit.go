@@ -24,6 +24,7 @@ type Submission struct {
 	Command        []string
 	Env            []EnvVar
 	Claim          record.Claim
+	Options        record.JobOptions
 	Priority       int
 	MaxAttempts    int
 	IdempotencyKey *string
@@ -79,6 +80,9 @@ func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Subm
 	// Unwrapped: the store's refusals (a pool out of scope is not found)
 	// carry the sentinels the API's error codes are read from.
 	err = audit.Change(ctx, s.st, func(tx *store.Tx) error {
+		if err := networkAllowed(ctx, tx, scope, ns); err != nil {
+			return err
+		}
 		if jobs, created, err = tx.SubmitJobs(ctx, scope, ns); err != nil {
 			return err
 		}
@@ -95,11 +99,28 @@ func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Subm
 	return jobs, created, nil
 }
 
+// networkAllowed refuses a job that asks for a network in a pool that
+// does not allow one (the pool is read only when one asks).
+func networkAllowed(ctx context.Context, tx *store.Tx, scope record.Scope, ns []store.NewJob) error {
+	i := slices.IndexFunc(ns, func(n store.NewJob) bool { return n.Options.Network })
+	if i < 0 {
+		return nil
+	}
+	pool, err := tx.UsablePool(ctx, scope, ns[i].PoolID)
+	if err != nil {
+		return err
+	}
+	if !pool.AllowNetwork {
+		return &InputError{Job: i, Msg: fmt.Sprintf("network: pool %s does not allow its jobs a network (Pool.allowNetwork)", pool.Name)}
+	}
+	return nil
+}
+
 // sameSpec: a job submitted again under its idempotency key is the same
 // job only if it asks for the same thing; the same key for another job is
 // a mistake to say, not to paper over with the first one.
 func sameSpec(j record.Job, n store.NewJob) bool {
-	return j.Image == n.Image && slices.Equal(j.Command, n.Command) && maps.Equal(j.Env, n.Env) && j.Claim == n.Claim &&
+	return j.Image == n.Image && slices.Equal(j.Command, n.Command) && maps.Equal(j.Env, n.Env) && j.Claim == n.Claim && j.Options == n.Options &&
 		j.Priority == n.Priority && j.MaxAttempts == n.MaxAttempts && j.Kind == n.Kind
 }
 
@@ -123,7 +144,7 @@ func check(in Submission) (store.NewJob, string) {
 		env[e.Name] = e.Value
 	}
 	return store.NewJob{
-		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim,
+		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim, Options: in.Options,
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
 	}, ""
 }
@@ -152,6 +173,9 @@ func checkSpec(in Submission) string {
 	case len(in.Command) > 256 || len(in.Env) > 256:
 		return "command and env: at most 256 entries each"
 	}
+	if msg := checkOptions(in.Options, c); msg != "" {
+		return msg
+	}
 	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
 		return "idempotencyKey: 1 to 200 characters"
 	}
@@ -175,6 +199,23 @@ func checkSpec(in Submission) string {
 	}
 	if size > runnerapi.MaxJobSpecBytes {
 		return fmt.Sprintf("image, command and env: at most %d KiB together", runnerapi.MaxJobSpecBytes>>10)
+	}
+	return ""
+}
+
+// checkOptions checks how the job asks to run: a working directory podman
+// takes as given, and a scratch tmpfs that fits in the memory claimed.
+func checkOptions(o record.JobOptions, c record.Claim) string {
+	if o.WorkingDir != "" {
+		if err := runnerapi.CheckWorkingDir(o.WorkingDir); err != nil {
+			return "workingDir: " + err.Error()
+		}
+	}
+	switch {
+	case o.ScratchMiB < 0:
+		return "claim.scratchMiB: not negative"
+	case o.ScratchMiB > 0 && o.ScratchMiB > c.MemoryMiB:
+		return "claim.scratchMiB: the tmpfs's pages are the job's memory; claim at least as much memory (claim.memoryMiB)"
 	}
 	return ""
 }

@@ -37,6 +37,21 @@ type Claim struct {
 	WallClockSeconds int
 }
 
+// JobOptions are how a job runs beyond its image, command and claim; the
+// zero value is what most jobs have.
+type JobOptions struct {
+	// Network gives the job the host's rootless network (pasta or
+	// slirp4netns) instead of none; only in a pool that allows it.
+	Network bool `json:"network,omitempty"`
+	// WorkingDir is the container's working directory (absolute); empty:
+	// the image's.
+	WorkingDir string `json:"working_dir,omitempty"`
+	// ScratchMiB sizes a tmpfs at /scratch, its bound enforced by the
+	// kernel; its pages count toward the job's memory, so it fits in the
+	// memory claim. 0: no /scratch.
+	ScratchMiB int64 `json:"scratch_mib,omitempty"`
+}
+
 // Job is a unit of work in a pool.
 type Job struct {
 	ID     uuid.UUID
@@ -50,6 +65,7 @@ type Job struct {
 	Command        []string
 	Env            map[string]string
 	Claim          Claim
+	Options        JobOptions
 	Priority       int
 	MaxAttempts    int
 	IdempotencyKey *string

@@ -64,7 +64,9 @@ type Pool struct {
 	// AllowUnenforcedMemory lets jobs that claim memory run on runners
 	// that cannot hold them to it.
 	AllowUnenforcedMemory bool
-	CreatedAt             time.Time
+	// AllowNetwork lets its jobs ask for a network (JobOptions.Network).
+	AllowNetwork bool
+	CreatedAt    time.Time
 }
 
 // NewPool is a pool to create.
@@ -73,8 +75,9 @@ type NewPool struct {
 	Name              string
 	LeaseSeconds      *int
 	QueueTimeoutHours *int
-	// AllowUnenforcedMemory: see Pool.
+	// AllowUnenforcedMemory, AllowNetwork: see Pool.
 	AllowUnenforcedMemory bool
+	AllowNetwork          bool
 }
 
 // PoolFilter narrows a pool listing.

@@ -55,7 +55,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "capacity: "+err.Error())
 		return
 	}
-	rep, err := fleet.Report(req.Capacity, nil)
+	rep, err := fleet.Report(req.Capacity)
 	if err != nil {
 		s.internal(w, r, "enrol", err)
 		return

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
@@ -34,13 +33,14 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	if req.Recovery != nil {
 		proof, _ = json.Marshal(req.Recovery) // a struct of strings, ints and bools
 	}
-	held := runnerapi.Faulted(c.runner.GPUFaults)
-	rep, err := fleet.Report(req.Capacity, held)
+	rep, err := fleet.Report(req.Capacity)
 	if err != nil {
 		s.internal(w, r, "heartbeat", err)
 		return
 	}
-	newFaults := fleet.NewFaults(req.Capacity, held, time.Now().UTC())
+	// The runner as cached may trail a fault just kept: the statement
+	// keeps one fault per GPU whatever it is sent.
+	newFaults := fleet.NewFaults(req.Capacity, runnerapi.Faulted(c.runner.GPUFaults), time.Now().UTC())
 	health := req.Health
 	if health == nil {
 		health = []runnerapi.Condition{}
@@ -93,7 +93,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
 	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
 		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
-		RecoveryRecorded: proof != nil, GPUFaults: append(slices.Clip(c.runner.GPUFaults), newFaults...),
+		RecoveryRecorded: proof != nil, GPUFaults: out.GPUFaults,
 	})
 }
 

@@ -149,7 +149,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 				LeaseID: j.ID.String(), Attempt: j.Attempt, Image: j.Image, Command: j.Command, Env: j.Env,
 				Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
 				WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
-				Pool: named[j.PoolID],
+				Pool: named[j.PoolID], Network: j.Options.Network, WorkingDir: j.Options.WorkingDir, ScratchMiB: j.Options.ScratchMiB,
 			}
 			if org != nil {
 				l.Organisation = named[*org]

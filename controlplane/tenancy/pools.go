@@ -38,6 +38,7 @@ type PoolChange struct {
 	LeaseSeconds          SettingChange
 	QueueTimeoutHours     SettingChange
 	AllowUnenforcedMemory *bool
+	AllowNetwork          *bool
 }
 
 // applyTo is p as c leaves it.
@@ -49,6 +50,9 @@ func (c PoolChange) applyTo(p record.Pool) record.Pool {
 	p.QueueTimeoutHours = c.QueueTimeoutHours.applyTo(p.QueueTimeoutHours)
 	if c.AllowUnenforcedMemory != nil {
 		p.AllowUnenforcedMemory = *c.AllowUnenforcedMemory
+	}
+	if c.AllowNetwork != nil {
+		p.AllowNetwork = *c.AllowNetwork
 	}
 	return p
 }

@@ -226,6 +226,7 @@ type ComplexityRoot struct {
 		Kind            func(childComplexity int) int
 		Logs            func(childComplexity int) int
 		MaxAttempts     func(childComplexity int) int
+		Network         func(childComplexity int) int
 		Organisation    func(childComplexity int) int
 		Pool            func(childComplexity int) int
 		Priority        func(childComplexity int) int
@@ -233,12 +234,14 @@ type ComplexityRoot struct {
 		State           func(childComplexity int) int
 		StateReason     func(childComplexity int) int
 		SubmittedAt     func(childComplexity int) int
+		WorkingDir      func(childComplexity int) int
 	}
 
 	JobClaim struct {
 		Cores            func(childComplexity int) int
 		Gpus             func(childComplexity int) int
 		MemoryMiB        func(childComplexity int) int
+		ScratchMiB       func(childComplexity int) int
 		WallClockSeconds func(childComplexity int) int
 	}
 
@@ -353,6 +356,7 @@ type ComplexityRoot struct {
 	}
 
 	Pool struct {
+		AllowNetwork          func(childComplexity int) int
 		AllowUnenforcedMemory func(childComplexity int) int
 		CreatedAt             func(childComplexity int) int
 		HeldGpus              func(childComplexity int) int
@@ -495,6 +499,8 @@ type JobResolver interface {
 
 	EnvNames(ctx context.Context, obj *record.Job) ([]string, error)
 	Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error)
+	Network(ctx context.Context, obj *record.Job) (bool, error)
+	WorkingDir(ctx context.Context, obj *record.Job) (*string, error)
 
 	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
 	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
@@ -1308,6 +1314,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.MaxAttempts(childComplexity), true
+	case "Job.network":
+		if e.ComplexityRoot.Job.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Network(childComplexity), true
 	case "Job.organisation":
 		if e.ComplexityRoot.Job.Organisation == nil {
 			break
@@ -1350,6 +1362,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.SubmittedAt(childComplexity), true
+	case "Job.workingDir":
+		if e.ComplexityRoot.Job.WorkingDir == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.WorkingDir(childComplexity), true
 
 	case "JobClaim.cores":
 		if e.ComplexityRoot.JobClaim.Cores == nil {
@@ -1369,6 +1387,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobClaim.MemoryMiB(childComplexity), true
+	case "JobClaim.scratchMiB":
+		if e.ComplexityRoot.JobClaim.ScratchMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.ScratchMiB(childComplexity), true
 	case "JobClaim.wallClockSeconds":
 		if e.ComplexityRoot.JobClaim.WallClockSeconds == nil {
 			break
@@ -1903,6 +1927,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.PageInfo.HasNextPage(childComplexity), true
 
+	case "Pool.allowNetwork":
+		if e.ComplexityRoot.Pool.AllowNetwork == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.AllowNetwork(childComplexity), true
 	case "Pool.allowUnenforcedMemory":
 		if e.ComplexityRoot.Pool.AllowUnenforcedMemory == nil {
 			break
@@ -2711,6 +2741,12 @@ type Pool {
   more than it claimed from the jobs beside it.
   """
   allowUnenforcedMemory: Boolean!
+  """
+  Whether its jobs may ask for a network (` + "`" + `SubmitJobInput.network` + "`" + `): the host's
+  rootless network, pasta or slirp4netns, instead of none. Off by default.
+  Checked when a job is submitted.
+  """
+  allowNetwork: Boolean!
   createdAt: Time!
   "The newest heartbeat of any of the pool's runners."
   runnerSeen: Time
@@ -2771,6 +2807,8 @@ input CreatePoolInput {
   queueTimeoutHours: Int
   "Off unless set: see Pool.allowUnenforcedMemory."
   allowUnenforcedMemory: Boolean
+  "Off unless set: see Pool.allowNetwork."
+  allowNetwork: Boolean
 }
 
 input UpdatePoolInput {
@@ -2779,6 +2817,7 @@ input UpdatePoolInput {
   leaseSeconds: Int @goField(omittable: true)
   queueTimeoutHours: Int @goField(omittable: true)
   allowUnenforcedMemory: Boolean
+  allowNetwork: Boolean
 }
 
 input CreateAdminTokenInput {
@@ -2838,6 +2877,10 @@ type Job {
   "Names only: values may be secrets."
   envNames: [String!]!
   claim: JobClaim!
+  "Whether it has a network (its pool allowed it when it was submitted)."
+  network: Boolean!
+  "Its container's working directory; null: the image's."
+  workingDir: String
   priority: Int!
   maxAttempts: Int!
   """
@@ -2867,6 +2910,8 @@ type JobClaim {
   memoryMiB: Int!
   gpus: Int!
   wallClockSeconds: Int!
+  "The size of its /scratch tmpfs (0: none)."
+  scratchMiB: Int!
 }
 
 type JobEvent {
@@ -2923,6 +2968,12 @@ input JobClaimInput {
   memoryMiB: Int! = 0
   gpus: Int! = 0
   wallClockSeconds: Int!
+  """
+  A writable tmpfs at /scratch of this size, its bound enforced by the kernel
+  (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
+  must fit in memoryMiB. 0: no /scratch.
+  """
+  scratchMiB: Int! = 0
 }
 
 input SubmitJobInput {
@@ -2935,6 +2986,14 @@ input SubmitJobInput {
   maxAttempts: Int! = 3
   idempotencyKey: String
   kind: String! = "default"
+  "The host's rootless network instead of none; refused unless the pool allows it (Pool.allowNetwork)."
+  network: Boolean! = false
+  """
+  The container's working directory: an absolute path the image has, or one under
+  /scratch (created there). A directory the image lacks fails the job (its fault,
+  not the host's).
+  """
+  workingDir: String
 }
 
 type LogChunk {
@@ -3682,6 +3741,10 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_envNames(ctx, field)
 	case "claim":
 		return ec.fieldContext_Job_claim(ctx, field)
+	case "network":
+		return ec.fieldContext_Job_network(ctx, field)
+	case "workingDir":
+		return ec.fieldContext_Job_workingDir(ctx, field)
 	case "priority":
 		return ec.fieldContext_Job_priority(ctx, field)
 	case "maxAttempts":
@@ -3718,6 +3781,8 @@ func (ec *executionContext) childFields_JobClaim(ctx context.Context, field grap
 		return ec.fieldContext_JobClaim_gpus(ctx, field)
 	case "wallClockSeconds":
 		return ec.fieldContext_JobClaim_wallClockSeconds(ctx, field)
+	case "scratchMiB":
+		return ec.fieldContext_JobClaim_scratchMiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobClaim", field.Name)
 }
@@ -3908,6 +3973,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_queueTimeoutHours(ctx, field)
 	case "allowUnenforcedMemory":
 		return ec.fieldContext_Pool_allowUnenforcedMemory(ctx, field)
+	case "allowNetwork":
+		return ec.fieldContext_Pool_allowNetwork(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Pool_createdAt(ctx, field)
 	case "runnerSeen":
@@ -7783,6 +7850,52 @@ func (ec *executionContext) fieldContext_Job_claim(_ context.Context, field grap
 	return fc, nil
 }
 
+func (ec *executionContext) _Job_network(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_network(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Network(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_network(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "Boolean")
+}
+
+func (ec *executionContext) _Job_workingDir(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_workingDir(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().WorkingDir(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_workingDir(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
+}
+
 func (ec *executionContext) _Job_priority(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8155,6 +8268,29 @@ func (ec *executionContext) _JobClaim_wallClockSeconds(ctx context.Context, fiel
 	)
 }
 func (ec *executionContext) fieldContext_JobClaim_wallClockSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobClaim_scratchMiB(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_scratchMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ScratchMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_scratchMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
 }
 
@@ -10829,6 +10965,29 @@ func (ec *executionContext) _Pool_allowUnenforcedMemory(ctx context.Context, fie
 	)
 }
 func (ec *executionContext) fieldContext_Pool_allowUnenforcedMemory(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Pool", field, false, false, "Boolean")
+}
+
+func (ec *executionContext) _Pool_allowNetwork(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_allowNetwork(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AllowNetwork, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_allowNetwork(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "Boolean")
 }
 
@@ -14414,7 +14573,7 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory"}
+	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14456,6 +14615,13 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.AllowUnenforcedMemory = data
+		case "allowNetwork":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowNetwork"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowNetwork = data
 		}
 	}
 	return it, nil
@@ -14539,8 +14705,11 @@ func (ec *executionContext) unmarshalInputJobClaimInput(ctx context.Context, obj
 	if _, present := asMap["gpus"]; !present {
 		asMap["gpus"] = 0
 	}
+	if _, present := asMap["scratchMiB"]; !present {
+		asMap["scratchMiB"] = 0
+	}
 
-	fieldsInOrder := [...]string{"cores", "memoryMiB", "gpus", "wallClockSeconds"}
+	fieldsInOrder := [...]string{"cores", "memoryMiB", "gpus", "wallClockSeconds", "scratchMiB"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14575,6 +14744,13 @@ func (ec *executionContext) unmarshalInputJobClaimInput(ctx context.Context, obj
 				return it, err
 			}
 			it.WallClockSeconds = data
+		case "scratchMiB":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scratchMiB"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ScratchMiB = data
 		}
 	}
 	return it, nil
@@ -14612,8 +14788,11 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 	if _, present := asMap["kind"]; !present {
 		asMap["kind"] = "default"
 	}
+	if _, present := asMap["network"]; !present {
+		asMap["network"] = false
+	}
 
-	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind"}
+	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14683,6 +14862,20 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 				return it, err
 			}
 			it.Kind = data
+		case "network":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("network"))
+			data, err := ec.unmarshalNBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Network = data
+		case "workingDir":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("workingDir"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WorkingDir = data
 		}
 	}
 	return it, nil
@@ -14711,7 +14904,7 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory"}
+	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14753,6 +14946,13 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.AllowUnenforcedMemory = data
+		case "allowNetwork":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("allowNetwork"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.AllowNetwork = data
 		}
 	}
 	return it, nil
@@ -15905,6 +16105,18 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_claim(ctx, field, obj)
 				})
+		case "network":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_network(ctx, field, obj)
+				})
+		case "workingDir":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_workingDir(ctx, field, obj)
+				})
 		case "priority":
 			out.Values[i] = ec._Job_priority(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -16008,6 +16220,11 @@ func (ec *executionContext) _JobClaim(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "wallClockSeconds":
 			out.Values[i] = ec._JobClaim_wallClockSeconds(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "scratchMiB":
+			out.Values[i] = ec._JobClaim_scratchMiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -16855,6 +17072,11 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				})
 		case "allowUnenforcedMemory":
 			out.Values[i] = ec._Pool_allowUnenforcedMemory(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "allowNetwork":
+			out.Values[i] = ec._Pool_allowNetwork(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}

@@ -55,6 +55,8 @@ type CreatePoolInput struct {
 	QueueTimeoutHours *int       `json:"queueTimeoutHours,omitempty"`
 	// Off unless set: see Pool.allowUnenforcedMemory.
 	AllowUnenforcedMemory *bool `json:"allowUnenforcedMemory,omitempty"`
+	// Off unless set: see Pool.allowNetwork.
+	AllowNetwork *bool `json:"allowNetwork,omitempty"`
 }
 
 type CreatedAdminToken struct {
@@ -153,6 +155,8 @@ type JobClaim struct {
 	MemoryMiB        int     `json:"memoryMiB"`
 	Gpus             int     `json:"gpus"`
 	WallClockSeconds int     `json:"wallClockSeconds"`
+	// The size of its /scratch tmpfs (0: none).
+	ScratchMiB int `json:"scratchMiB"`
 }
 
 type JobClaimInput struct {
@@ -160,6 +164,10 @@ type JobClaimInput struct {
 	MemoryMiB        int     `json:"memoryMiB"`
 	Gpus             int     `json:"gpus"`
 	WallClockSeconds int     `json:"wallClockSeconds"`
+	// A writable tmpfs at /scratch of this size, its bound enforced by the kernel
+	// (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
+	// must fit in memoryMiB. 0: no /scratch.
+	ScratchMiB int `json:"scratchMiB"`
 }
 
 type JobConnection struct {
@@ -278,6 +286,12 @@ type SubmitJobInput struct {
 	MaxAttempts    int            `json:"maxAttempts"`
 	IdempotencyKey *string        `json:"idempotencyKey,omitempty"`
 	Kind           string         `json:"kind"`
+	// The host's rootless network instead of none; refused unless the pool allows it (Pool.allowNetwork).
+	Network bool `json:"network"`
+	// The container's working directory: an absolute path the image has, or one under
+	// /scratch (created there). A directory the image lacks fails the job (its fault,
+	// not the host's).
+	WorkingDir *string `json:"workingDir,omitempty"`
 }
 
 type Subscription struct {
@@ -289,6 +303,7 @@ type UpdatePoolInput struct {
 	LeaseSeconds          graphql.Omittable[*int] `json:"leaseSeconds,omitempty"`
 	QueueTimeoutHours     graphql.Omittable[*int] `json:"queueTimeoutHours,omitempty"`
 	AllowUnenforcedMemory *bool                   `json:"allowUnenforcedMemory,omitempty"`
+	AllowNetwork          *bool                   `json:"allowNetwork,omitempty"`
 }
 
 type LabelSource string

@@ -25,6 +25,10 @@ type PodmanFacts struct {
 	// (host.cgroupControllers); rootless Podman on v2 can use only these.
 	Controllers []string
 	Rootless    bool
+	// Network is the rootless network podman has for a job that may have
+	// one: "pasta" (podman 5's default) or "slirp4netns" (podman 4's);
+	// "" when it has neither.
+	Network string
 }
 
 // Cgroup is the cgroup version as a number, or 0 when podman named none

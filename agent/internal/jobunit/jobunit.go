@@ -39,6 +39,9 @@ type Host struct {
 	Cgroup int
 	// Enforce says which limits the host is known to enforce.
 	Enforce Enforcement
+	// Network is the rootless network a job with one gets (PodmanFacts);
+	// "": such a job cannot run here.
+	Network string
 	// CDIDevices are the CDI device names the host has, such as
 	// "nvidia.com/gpu=GPU-…"; a GPU is passed only through one of them.
 	CDIDevices []string
@@ -54,13 +57,15 @@ type Host struct {
 // NewHost derives a Host from what podman said: the cgroup version and
 // which limits hold come from facts alone.
 func NewHost(podman string, facts PodmanFacts, envDir, logDir string) Host {
-	return Host{Podman: podman, Cgroup: facts.Cgroup(), Enforce: DetectEnforcement(facts), EnvDir: envDir, LogDir: logDir}
+	return Host{Podman: podman, Cgroup: facts.Cgroup(), Enforce: DetectEnforcement(facts), Network: facts.Network, EnvDir: envDir, LogDir: logDir}
 }
 
 // Paths are the names a lease's attempt has on a host: a restarted agent
 // finds an adopted job's output by them.
 type Paths struct {
 	Container, Unit, Env, Log string
+	// StartLog is podman run's own stderr: why a container did not start.
+	StartLog string
 }
 
 // Paths names the unit, container, environment file and log of a lease's
@@ -69,8 +74,9 @@ func (h Host) Paths(leaseID string, attempt int) Paths {
 	c := fmt.Sprintf("%s%s-%d", UnitPrefix, leaseID, attempt)
 	return Paths{
 		Container: c, Unit: c + ".service",
-		Env: strings.TrimSuffix(h.EnvDir, "/") + "/" + c + ".env",
-		Log: strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".log",
+		Env:      strings.TrimSuffix(h.EnvDir, "/") + "/" + c + ".env",
+		Log:      strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".log",
+		StartLog: strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".start.log",
 	}
 }
 
@@ -89,8 +95,12 @@ type Job struct {
 	GPUs []string
 	// WallClockSeconds bounds the unit's run time; 0 is no bound.
 	WallClockSeconds int
-	// Network gives the job the default rootless network instead of none.
+	// Network gives the job the host's rootless network instead of none.
 	Network bool
+	// WorkingDir is the container's working directory; "": the image's.
+	WorkingDir string
+	// ScratchMiB sizes a tmpfs at /scratch; 0: none.
+	ScratchMiB int64
 }
 
 // Unit is a rendered job: start a transient unit Name with Properties.
@@ -181,6 +191,14 @@ func check(h Host, j Job) error {
 			return fmt.Errorf("%w: command[%d]: %v", ErrUnrunnable, i, err)
 		}
 	}
+	if j.WorkingDir != "" {
+		if err := runnerapi.CheckWorkingDir(j.WorkingDir); err != nil {
+			return fmt.Errorf("%w: working directory: %v", ErrUnrunnable, err)
+		}
+	}
+	if j.ScratchMiB < 0 {
+		return fmt.Errorf("%w: scratch of %d MiB", ErrUnrunnable, j.ScratchMiB)
+	}
 	return nil
 }
 
@@ -210,8 +228,20 @@ func podmanRun(h Host, j Job, p Paths) ([]string, error) {
 		// have (podman exits 126); conmon stays in the unit's cgroup.
 		run = append(run, "--cgroups=no-conmon")
 	}
-	if !j.Network {
+	switch {
+	case !j.Network:
 		run = append(run, "--network=none")
+	case h.Network == "":
+		return nil, fmt.Errorf("%w: the job asks for a network and this host's podman has neither pasta nor slirp4netns", ErrUnrunnable)
+	default:
+		run = append(run, "--network="+h.Network)
+	}
+	if j.WorkingDir != "" {
+		run = append(run, "--workdir="+j.WorkingDir)
+	}
+	if j.ScratchMiB > 0 {
+		// The kernel bounds a tmpfs: a write past its size fails (ENOSPC).
+		run = append(run, fmt.Sprintf("--mount=type=tmpfs,destination=/scratch,tmpfs-size=%dm,tmpfs-mode=1777", j.ScratchMiB))
 	}
 	if j.MemoryMiB > 0 && h.Enforce.Memory {
 		// No swap beyond the claim: a job over it is OOM-killed, not slowed.
@@ -253,6 +283,10 @@ func properties(h Host, j Job, p Paths, run []string) []Property {
 		{"Environment", []string{"PODMAN_SYSTEMD_UNIT=" + p.Unit}},
 		{"TimeoutStartUSec", uint64(startTimeout.Microseconds())},
 		{"TimeoutStopUSec", uint64(stopTimeout.Microseconds())},
+		// podman's own complaints (a working directory the image lacks,
+		// a runtime that refuses) say why a start failed; the agent reads
+		// them there, and removes the file once the unit is forgotten.
+		{"StandardErrorFileToAppend", p.StartLog},
 	}
 	if h.Cgroup == 2 {
 		// --cgroups=split makes the container's cgroup inside the unit's.

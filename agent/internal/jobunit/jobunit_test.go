@@ -36,7 +36,7 @@ func v1Host() jobunit.Host {
 }
 
 func v2Host(controllers ...string) jobunit.Host {
-	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers}
+	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers, Network: "pasta"}
 	h := jobunit.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh/", "/var/lib/runmesh-agent/logs")
 	h.CDIDevices = []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}
 	return h
@@ -53,6 +53,7 @@ func TestRenderGolden(t *testing.T) {
 		"cgroup-v1-rootless": {v1Host(), nil},
 		"cgroup-v2-gpus-network": {v2Host("cpu", "memory", "pids", "io"), func(j *jobunit.Job) {
 			j.GPUs, j.Network, j.Env, j.Attempt = []string{gpu1, gpu0}, true, nil, 1
+			j.WorkingDir, j.ScratchMiB = "/work/run 1", 1024
 		}},
 		"cgroup-v2-memory-only": {v2Host("memory"), func(j *jobunit.Job) { j.WallClockSeconds = 0; j.Command = nil }},
 	} {
@@ -142,14 +143,18 @@ func TestRenderRefusesWhatItCannotRun(t *testing.T) {
 		job  func(*jobunit.Job)
 		want string
 	}{
-		"GPU without a CDI device": {v1Host(), func(j *jobunit.Job) { j.GPUs = []string{gpu0} }, "GPU " + gpu0 + " has no CDI device"},
-		"env name with =":          {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"A=B": "x"} }, `environment name "A=B"`},
-		"env name prefix match":    {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"AWS*": ""} }, `environment name "AWS*"`},
-		"env value with a newline": {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"PEM": "a\nb"} }, "the value of PEM has a line break"},
-		"env value quoted":         {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"Q": `"x"`} }, "the value of Q starts with a quote"},
-		"image like a flag":        {v1Host(), func(j *jobunit.Job) { j.Image = "--privileged" }, `image "--privileged"`},
-		"lease id with a slash":    {v1Host(), func(j *jobunit.Job) { j.LeaseID = "../x" }, "ids must be letters"},
-		"attempt 0":                {v1Host(), func(j *jobunit.Job) { j.Attempt = 0 }, "attempt 0"},
+		"GPU without a CDI device":    {v1Host(), func(j *jobunit.Job) { j.GPUs = []string{gpu0} }, "GPU " + gpu0 + " has no CDI device"},
+		"env name with =":             {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"A=B": "x"} }, `environment name "A=B"`},
+		"env name prefix match":       {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"AWS*": ""} }, `environment name "AWS*"`},
+		"env value with a newline":    {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"PEM": "a\nb"} }, "the value of PEM has a line break"},
+		"env value quoted":            {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"Q": `"x"`} }, "the value of Q starts with a quote"},
+		"image like a flag":           {v1Host(), func(j *jobunit.Job) { j.Image = "--privileged" }, `image "--privileged"`},
+		"lease id with a slash":       {v1Host(), func(j *jobunit.Job) { j.LeaseID = "../x" }, "ids must be letters"},
+		"attempt 0":                   {v1Host(), func(j *jobunit.Job) { j.Attempt = 0 }, "attempt 0"},
+		"a network on a host without": {v1Host(), func(j *jobunit.Job) { j.Network = true }, "neither pasta nor slirp4netns"},
+		"working directory relative":  {v1Host(), func(j *jobunit.Job) { j.WorkingDir = "work" }, `working directory: "work" is not a clean absolute path`},
+		"working directory with ..":   {v1Host(), func(j *jobunit.Job) { j.WorkingDir = "/a/../etc" }, "not a clean absolute path"},
+		"negative scratch":            {v1Host(), func(j *jobunit.Job) { j.ScratchMiB = -1 }, "scratch of -1 MiB"},
 	} {
 		j := job()
 		c.job(&j)
@@ -199,7 +204,7 @@ func TestDBusSignatures(t *testing.T) {
 	}
 	want := map[string]string{
 		"Description": "s", "Type": "s", "NotifyAccess": "s", "KillMode": "s", "RemainAfterExit": "b", "Environment": "as",
-		"TimeoutStartUSec": "t", "TimeoutStopUSec": "t", "RuntimeMaxUSec": "t", "Delegate": "b",
+		"TimeoutStartUSec": "t", "TimeoutStopUSec": "t", "RuntimeMaxUSec": "t", "Delegate": "b", "StandardErrorFileToAppend": "s",
 		"ExecStart": "a(sasb)", "ExecStop": "a(sasb)", "ExecStopPost": "a(sasb)",
 	}
 	if len(props) != len(want) {
@@ -216,20 +221,23 @@ func TestParsePodmanInfo(t *testing.T) {
 	t.Parallel()
 	// Trimmed from `podman info --format json` (podman 4.3, rootless,
 	// cgroup v1) as the runmesh user runs it.
-	v1 := `{"host":{"arch":"amd64","cgroupManager":"cgroupfs","cgroupVersion":"v1","cgroupControllers":[],"security":{"rootless":true}},"store":{"graphDriverName":"overlay"}}`
+	v1 := `{"host":{"arch":"amd64","cgroupManager":"cgroupfs","cgroupVersion":"v1","cgroupControllers":[],"security":{"rootless":true},` +
+		`"slirp4netns":{"executable":"/usr/bin/slirp4netns","package":"slirp4netns_1.2.0-1_amd64"}},"store":{"graphDriverName":"overlay"}}`
 	f, err := jobunit.ParsePodmanInfo([]byte(v1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory {
+	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory || f.Network != "slirp4netns" {
 		t.Fatalf("v1 rootless read as %+v", f)
 	}
-	v2 := `{"host":{"cgroupVersion":"v2","cgroupControllers":["cpu","memory","pids"],"security":{"rootless":true}}}`
+	// podman 5 has pasta (and often slirp4netns too): pasta, its default.
+	v2 := `{"host":{"cgroupVersion":"v2","cgroupControllers":["cpu","memory","pids"],"security":{"rootless":true},` +
+		`"pasta":{"executable":"/usr/bin/pasta"},"slirp4netns":{"executable":"/usr/bin/slirp4netns"}}}`
 	f, err = jobunit.ParsePodmanInfo([]byte(v2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := jobunit.DetectEnforcement(f); !e.Memory || !e.CPU || !e.Pids {
+	if e := jobunit.DetectEnforcement(f); !e.Memory || !e.CPU || !e.Pids || f.Network != "pasta" {
 		t.Fatalf("v2 with cpu, memory and pids delegated read as %+v", f)
 	}
 	for _, bad := range []string{`{}`, `not json`, `{"host":{"cgroupVersion":""}}`} {

@@ -22,6 +22,12 @@ func ParsePodmanInfo(b []byte) (PodmanFacts, error) {
 			Security          struct {
 				Rootless bool `json:"rootless"`
 			} `json:"security"`
+			Pasta struct {
+				Executable string `json:"executable"`
+			} `json:"pasta"`
+			Slirp4netns struct {
+				Executable string `json:"executable"`
+			} `json:"slirp4netns"`
 		} `json:"host"`
 	}
 	if err := json.Unmarshal(b, &info); err != nil {
@@ -30,7 +36,14 @@ func ParsePodmanInfo(b []byte) (PodmanFacts, error) {
 	if info.Host.CgroupVersion == "" {
 		return PodmanFacts{}, fmt.Errorf("podman info names no cgroup version")
 	}
-	return PodmanFacts{CgroupVersion: info.Host.CgroupVersion, Controllers: info.Host.CgroupControllers, Rootless: info.Host.Security.Rootless}, nil
+	f := PodmanFacts{CgroupVersion: info.Host.CgroupVersion, Controllers: info.Host.CgroupControllers, Rootless: info.Host.Security.Rootless}
+	switch {
+	case info.Host.Pasta.Executable != "":
+		f.Network = "pasta"
+	case info.Host.Slirp4netns.Executable != "":
+		f.Network = "slirp4netns"
+	}
+	return f, nil
 }
 
 // ProbePodman asks the podman at path, as the agent's own user, what its

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/jobrun"
@@ -145,6 +147,7 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 	u, err := w.Runtime.Start(ctx, jobunit.Job{
 		JobID: l.LeaseID, LeaseID: l.LeaseID, Attempt: l.Attempt, Image: l.Image, Command: l.Command, Env: env,
 		Cores: l.Claim.Cores, MemoryMiB: l.Claim.MemoryMiB, GPUs: j.gpus, WallClockSeconds: l.WallClockSeconds,
+		Network: l.Network, WorkingDir: l.WorkingDir, ScratchMiB: l.ScratchMiB,
 	})
 	j.unit = u.Name
 	switch {
@@ -261,9 +264,11 @@ func (w *Worker) outcome(j *job, st jobrun.Status, cancelled bool) runnerapi.Res
 	case st.WallClock:
 		r = giveBack(fmt.Sprintf("stopped at its wall clock of %d seconds", j.lease.WallClockSeconds), false)
 	case st.StartFailed && (st.StartStatus == 126 || st.StartStatus == 127):
-		r = giveBack(fmt.Sprintf("the job's command could not be run (podman exit status %d)", st.StartStatus), false)
+		why, _ := startError(j.paths.StartLog)
+		r = giveBack(fmt.Sprintf("the job's command could not be run (podman exit status %d)%s", st.StartStatus, why), false)
 	case st.StartFailed:
-		r = giveBack(fmt.Sprintf("the container did not start (unit result %s, podman exit status %d)", st.Result, st.StartStatus), true)
+		why, jobFault := startError(j.paths.StartLog)
+		r = giveBack(fmt.Sprintf("the container did not start (unit result %s, podman exit status %d)%s", st.Result, st.StartStatus, why), !jobFault)
 	case st.ExitCode != nil:
 		r.ExitCode = st.ExitCode
 		r.OOM = st.OOM
@@ -357,4 +362,32 @@ func (w *Worker) forget(ctx context.Context, j *job) {
 	if err := w.Runtime.Forget(ctx, j.unit); err != nil {
 		w.Log.Warn("letting the job unit go", "unit", j.unit, "err", err)
 	}
+	os.Remove(j.paths.StartLog)
+}
+
+// startJobFaults are what podman says when the job, not the host, is why
+// its container did not start.
+var startJobFaults = []*regexp.Regexp{
+	regexp.MustCompile(`workdir "[^"]*" does not exist`),
+}
+
+// startError is podman's last complaint in a unit's start log, as ": …"
+// for a reason, and whether it is the job's fault.
+func startError(path string) (string, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "Error: ")
+	if last == "" {
+		return "", false
+	}
+	last = runnerapi.Clip(strings.ToValidUTF8(last, ""), 300)
+	for _, re := range startJobFaults {
+		if re.MatchString(last) {
+			return ": " + last, true
+		}
+	}
+	return ": " + last, false
 }

@@ -68,6 +68,9 @@ type Heartbeat struct {
 type HeartbeatOutcome struct {
 	Quarantined bool
 	Draining    bool
+	// GPUFaults are the faults held against the runner's GPUs, this
+	// beat's new ones included.
+	GPUFaults []runnerapi.GPUFault
 }
 
 // RecordHeartbeats stores a batch of heartbeats in one statement. Runners
@@ -84,7 +87,11 @@ func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *
 	}
 	out := make(map[uuid.UUID]HeartbeatOutcome, len(rows))
 	for _, r := range rows {
-		out[r.ID] = HeartbeatOutcome{Quarantined: r.Quarantined, Draining: r.Draining}
+		o := HeartbeatOutcome{Quarantined: r.Quarantined, Draining: r.Draining}
+		if err := decodeDocument(r.GpuFaults, &o.GPUFaults); err != nil {
+			return nil, fmt.Errorf("read runner %s: stored gpu faults: %w", r.ID, err)
+		}
+		out[r.ID] = o
 	}
 	return out, nil
 }

@@ -20,8 +20,13 @@ import (
 func jobFromRow(r dbsqlc.Job) Job {
 	env := map[string]string{}
 	_ = json.Unmarshal(r.Env, &env)
+	var options JobOptions
+	if len(r.Options) > 0 {
+		_ = json.Unmarshal(r.Options, &options)
+	}
 	return Job{
-		ID: r.ID, PoolID: r.PoolID, SubmittedFor: uuidPtr(r.OrganisationID), SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
+		Options: options,
+		ID:      r.ID, PoolID: r.PoolID, SubmittedFor: uuidPtr(r.OrganisationID), SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
 		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
 		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
 		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
@@ -38,6 +43,7 @@ type NewJob struct {
 	Command        []string
 	Env            map[string]string
 	Claim          Claim
+	Options        JobOptions
 	Priority       int
 	MaxAttempts    int
 	IdempotencyKey *string
@@ -172,6 +178,15 @@ func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
 		p.MaxAttempts = append(p.MaxAttempts, int32(n.MaxAttempts))
 		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
 		p.Kinds = append(p.Kinds, n.Kind)
+		options := "" // none
+		if n.Options != (JobOptions{}) {
+			b, err := json.Marshal(n.Options)
+			if err != nil {
+				return p, err
+			}
+			options = string(b)
+		}
+		p.Options = append(p.Options, options)
 	}
 	return p, nil
 }
@@ -187,6 +202,7 @@ func newJob(n NewJob, r dbsqlc.InsertJobsRow, org uuid.NullUUID) Job {
 	}
 	return Job{
 		ID: r.ID, PoolID: n.PoolID, SubmittedFor: uuidPtr(org), SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
+		Options:  n.Options,
 		Priority: n.Priority, MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
 		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt,

@@ -16,6 +16,7 @@ func poolFromRow(r dbsqlc.Pool) Pool {
 		LeaseSeconds:          intPtr(r.LeaseSeconds),
 		QueueTimeoutHours:     intPtr(r.QueueTimeoutHours),
 		AllowUnenforcedMemory: r.AllowUnenforcedMemory,
+		AllowNetwork:          r.AllowNetwork,
 		CreatedAt:             r.CreatedAt,
 	}
 }
@@ -30,6 +31,7 @@ func (s *Querier) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
 		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
 		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
 		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
+		AllowNetwork:          p.AllowNetwork,
 	})
 	if err != nil {
 		return Pool{}, mapErr(err)
@@ -107,6 +109,7 @@ func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
 		LeaseSeconds:          int32Ptr(p.LeaseSeconds),
 		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
 		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
+		AllowNetwork:          p.AllowNetwork,
 	})
 	if err != nil {
 		return Pool{}, mapErr(err)

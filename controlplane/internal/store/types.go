@@ -20,6 +20,7 @@ type (
 	AuditEntry           = record.AuditEntry
 	JobState             = record.JobState
 	Claim                = record.Claim
+	JobOptions           = record.JobOptions
 	Job                  = record.Job
 	JobFilter            = record.JobFilter
 	JobEvent             = record.JobEvent

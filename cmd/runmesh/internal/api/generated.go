@@ -764,6 +764,8 @@ type CreatePoolInput struct {
 	QueueTimeoutHours *int    `json:"queueTimeoutHours"`
 	// Off unless set: see Pool.allowUnenforcedMemory.
 	AllowUnenforcedMemory *bool `json:"allowUnenforcedMemory"`
+	// Off unless set: see Pool.allowNetwork.
+	AllowNetwork *bool `json:"allowNetwork"`
 }
 
 // GetOrganisationId returns CreatePoolInput.OrganisationId, and is useful for accessing the field via an interface.
@@ -780,6 +782,9 @@ func (v *CreatePoolInput) GetQueueTimeoutHours() *int { return v.QueueTimeoutHou
 
 // GetAllowUnenforcedMemory returns CreatePoolInput.AllowUnenforcedMemory, and is useful for accessing the field via an interface.
 func (v *CreatePoolInput) GetAllowUnenforcedMemory() *bool { return v.AllowUnenforcedMemory }
+
+// GetAllowNetwork returns CreatePoolInput.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *CreatePoolInput) GetAllowNetwork() *bool { return v.AllowNetwork }
 
 // CreatePoolResponse is returned by CreatePool on success.
 type CreatePoolResponse struct {
@@ -1138,6 +1143,10 @@ type JobClaimInput struct {
 	MemoryMiB        int     `json:"memoryMiB"`
 	Gpus             int     `json:"gpus"`
 	WallClockSeconds int     `json:"wallClockSeconds"`
+	// A writable tmpfs at /scratch of this size, its bound enforced by the kernel
+	// (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
+	// must fit in memoryMiB. 0: no /scratch.
+	ScratchMiB int `json:"scratchMiB"`
 }
 
 // GetCores returns JobClaimInput.Cores, and is useful for accessing the field via an interface.
@@ -1151,6 +1160,9 @@ func (v *JobClaimInput) GetGpus() int { return v.Gpus }
 
 // GetWallClockSeconds returns JobClaimInput.WallClockSeconds, and is useful for accessing the field via an interface.
 func (v *JobClaimInput) GetWallClockSeconds() int { return v.WallClockSeconds }
+
+// GetScratchMiB returns JobClaimInput.ScratchMiB, and is useful for accessing the field via an interface.
+func (v *JobClaimInput) GetScratchMiB() int { return v.ScratchMiB }
 
 // JobEventsJobEventsJobEvent includes the requested fields of the GraphQL type JobEvent.
 type JobEventsJobEventsJobEvent struct {
@@ -1189,10 +1201,14 @@ type JobJob struct {
 	Image       string   `json:"image"`
 	Command     []string `json:"command"`
 	// Names only: values may be secrets.
-	EnvNames    []string    `json:"envNames"`
-	Claim       JobJobClaim `json:"claim"`
-	Priority    int         `json:"priority"`
-	MaxAttempts int         `json:"maxAttempts"`
+	EnvNames []string    `json:"envNames"`
+	Claim    JobJobClaim `json:"claim"`
+	// Whether it has a network (its pool allowed it when it was submitted).
+	Network bool `json:"network"`
+	// Its container's working directory; null: the image's.
+	WorkingDir  *string `json:"workingDir"`
+	Priority    int     `json:"priority"`
+	MaxAttempts int     `json:"maxAttempts"`
 	// The newest attempt (0 before the first lease). A lease that never reached its runner
 	// (its request ended first) takes a number but, up to three per job, is not counted against maxAttempts.
 	Attempt         int        `json:"attempt"`
@@ -1232,6 +1248,12 @@ func (v *JobJob) GetEnvNames() []string { return v.EnvNames }
 
 // GetClaim returns JobJob.Claim, and is useful for accessing the field via an interface.
 func (v *JobJob) GetClaim() JobJobClaim { return v.Claim }
+
+// GetNetwork returns JobJob.Network, and is useful for accessing the field via an interface.
+func (v *JobJob) GetNetwork() bool { return v.Network }
+
+// GetWorkingDir returns JobJob.WorkingDir, and is useful for accessing the field via an interface.
+func (v *JobJob) GetWorkingDir() *string { return v.WorkingDir }
 
 // GetPriority returns JobJob.Priority, and is useful for accessing the field via an interface.
 func (v *JobJob) GetPriority() int { return v.Priority }
@@ -1275,6 +1297,8 @@ type JobJobClaim struct {
 	MemoryMiB        int     `json:"memoryMiB"`
 	Gpus             int     `json:"gpus"`
 	WallClockSeconds int     `json:"wallClockSeconds"`
+	// The size of its /scratch tmpfs (0: none).
+	ScratchMiB int `json:"scratchMiB"`
 }
 
 // GetCores returns JobJobClaim.Cores, and is useful for accessing the field via an interface.
@@ -1288,6 +1312,9 @@ func (v *JobJobClaim) GetGpus() int { return v.Gpus }
 
 // GetWallClockSeconds returns JobJobClaim.WallClockSeconds, and is useful for accessing the field via an interface.
 func (v *JobJobClaim) GetWallClockSeconds() int { return v.WallClockSeconds }
+
+// GetScratchMiB returns JobJobClaim.ScratchMiB, and is useful for accessing the field via an interface.
+func (v *JobJobClaim) GetScratchMiB() int { return v.ScratchMiB }
 
 // JobJobEventsJobEventConnection includes the requested fields of the GraphQL type JobEventConnection.
 type JobJobEventsJobEventConnection struct {
@@ -1734,6 +1761,10 @@ type PoolPool struct {
 	// limits (runner.enforcesLimits false). Off by default: such a job could take
 	// more than it claimed from the jobs beside it.
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+	// Whether its jobs may ask for a network (`SubmitJobInput.network`): the host's
+	// rootless network, pasta or slirp4netns, instead of none. Off by default.
+	// Checked when a job is submitted.
+	AllowNetwork bool `json:"allowNetwork"`
 	// Jobs waiting in the queue.
 	Queued int `json:"queued"`
 	// GPUs of the pool's runners under holds.
@@ -1764,6 +1795,9 @@ func (v *PoolPool) GetQueueTimeoutHours() PoolPoolQueueTimeoutHoursIntSetting {
 
 // GetAllowUnenforcedMemory returns PoolPool.AllowUnenforcedMemory, and is useful for accessing the field via an interface.
 func (v *PoolPool) GetAllowUnenforcedMemory() bool { return v.AllowUnenforcedMemory }
+
+// GetAllowNetwork returns PoolPool.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *PoolPool) GetAllowNetwork() bool { return v.AllowNetwork }
 
 // GetQueued returns PoolPool.Queued, and is useful for accessing the field via an interface.
 func (v *PoolPool) GetQueued() int { return v.Queued }
@@ -1886,6 +1920,10 @@ type PoolSettings struct {
 	// limits (runner.enforcesLimits false). Off by default: such a job could take
 	// more than it claimed from the jobs beside it.
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+	// Whether its jobs may ask for a network (`SubmitJobInput.network`): the host's
+	// rootless network, pasta or slirp4netns, instead of none. Off by default.
+	// Checked when a job is submitted.
+	AllowNetwork bool `json:"allowNetwork"`
 }
 
 // GetId returns PoolSettings.Id, and is useful for accessing the field via an interface.
@@ -1904,6 +1942,9 @@ func (v *PoolSettings) GetQueueTimeoutHours() PoolSettingsQueueTimeoutHoursIntSe
 
 // GetAllowUnenforcedMemory returns PoolSettings.AllowUnenforcedMemory, and is useful for accessing the field via an interface.
 func (v *PoolSettings) GetAllowUnenforcedMemory() bool { return v.AllowUnenforcedMemory }
+
+// GetAllowNetwork returns PoolSettings.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *PoolSettings) GetAllowNetwork() bool { return v.AllowNetwork }
 
 // PoolSettingsLeaseSecondsIntSetting includes the requested fields of the GraphQL type IntSetting.
 // The GraphQL type's documentation follows.
@@ -2138,6 +2179,9 @@ func (v *ResetPoolLeaseUpdatePool) GetAllowUnenforcedMemory() bool {
 	return v.PoolSettings.AllowUnenforcedMemory
 }
 
+// GetAllowNetwork returns ResetPoolLeaseUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *ResetPoolLeaseUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
+
 func (v *ResetPoolLeaseUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -2173,6 +2217,8 @@ type __premarshalResetPoolLeaseUpdatePool struct {
 	QueueTimeoutHours PoolSettingsQueueTimeoutHoursIntSetting `json:"queueTimeoutHours"`
 
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+
+	AllowNetwork bool `json:"allowNetwork"`
 }
 
 func (v *ResetPoolLeaseUpdatePool) MarshalJSON() ([]byte, error) {
@@ -2191,6 +2237,7 @@ func (v *ResetPoolLeaseUpdatePool) __premarshalJSON() (*__premarshalResetPoolLea
 	retval.LeaseSeconds = v.PoolSettings.LeaseSeconds
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
+	retval.AllowNetwork = v.PoolSettings.AllowNetwork
 	return &retval, nil
 }
 
@@ -2231,6 +2278,9 @@ func (v *ResetPoolQueueTimeoutUpdatePool) GetAllowUnenforcedMemory() bool {
 	return v.PoolSettings.AllowUnenforcedMemory
 }
 
+// GetAllowNetwork returns ResetPoolQueueTimeoutUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *ResetPoolQueueTimeoutUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
+
 func (v *ResetPoolQueueTimeoutUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -2266,6 +2316,8 @@ type __premarshalResetPoolQueueTimeoutUpdatePool struct {
 	QueueTimeoutHours PoolSettingsQueueTimeoutHoursIntSetting `json:"queueTimeoutHours"`
 
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+
+	AllowNetwork bool `json:"allowNetwork"`
 }
 
 func (v *ResetPoolQueueTimeoutUpdatePool) MarshalJSON() ([]byte, error) {
@@ -2284,6 +2336,7 @@ func (v *ResetPoolQueueTimeoutUpdatePool) __premarshalJSON() (*__premarshalReset
 	retval.LeaseSeconds = v.PoolSettings.LeaseSeconds
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
+	retval.AllowNetwork = v.PoolSettings.AllowNetwork
 	return &retval, nil
 }
 
@@ -3314,6 +3367,12 @@ type SubmitJobInput struct {
 	MaxAttempts    int           `json:"maxAttempts"`
 	IdempotencyKey *string       `json:"idempotencyKey"`
 	Kind           string        `json:"kind"`
+	// The host's rootless network instead of none; refused unless the pool allows it (Pool.allowNetwork).
+	Network bool `json:"network"`
+	// The container's working directory: an absolute path the image has, or one under
+	// /scratch (created there). A directory the image lacks fails the job (its fault,
+	// not the host's).
+	WorkingDir *string `json:"workingDir"`
 }
 
 // GetPoolId returns SubmitJobInput.PoolId, and is useful for accessing the field via an interface.
@@ -3342,6 +3401,12 @@ func (v *SubmitJobInput) GetIdempotencyKey() *string { return v.IdempotencyKey }
 
 // GetKind returns SubmitJobInput.Kind, and is useful for accessing the field via an interface.
 func (v *SubmitJobInput) GetKind() string { return v.Kind }
+
+// GetNetwork returns SubmitJobInput.Network, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetNetwork() bool { return v.Network }
+
+// GetWorkingDir returns SubmitJobInput.WorkingDir, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetWorkingDir() *string { return v.WorkingDir }
 
 // SubmitJobResponse is returned by SubmitJob on success.
 type SubmitJobResponse struct {
@@ -3462,6 +3527,9 @@ func (v *UpdatePoolUpdatePool) GetAllowUnenforcedMemory() bool {
 	return v.PoolSettings.AllowUnenforcedMemory
 }
 
+// GetAllowNetwork returns UpdatePoolUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *UpdatePoolUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
+
 func (v *UpdatePoolUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -3497,6 +3565,8 @@ type __premarshalUpdatePoolUpdatePool struct {
 	QueueTimeoutHours PoolSettingsQueueTimeoutHoursIntSetting `json:"queueTimeoutHours"`
 
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+
+	AllowNetwork bool `json:"allowNetwork"`
 }
 
 func (v *UpdatePoolUpdatePool) MarshalJSON() ([]byte, error) {
@@ -3515,6 +3585,7 @@ func (v *UpdatePoolUpdatePool) __premarshalJSON() (*__premarshalUpdatePoolUpdate
 	retval.LeaseSeconds = v.PoolSettings.LeaseSeconds
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
+	retval.AllowNetwork = v.PoolSettings.AllowNetwork
 	return &retval, nil
 }
 
@@ -4033,6 +4104,7 @@ type __UpdatePoolInput struct {
 	LeaseSeconds          *int    `json:"leaseSeconds,omitempty"`
 	QueueTimeoutHours     *int    `json:"queueTimeoutHours,omitempty"`
 	AllowUnenforcedMemory *bool   `json:"allowUnenforcedMemory,omitempty"`
+	AllowNetwork          *bool   `json:"allowNetwork,omitempty"`
 }
 
 // GetId returns __UpdatePoolInput.Id, and is useful for accessing the field via an interface.
@@ -4049,6 +4121,9 @@ func (v *__UpdatePoolInput) GetQueueTimeoutHours() *int { return v.QueueTimeoutH
 
 // GetAllowUnenforcedMemory returns __UpdatePoolInput.AllowUnenforcedMemory, and is useful for accessing the field via an interface.
 func (v *__UpdatePoolInput) GetAllowUnenforcedMemory() *bool { return v.AllowUnenforcedMemory }
+
+// GetAllowNetwork returns __UpdatePoolInput.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *__UpdatePoolInput) GetAllowNetwork() *bool { return v.AllowNetwork }
 
 // The query executed by Admins.
 const Admins_Operation = `
@@ -4755,7 +4830,10 @@ query Job ($id: ID!) {
 			memoryMiB
 			gpus
 			wallClockSeconds
+			scratchMiB
 		}
+		network
+		workingDir
 		priority
 		maxAttempts
 		attempt
@@ -5131,6 +5209,7 @@ query Pool ($id: ID!) {
 			default
 		}
 		allowUnenforcedMemory
+		allowNetwork
 		queued
 		heldGpus
 		runnerSeen
@@ -5320,6 +5399,7 @@ fragment PoolSettings on Pool {
 		default
 	}
 	allowUnenforcedMemory
+	allowNetwork
 }
 `
 
@@ -5369,6 +5449,7 @@ fragment PoolSettings on Pool {
 		default
 	}
 	allowUnenforcedMemory
+	allowNetwork
 }
 `
 
@@ -5984,8 +6065,8 @@ func SubmitJobs(
 
 // The mutation executed by UpdatePool.
 const UpdatePool_Operation = `
-mutation UpdatePool ($id: ID!, $name: String, $leaseSeconds: Int, $queueTimeoutHours: Int, $allowUnenforcedMemory: Boolean) {
-	updatePool(input: {id:$id,name:$name,leaseSeconds:$leaseSeconds,queueTimeoutHours:$queueTimeoutHours,allowUnenforcedMemory:$allowUnenforcedMemory}) {
+mutation UpdatePool ($id: ID!, $name: String, $leaseSeconds: Int, $queueTimeoutHours: Int, $allowUnenforcedMemory: Boolean, $allowNetwork: Boolean) {
+	updatePool(input: {id:$id,name:$name,leaseSeconds:$leaseSeconds,queueTimeoutHours:$queueTimeoutHours,allowUnenforcedMemory:$allowUnenforcedMemory,allowNetwork:$allowNetwork}) {
 		... PoolSettings
 	}
 }
@@ -6003,6 +6084,7 @@ fragment PoolSettings on Pool {
 		default
 	}
 	allowUnenforcedMemory
+	allowNetwork
 }
 `
 
@@ -6016,6 +6098,7 @@ func UpdatePool(
 	leaseSeconds *int,
 	queueTimeoutHours *int,
 	allowUnenforcedMemory *bool,
+	allowNetwork *bool,
 ) (data_ *UpdatePoolResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "UpdatePool",
@@ -6026,6 +6109,7 @@ func UpdatePool(
 			LeaseSeconds:          leaseSeconds,
 			QueueTimeoutHours:     queueTimeoutHours,
 			AllowUnenforcedMemory: allowUnenforcedMemory,
+			AllowNetwork:          allowNetwork,
 		},
 	}
 

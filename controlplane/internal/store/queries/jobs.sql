@@ -529,8 +529,8 @@ FROM set_config('synchronous_commit', 'off', true),
 -- already used in the pool insert nothing; the caller reads those jobs back.
 -- The jobs come as one array a field (as FinishAttempts's outcomes do, and
 -- why): stand-ins for nil are the nil UUID and an empty key, and a job's
--- command and env come as an array literal and a JSON object each. Jobs
--- without a key are inserted without ON CONFLICT: its speculative insert
+-- command and env come as an array literal and a JSON object each, and its
+-- options as a JSON object or '' for none. Jobs without a key are inserted without ON CONFLICT: its speculative insert
 -- costs each row a lock and a second WAL record, for keys they have not.
 -- It returns what the database decided of each new job; the caller has
 -- the rest (writing out and reading back whole rows cost both sides).
@@ -539,24 +539,25 @@ WITH v AS (
         unnest(@ids::uuid[]), unnest(@submitted_by::uuid[]), unnest(@images::text[]), unnest(@commands::text[]),
         unnest(@envs::text[]), unnest(@cores::float8[]), unnest(@memory_mib::bigint[]), unnest(@gpus::int[]),
         unnest(@wall_clock_seconds::int[]), unnest(@priorities::int[]), unnest(@max_attempts::int[]),
-        unnest(@idempotency_keys::text[]), unnest(@kinds::text[])
+        unnest(@idempotency_keys::text[]), unnest(@kinds::text[]), unnest(@options::text[])
     ) AS v (id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts,
-            idempotency_key, kind)
+            idempotency_key, kind, options)
 ),
 unkeyed AS (
     INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                      priority, max_attempts, kind)
+                      priority, max_attempts, kind, options)
     SELECT v.id, @pool_id, sqlc.narg('organisation_id')::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
-           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind,
+           nullif(v.options, '')::jsonb
     FROM v WHERE v.idempotency_key = ''
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
     INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                      priority, max_attempts, idempotency_key, kind)
+                      priority, max_attempts, idempotency_key, kind, options)
     SELECT v.id, @pool_id, sqlc.narg('organisation_id')::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
-           v.idempotency_key, v.kind
+           v.idempotency_key, v.kind, nullif(v.options, '')::jsonb
     FROM v WHERE v.idempotency_key <> ''
     ON CONFLICT (pool_id, organisation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at

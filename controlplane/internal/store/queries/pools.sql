@@ -1,6 +1,6 @@
 -- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory)
-VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'), @allow_unenforced_memory)
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network)
+VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'), @allow_unenforced_memory, @allow_network)
 RETURNING *;
 
 -- name: ListPools :many
@@ -32,7 +32,8 @@ UPDATE pools
 SET name = @name,
     lease_seconds = sqlc.narg('lease_seconds'),
     queue_timeout_hours = sqlc.narg('queue_timeout_hours'),
-    allow_unenforced_memory = @allow_unenforced_memory
+    allow_unenforced_memory = @allow_unenforced_memory,
+    allow_network = @allow_network
 WHERE id = @id
 RETURNING *;
 

@@ -142,7 +142,14 @@ SET agent_version     = v.agent_version,
     cores             = v.cores,
     memory_mib        = v.memory_mib,
     gpu_count         = v.gpu_count,
-    gpus_healthy      = v.gpus_healthy,
+    -- A GPU the server holds a fault against is not healthy, whatever the
+    -- report says (a restarted agent knows nothing of it): placement
+    -- counts only healthy GPUs. (r.gpu_faults is the row as it was: a
+    -- fault new in this beat comes with its GPU reported unhealthy.)
+    gpus_healthy      = CASE WHEN r.gpu_faults = '[]' THEN v.gpus_healthy
+                             ELSE v.gpus_healthy - (SELECT count(*) FROM jsonb_array_elements(v.gpus) g
+                                                    WHERE (g->>'healthy')::boolean
+                                                      AND r.gpu_faults @> jsonb_build_array(jsonb_build_object('uuid', g->'uuid')))::int END,
     enforces_limits   = v.enforces_memory,
     quarantined_at    = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN coalesce($1::timestamptz, now()) ELSE r.quarantined_at END,
     quarantine_reason = CASE WHEN r.quarantined_at IS NULL AND v.drift <> '' THEN v.drift ELSE r.quarantine_reason END,
@@ -157,14 +164,14 @@ FROM jsonb_to_recordset($2::jsonb) AS v (
         cores float8, memory_mib bigint, gpu_count int, gpus_healthy int, enforces_memory boolean, drift text,
         new_gpu_faults jsonb)
 WHERE r.id = v.id AND r.status = 'APPROVED'
-RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining,
+RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draining, r.gpu_faults,
           -- Set by this statement: the drift just quarantined it, or a
           -- GPU fault was kept.
           (v.drift <> '' AND r.quarantine_reason = v.drift
            AND r.quarantined_at = coalesce($1::timestamptz, now())
            OR v.new_gpu_faults IS NOT NULL)::boolean AS changed
 )
-SELECT u.id, u.quarantined, u.draining
+SELECT u.id, u.quarantined, u.draining, u.gpu_faults
 FROM updated u
 LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.changed) n ON true
 `
@@ -178,9 +185,12 @@ type RecordHeartbeatsRow struct {
 	ID          uuid.UUID
 	Quarantined bool
 	Draining    bool
+	GpuFaults   []byte
 }
 
-// One statement for a batch of heartbeats, passed as one JSON array. A runner that is no longer
+// One statement for a batch of heartbeats, passed as one JSON array. Each
+// runner's GPU faults as this beat leaves them come back: the answer says
+// them, whatever a replica's cache of the runner holds. A runner that is no longer
 // approved matches nothing, and so is not recorded. A drift reason
 // quarantines a runner that is not quarantined already (the first reason
 // is kept), and the same statement tells every replica (caches,
@@ -194,7 +204,12 @@ func (q *Queries) RecordHeartbeats(ctx context.Context, db DBTX, arg RecordHeart
 	var items []RecordHeartbeatsRow
 	for rows.Next() {
 		var i RecordHeartbeatsRow
-		if err := rows.Scan(&i.ID, &i.Quarantined, &i.Draining); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Quarantined,
+			&i.Draining,
+			&i.GpuFaults,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

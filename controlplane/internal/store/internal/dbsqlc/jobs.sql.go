@@ -83,13 +83,13 @@ leased AS (
         lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM r
     WHERE j.id = ANY(ARRAY(SELECT id FROM fitting))
-    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id
+    RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM leased ORDER BY priority DESC, submitted_at, id
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM leased ORDER BY priority DESC, submitted_at, id
 `
 
 type ClaimJobsParams struct {
@@ -136,6 +136,7 @@ type ClaimJobsRow struct {
 	LeasedAt         *time.Time
 	LeaseHeardAt     *time.Time
 	OrganisationID   uuid.NullUUID
+	Options          []byte
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -215,6 +216,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -326,7 +328,7 @@ func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunP
 }
 
 const expiredLeases = `-- name: ExpiredLeases :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id,
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options,
        (j.state = 'LEASED' AND j.lease_heard_at IS NULL
         AND coalesce(r.last_heartbeat_at > j.leased_at + (j.lease_expires_at - j.leased_at) / 2, false))::boolean AS unheard
 FROM jobs j LEFT JOIN runners r ON r.id = j.runner_id
@@ -389,6 +391,7 @@ func (q *Queries) ExpiredLeases(ctx context.Context, db DBTX, arg ExpiredLeasesP
 			&i.Job.LeasedAt,
 			&i.Job.LeaseHeardAt,
 			&i.Job.OrganisationID,
+			&i.Job.Options,
 			&i.Unheard,
 		); err != nil {
 			return nil, err
@@ -610,7 +613,7 @@ func (q *Queries) GetHold(ctx context.Context, db DBTX, id uuid.UUID) (GpuHold, 
 }
 
 const getJob = `-- name: GetJob :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   -- An organisation's jobs: those of its pools, and those it submitted to
   -- the platform's.
@@ -655,12 +658,13 @@ func (q *Queries) GetJob(ctx context.Context, db DBTX, arg GetJobParams) (Job, e
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
 		&i.OrganisationID,
+		&i.Options,
 	)
 	return i, err
 }
 
 const getJobForUpdate = `-- name: GetJobForUpdate :one
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = $1
   -- An organisation's jobs: those of its pools, and those it submitted to
   -- the platform's.
@@ -706,6 +710,7 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, db DBTX, arg GetJobForUpd
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
 		&i.OrganisationID,
+		&i.Options,
 	)
 	return i, err
 }
@@ -757,28 +762,29 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 
 const insertJobs = `-- name: InsertJobs :many
 WITH v AS (
-    SELECT id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind FROM ROWS FROM (
+    SELECT id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, options FROM ROWS FROM (
         unnest($1::uuid[]), unnest($2::uuid[]), unnest($3::text[]), unnest($4::text[]),
         unnest($5::text[]), unnest($6::float8[]), unnest($7::bigint[]), unnest($8::int[]),
         unnest($9::int[]), unnest($10::int[]), unnest($11::int[]),
-        unnest($12::text[]), unnest($13::text[])
+        unnest($12::text[]), unnest($13::text[]), unnest($14::text[])
     ) AS v (id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts,
-            idempotency_key, kind)
+            idempotency_key, kind, options)
 ),
 unkeyed AS (
     INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                      priority, max_attempts, kind)
-    SELECT v.id, $14, $15::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
-           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind
+                      priority, max_attempts, kind, options)
+    SELECT v.id, $15, $16::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+           v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts, v.kind,
+           nullif(v.options, '')::jsonb
     FROM v WHERE v.idempotency_key = ''
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
 ),
 keyed AS (
     INSERT INTO jobs (id, pool_id, organisation_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds,
-                      priority, max_attempts, idempotency_key, kind)
-    SELECT v.id, $14, $15::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
+                      priority, max_attempts, idempotency_key, kind, options)
+    SELECT v.id, $15, $16::uuid, nullif(v.submitted_by, '00000000-0000-0000-0000-000000000000'), v.image, v.command::text[],
            v.env::jsonb, v.cores, v.memory_mib, v.gpus, v.wall_clock_seconds, v.priority, v.max_attempts,
-           v.idempotency_key, v.kind
+           v.idempotency_key, v.kind, nullif(v.options, '')::jsonb
     FROM v WHERE v.idempotency_key <> ''
     ON CONFLICT (pool_id, organisation_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, state, state_reason, attempt, undelivered, available_at, cancel_requested, submitted_at
@@ -806,6 +812,7 @@ type InsertJobsParams struct {
 	MaxAttempts      []int32
 	IdempotencyKeys  []string
 	Kinds            []string
+	Options          []string
 	PoolID           uuid.UUID
 	OrganisationID   uuid.NullUUID
 }
@@ -826,8 +833,8 @@ type InsertJobsRow struct {
 // already used in the pool insert nothing; the caller reads those jobs back.
 // The jobs come as one array a field (as FinishAttempts's outcomes do, and
 // why): stand-ins for nil are the nil UUID and an empty key, and a job's
-// command and env come as an array literal and a JSON object each. Jobs
-// without a key are inserted without ON CONFLICT: its speculative insert
+// command and env come as an array literal and a JSON object each, and its
+// options as a JSON object or ” for none. Jobs without a key are inserted without ON CONFLICT: its speculative insert
 // costs each row a lock and a second WAL record, for keys they have not.
 // It returns what the database decided of each new job; the caller has
 // the rest (writing out and reading back whole rows cost both sides).
@@ -846,6 +853,7 @@ func (q *Queries) InsertJobs(ctx context.Context, db DBTX, arg InsertJobsParams)
 		arg.MaxAttempts,
 		arg.IdempotencyKeys,
 		arg.Kinds,
+		arg.Options,
 		arg.PoolID,
 		arg.OrganisationID,
 	)
@@ -902,7 +910,7 @@ func (q *Queries) InsertLogChunk(ctx context.Context, db DBTX, arg InsertLogChun
 }
 
 const jobByIdempotencyKey = `-- name: JobByIdempotencyKey :one
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM jobs
 WHERE pool_id = $1 AND idempotency_key = $2
   AND organisation_id IS NOT DISTINCT FROM $3::uuid
 `
@@ -945,6 +953,7 @@ func (q *Queries) JobByIdempotencyKey(ctx context.Context, db DBTX, arg JobByIde
 		&i.LeasedAt,
 		&i.LeaseHeardAt,
 		&i.OrganisationID,
+		&i.Options,
 	)
 	return i, err
 }
@@ -1172,7 +1181,7 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 }
 
 const listJobs = `-- name: ListJobs :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM jobs
 WHERE ($1::text IS NULL OR state = $1)
   AND ($2::uuid IS NULL OR id < $2)
   AND ($3::uuid IS NULL OR id >= $3)
@@ -1247,6 +1256,7 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -1259,9 +1269,9 @@ func (q *Queries) ListJobs(ctx context.Context, db DBTX, arg ListJobsParams) ([]
 }
 
 const listJobsInPools = `-- name: ListJobsInPools :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM pools p
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM pools p
 CROSS JOIN LATERAL (
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM jobs
      -- The pool as a range and in the order: with an equality the planner
      -- drops the pool from the order and may walk the primary key instead,
      -- past every other pool's jobs (it guesses each pool holds an even
@@ -1278,7 +1288,7 @@ CROSS JOIN LATERAL (
      ORDER BY jobs.pool_id DESC, jobs.id DESC
      LIMIT $8)
     UNION ALL
-    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+    (SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM jobs
      WHERE jobs.pool_id = p.id AND (jobs.state = 'LEASED' OR jobs.state = 'RUNNING')
        AND ($1::text IS NULL OR jobs.state = $1)
        AND ($2::uuid IS NULL OR jobs.id < $2)
@@ -1366,6 +1376,7 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -1378,7 +1389,7 @@ func (q *Queries) ListJobsInPools(ctx context.Context, db DBTX, arg ListJobsInPo
 }
 
 const listJobsSubmittedBy = `-- name: ListJobsSubmittedBy :many
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id FROM jobs
+SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM jobs
 WHERE organisation_id = $1
   AND ($2::uuid IS NULL OR pool_id = $2)
   AND ($3::text IS NULL OR state = $3)
@@ -1456,6 +1467,7 @@ func (q *Queries) ListJobsSubmittedBy(ctx context.Context, db DBTX, arg ListJobs
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -1975,7 +1987,7 @@ func (q *Queries) TickMaintenanceClock(ctx context.Context, db DBTX, duty string
 }
 
 const timedOutJobs = `-- name: TimedOutJobs :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE (j.state = 'QUEUED' OR j.state = 'BLOCKED')
   AND j.submitted_at + make_interval(hours => coalesce(p.queue_timeout_hours, $1::int))
       < coalesce($2::timestamptz, now())
@@ -2033,6 +2045,7 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -2067,7 +2080,7 @@ func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) (
 }
 
 const unblockable = `-- name: Unblockable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j
 WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2115,6 +2128,7 @@ func (q *Queries) Unblockable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -2172,7 +2186,7 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 }
 
 const unplaceable = `-- name: Unplaceable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2223,6 +2237,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}
@@ -2235,7 +2250,7 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unplaceableSince = `-- name: UnplaceableSince :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
@@ -2291,6 +2306,7 @@ func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg Unplaceable
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}

@@ -112,6 +112,7 @@ type Job struct {
 	LeasedAt         *time.Time
 	LeaseHeardAt     *time.Time
 	OrganisationID   uuid.NullUUID
+	Options          []byte
 }
 
 type JobEvent struct {
@@ -167,6 +168,7 @@ type Pool struct {
 	QueueTimeoutHours     *int32
 	CreatedAt             time.Time
 	AllowUnenforcedMemory bool
+	AllowNetwork          bool
 }
 
 type RunmeshPlacement struct {

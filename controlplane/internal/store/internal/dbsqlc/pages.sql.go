@@ -140,7 +140,7 @@ func (q *Queries) HoldsOfRunners(ctx context.Context, db DBTX, arg HoldsOfRunner
 }
 
 const jobsByID = `-- name: JobsByID :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id FROM jobs j JOIN pools p ON p.id = j.pool_id
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j JOIN pools p ON p.id = j.pool_id
 WHERE j.id = ANY($1::uuid[])
   AND ($2::boolean OR p.organisation_id = $3::uuid
        OR (p.organisation_id IS NULL AND j.organisation_id = $3::uuid))
@@ -189,6 +189,7 @@ func (q *Queries) JobsByID(ctx context.Context, db DBTX, arg JobsByIDParams) ([]
 			&i.LeasedAt,
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
+			&i.Options,
 		); err != nil {
 			return nil, err
 		}

@@ -12,9 +12,9 @@ import (
 )
 
 const createPool = `-- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory)
-VALUES ($1, $2, $3, $4, $5)
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network)
+VALUES ($1, $2, $3, $4, $5, $6)
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network
 `
 
 type CreatePoolParams struct {
@@ -23,6 +23,7 @@ type CreatePoolParams struct {
 	LeaseSeconds          *int32
 	QueueTimeoutHours     *int32
 	AllowUnenforcedMemory bool
+	AllowNetwork          bool
 }
 
 func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams) (Pool, error) {
@@ -32,6 +33,7 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		arg.LeaseSeconds,
 		arg.QueueTimeoutHours,
 		arg.AllowUnenforcedMemory,
+		arg.AllowNetwork,
 	)
 	var i Pool
 	err := row.Scan(
@@ -42,12 +44,13 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
+		&i.AllowNetwork,
 	)
 	return i, err
 }
 
 const getPool = `-- name: GetPool :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 `
@@ -69,12 +72,13 @@ func (q *Queries) GetPool(ctx context.Context, db DBTX, arg GetPoolParams) (Pool
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
+		&i.AllowNetwork,
 	)
 	return i, err
 }
 
 const getPoolForUpdate = `-- name: GetPoolForUpdate :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 FOR UPDATE
@@ -99,12 +103,13 @@ func (q *Queries) GetPoolForUpdate(ctx context.Context, db DBTX, arg GetPoolForU
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
+		&i.AllowNetwork,
 	)
 	return i, err
 }
 
 const getUsablePool = `-- name: GetUsablePool :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
 `
@@ -128,12 +133,13 @@ func (q *Queries) GetUsablePool(ctx context.Context, db DBTX, arg GetUsablePoolP
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
+		&i.AllowNetwork,
 	)
 	return i, err
 }
 
 const listPools = `-- name: ListPools :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE ($1::boolean OR organisation_id = $2::uuid OR (organisation_id IS NULL AND $2::uuid IS NOT NULL))
   AND (NOT $3::boolean OR organisation_id IS NULL)
   AND ($4::uuid IS NULL OR organisation_id = $4)
@@ -173,6 +179,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
+			&i.AllowNetwork,
 		); err != nil {
 			return nil, err
 		}
@@ -185,7 +192,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 }
 
 const poolsByIDs = `-- name: PoolsByIDs :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE id = ANY($1::uuid[])
   AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
 `
@@ -215,6 +222,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
+			&i.AllowNetwork,
 		); err != nil {
 			return nil, err
 		}
@@ -227,7 +235,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 }
 
 const poolsByOrganisations = `-- name: PoolsByOrganisations :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
 WHERE organisation_id = ANY($1::uuid[])
 ORDER BY name
 `
@@ -249,6 +257,7 @@ func (q *Queries) PoolsByOrganisations(ctx context.Context, db DBTX, organisatio
 			&i.QueueTimeoutHours,
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
+			&i.AllowNetwork,
 		); err != nil {
 			return nil, err
 		}
@@ -265,9 +274,10 @@ UPDATE pools
 SET name = $1,
     lease_seconds = $2,
     queue_timeout_hours = $3,
-    allow_unenforced_memory = $4
-WHERE id = $5
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory
+    allow_unenforced_memory = $4,
+    allow_network = $5
+WHERE id = $6
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network
 `
 
 type UpdatePoolParams struct {
@@ -275,6 +285,7 @@ type UpdatePoolParams struct {
 	LeaseSeconds          *int32
 	QueueTimeoutHours     *int32
 	AllowUnenforcedMemory bool
+	AllowNetwork          bool
 	ID                    uuid.UUID
 }
 
@@ -284,6 +295,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		arg.LeaseSeconds,
 		arg.QueueTimeoutHours,
 		arg.AllowUnenforcedMemory,
+		arg.AllowNetwork,
 		arg.ID,
 	)
 	var i Pool
@@ -295,6 +307,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		&i.QueueTimeoutHours,
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
+		&i.AllowNetwork,
 	)
 	return i, err
 }
