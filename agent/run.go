@@ -246,6 +246,7 @@ func (d *daemon) wire(ctx context.Context) error {
 		Health: d.health.reg, Beats: d.health.heartbeat, NVML: d.health.nvml, GPUs: d.health.gpu,
 		Leases:   w.Held,
 		Recovery: w.Recovery,
+		Images:   w.ImageStates,
 		Observe: func(b heartbeat.Beat) {
 			if b.Err != nil {
 				d.metrics.Heartbeat("error")

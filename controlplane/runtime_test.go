@@ -29,10 +29,10 @@ func TestJobOptionsAreCheckedAndReachTheLease(t *testing.T) {
 	before := b.count(t, "SELECT count(*) FROM jobs")
 	for name, in := range map[string]map[string]any{
 		"a network in a pool that does not allow one": jobInput(b.poolA.ID, with(map[string]any{"network": true}, nil)),
-		"a relative working directory":                 jobInput(b.poolA.ID, with(map[string]any{"workingDir": "work"}, nil)),
-		"a working directory with ..":                  jobInput(b.poolA.ID, with(map[string]any{"workingDir": "/a/../b"}, nil)),
-		"scratch beyond the memory claim":              jobInput(b.poolA.ID, with(nil, map[string]any{"memoryMiB": 8, "scratchMiB": 16})),
-		"negative scratch":                             jobInput(b.poolA.ID, with(nil, map[string]any{"scratchMiB": -1})),
+		"a relative working directory":                jobInput(b.poolA.ID, with(map[string]any{"workingDir": "work"}, nil)),
+		"a working directory with ..":                 jobInput(b.poolA.ID, with(map[string]any{"workingDir": "/a/../b"}, nil)),
+		"scratch beyond the memory claim":             jobInput(b.poolA.ID, with(nil, map[string]any{"memoryMiB": 8, "scratchMiB": 16})),
+		"negative scratch":                            jobInput(b.poolA.ID, with(nil, map[string]any{"scratchMiB": -1})),
 	} {
 		_, code := b.submit(t, b.platform, in)
 		require.Equal(t, "BAD_INPUT", code, name)

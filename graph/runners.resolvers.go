@@ -118,6 +118,11 @@ func (r *mutationResolver) ClearGPUHealth(ctx context.Context, runnerID uuid.UUI
 	return &runner, nil
 }
 
+// Images is the resolver for the images field.
+func (r *runnerResolver) Images(ctx context.Context, obj *record.Runner) ([]model.RunnerImage, error) {
+	return runnerImages(obj), nil
+}
+
 // Pool is the resolver for the pool field.
 func (r *runnerResolver) Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error) {
 	return loadPool(ctx, obj.PoolID)

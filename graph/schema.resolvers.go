@@ -64,6 +64,7 @@ func (r *mutationResolver) CreatePool(ctx context.Context, input model.CreatePoo
 		QueueTimeoutHours:     input.QueueTimeoutHours,
 		AllowUnenforcedMemory: input.AllowUnenforcedMemory != nil && *input.AllowUnenforcedMemory,
 		AllowNetwork:          input.AllowNetwork != nil && *input.AllowNetwork,
+		Images:                input.Images,
 	})
 	if err != nil {
 		return nil, err
@@ -80,6 +81,7 @@ func (r *mutationResolver) UpdatePool(ctx context.Context, input model.UpdatePoo
 		QueueTimeoutHours:     settingChange(input.QueueTimeoutHours),
 		AllowUnenforcedMemory: input.AllowUnenforcedMemory,
 		AllowNetwork:          input.AllowNetwork,
+		Images:                input.Images,
 	})
 	if err != nil {
 		return nil, err
@@ -137,6 +139,11 @@ func (r *poolResolver) LeaseSeconds(ctx context.Context, obj *record.Pool) (*mod
 // QueueTimeoutHours is the resolver for the queueTimeoutHours field.
 func (r *poolResolver) QueueTimeoutHours(ctx context.Context, obj *record.Pool) (*model.IntSetting, error) {
 	return setting(obj.QueueTimeoutHours, r.Defaults.QueueTimeoutHours), nil
+}
+
+// Images is the resolver for the images field.
+func (r *poolResolver) Images(ctx context.Context, obj *record.Pool) ([]model.PoolImage, error) {
+	return r.poolImages(ctx, obj)
 }
 
 // RunnerSeen is the resolver for the runnerSeen field.

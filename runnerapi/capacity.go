@@ -28,6 +28,8 @@ type Capacity struct {
 	// Limits says which limits the runner's job containers are held to.
 	// An agent that does not say enforces nothing.
 	Limits *LimitEnforcement `json:"limits,omitempty"`
+	// Images is what the runner has of its pool's images.
+	Images []ImageState `json:"images,omitempty"`
 }
 
 // LimitEnforcement is what the agent proved about its job containers at
@@ -121,6 +123,9 @@ type HeartbeatResponse struct {
 	// the server's word, until an administrator clears it
 	// (clearGpuHealth), whatever the agent remembers.
 	GPUFaults []GPUFault `json:"gpu_faults,omitempty"`
+	// PoolImages are the runner's pool's images (Pool.images), which it
+	// pulls before it takes work that needs them.
+	PoolImages []string `json:"pool_images,omitempty"`
 }
 
 // Bounds on what a runner may claim: beyond them the report is impossible,
@@ -184,6 +189,9 @@ func CheckCapacity(c Capacity) error {
 		return err
 	}
 	if err := checkGPUs(c.GPUs); err != nil {
+		return err
+	}
+	if err := checkImages(c.Images); err != nil {
 		return err
 	}
 	return checkLabels(c.Labels)

@@ -37,6 +37,10 @@ type LeaseRequest struct {
 	// AgentInstance is the asking agent's (RecoveryProof.AgentInstance):
 	// work goes only to the instance whose survivor check the server has.
 	AgentInstance string `json:"agent_instance"`
+	// UnavailableImages are images the runner cannot run now (a pool
+	// image it has not pulled yet, or could not): no job naming one is
+	// leased to it.
+	UnavailableImages []string `json:"unavailable_images,omitempty"`
 }
 
 // RecoveryProof is what an agent's survivor check found, sent in a

@@ -153,6 +153,61 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.NotContains(t, j["stateReason"], "host fault")
 	})
 
+	t.Run("pool images: pulled before work; one the host cannot have holds back only the jobs naming it", func(t *testing.T) {
+		sb.must("user", "podman", "tag", busybox, "localhost/busybox:pinned")
+		wrongPin := "localhost/busybox:pinned@sha256:" + strings.Repeat("0", 64)
+		images := []string{busybox, "localhost/absent:latest", wrongPin}
+		setImages := func(list []string) {
+			srv.GraphQL(t, `mutation($id: ID!, $im: [String!]) { updatePool(input: {id: $id, images: $im}) { id } }`,
+				map[string]any{"id": poolID, "im": list})
+		}
+		setImages(images)
+		defer setImages([]string{})
+		states := func() map[string]map[string]any {
+			out := map[string]map[string]any{}
+			r := srv.GraphQL(t, `query($id: ID!) { runner(id: $id) { images { image state digest error } } }`, map[string]any{"id": runnerID})
+			for _, im := range r["runner"].(map[string]any)["images"].([]any) {
+				out[im.(map[string]any)["image"].(string)] = im.(map[string]any)
+			}
+			return out
+		}
+		// The running agent hears of the list at its next heartbeat.
+		e2e.Eventually(t, 30*time.Second, "every pool image tried", func() bool {
+			st := states()
+			return len(st) == 3 && st[busybox]["state"] == "PULLED" && st["localhost/absent:latest"]["state"] == "FAILED" && st[wrongPin]["state"] == "MISMATCH"
+		})
+		st := states()
+		require.Regexp(t, `^sha256:[0-9a-f]{64}$`, st[busybox]["digest"])
+		require.Contains(t, st["localhost/absent:latest"]["error"], "could not be pulled on this host")
+		require.Contains(t, st[wrongPin]["error"], "the pool pins sha256:0000")
+
+		// A job naming an image the runner cannot have waits (no attempt,
+		// no host fault); the others run.
+		absent := submit("localhost/absent:latest", []string{"true"}, 60, map[string]any{"maxAttempts": 1})
+		pinned := submit("localhost/busybox:pinned", []string{"true"}, 60, nil)
+		defer srv.GraphQL(t, `mutation($a: ID!, $b: ID!) { a: cancelJob(id: $a) { id } b: cancelJob(id: $b) { id } }`, map[string]any{"a": absent, "b": pinned})
+
+		// After a restart the images are tried again before any work.
+		sb.must("exec", "sh", "-c", "systemctl kill -s KILL runmesh-agent; systemctl reset-failed runmesh-agent; systemctl restart runmesh-agent")
+		since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+		ok := submit(busybox, []string{"echo", "ran"}, 60, nil)
+		require.Equal(t, "ran\n", waitState(ok, 60*time.Second, "SUCCEEDED")["logs"])
+		var journal string
+		e2e.Eventually(t, 10*time.Second, "the lease in the agent's journal", func() bool {
+			journal = sb.must("exec", "journalctl", "-u", "runmesh-agent", "--since", since, "--no-pager", "-o", "cat")
+			return strings.Contains(journal, `"msg":"lease taken"`)
+		})
+		// This start's lines only.
+		journal = journal[strings.LastIndex(journal, "Starting runmesh-agent.service"):]
+		ready, taken := strings.Index(journal, `"msg":"pool image ready"`), strings.Index(journal, `"msg":"lease taken"`)
+		require.True(t, ready >= 0 && taken > ready, "the pool's images before the first lease:\n%s", journal)
+		for _, id := range []string{absent, pinned} {
+			j := job(id)
+			require.Equal(t, "QUEUED", j["state"], id)
+			require.EqualValues(t, 0, j["attempt"], "never leased to a runner that cannot have its image")
+		}
+	})
+
 	t.Run("kill -9 of the agent mid-job: the job goes on and is adopted", func(t *testing.T) {
 		id := submit(busybox, []string{"sh", "-c", "echo before; sleep 8; echo after"}, 120, nil)
 		j := waitState(id, 60*time.Second, "RUNNING")

@@ -88,10 +88,11 @@ func (a *app) createPoolCommand() *cobra.Command {
 	var org string
 	var lease, timeout int
 	var unenforced, network bool
+	var images []string
 	c := a.single("create-pool NAME", "Mutation.createPool", "Create a pool (a platform admin without --organisation: a platform pool)", cobra.ExactArgs(1),
 		func(ctx context.Context, c graphql.Client, args []string) (any, error) {
 			in := api.CreatePoolInput{Name: args[0], OrganisationId: opt(org), LeaseSeconds: optInt(lease), QueueTimeoutHours: optInt(timeout), AllowUnenforcedMemory: &unenforced,
-				AllowNetwork: &network}
+				AllowNetwork: &network, Images: images}
 			return api.CreatePool(ctx, c, in)
 		})
 	c.Flags().StringVar(&org, "organisation", "", "the organisation's id (platform admins)")
@@ -99,12 +100,14 @@ func (a *app) createPoolCommand() *cobra.Command {
 	c.Flags().IntVar(&timeout, "queue-timeout-hours", 0, "how long a job may wait (0: the default)")
 	c.Flags().BoolVar(&unenforced, "allow-unenforced-memory", false, "memory-claiming jobs may run where memory limits are not enforced")
 	c.Flags().BoolVar(&network, "allow-network", false, "its jobs may ask for a network (submit-job --network)")
+	c.Flags().StringArrayVar(&images, "image", nil, "an image its runners pull before they take work (REF or REF@sha256:DIGEST; repeat it)")
 	return c
 }
 
 func (a *app) updatePoolCommand() *cobra.Command {
 	var name, lease, timeout string
-	var unenforced, network bool
+	var unenforced, network, clearImages bool
+	var images []string
 	c := a.single("update-pool POOL", "Mutation.updatePool", "Change a pool's name or settings; a setting given as 'default' returns to the default", cobra.ExactArgs(1),
 		func(ctx context.Context, c graphql.Client, args []string) (any, error) {
 			id, err := a.poolID(ctx, args[0])
@@ -136,13 +139,20 @@ func (a *app) updatePoolCommand() *cobra.Command {
 			if a.changed("allow-network") {
 				net = &network
 			}
-			return api.UpdatePool(ctx, c, id, opt(name), leaseN, timeoutN, mem, net)
+			if clearImages {
+				if _, err := api.ClearPoolImages(ctx, c, id); err != nil {
+					return nil, err
+				}
+			}
+			return api.UpdatePool(ctx, c, id, opt(name), leaseN, timeoutN, mem, net, images)
 		})
 	c.Flags().StringVar(&name, "name", "", "a new name")
 	c.Flags().StringVar(&lease, "lease-seconds", "", "seconds, or 'default'")
 	c.Flags().StringVar(&timeout, "queue-timeout-hours", "", "hours, or 'default'")
 	c.Flags().BoolVar(&unenforced, "allow-unenforced-memory", false, "memory-claiming jobs may run where memory limits are not enforced")
 	c.Flags().BoolVar(&network, "allow-network", false, "its jobs may ask for a network")
+	c.Flags().StringArrayVar(&images, "image", nil, "the pool's images, replacing its list (repeat it)")
+	c.Flags().BoolVar(&clearImages, "clear-images", false, "the pool lists no images")
 	return c
 }
 

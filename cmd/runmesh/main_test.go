@@ -96,6 +96,9 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	require.Regexp(t, `gpu +acme +30 `, b.ok("pools"))
 	require.Contains(t, b.ok("update-pool", "gpu", "--lease-seconds", "60"), "own: 60")
 	require.Contains(t, b.ok("update-pool", "gpu", "--allow-network", "--allow-unenforced-memory"), "allowNetwork: true")
+	require.Regexp(t, `(?s)images:\s+- image: localhost/busybox:latest\s+- image: localhost/tools:1`,
+		b.ok("update-pool", "gpu", "--image", "localhost/busybox:latest", "--image", "localhost/tools:1"))
+	require.NotContains(t, b.ok("update-pool", "gpu", "--clear-images"), "localhost/")
 	require.Contains(t, b.ok("update-pool", pool, "--lease-seconds", "default"), "inForce: 30")
 	require.Contains(t, b.ok("pool", pool), "name: gpu")
 

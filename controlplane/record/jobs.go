@@ -185,7 +185,9 @@ type ClaimRequest struct {
 	// MaxHeld bounds the jobs the runner holds at once, these and those
 	// it held already. Zero: no bound.
 	MaxHeld int
-	Now     *time.Time // nil: the database's clock
+	// UnavailableImages: no job naming one of these is leased.
+	UnavailableImages []string
+	Now               *time.Time // nil: the database's clock
 }
 
 // Outcome is how an attempt ended, as its runner reports it.

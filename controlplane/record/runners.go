@@ -35,6 +35,9 @@ type Runner struct {
 
 	// PoolLeaseSeconds is the pool's own lease setting (nil: the default).
 	PoolLeaseSeconds *int
+	// PoolImages are the pool's images (Pool.Images): its heartbeat
+	// answers name them.
+	PoolImages []string
 	RunnerCapacity
 }
 

@@ -66,7 +66,10 @@ type Pool struct {
 	AllowUnenforcedMemory bool
 	// AllowNetwork lets its jobs ask for a network (JobOptions.Network).
 	AllowNetwork bool
-	CreatedAt    time.Time
+	// Images are what its runners pull before they take work: references,
+	// each optionally pinned (REFERENCE@sha256:DIGEST). Never nil.
+	Images    []string
+	CreatedAt time.Time
 }
 
 // NewPool is a pool to create.
@@ -75,9 +78,10 @@ type NewPool struct {
 	Name              string
 	LeaseSeconds      *int
 	QueueTimeoutHours *int
-	// AllowUnenforcedMemory, AllowNetwork: see Pool.
+	// AllowUnenforcedMemory, AllowNetwork, Images: see Pool.
 	AllowUnenforcedMemory bool
 	AllowNetwork          bool
+	Images                []string
 }
 
 // PoolFilter narrows a pool listing.

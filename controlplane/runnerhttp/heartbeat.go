@@ -93,7 +93,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) {
 	interval := runnerapi.Interval(fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds))
 	writeJSON(w, http.StatusOK, runnerapi.HeartbeatResponse{
 		NextHeartbeatSeconds: int(interval / time.Second), Quarantined: out.Quarantined, Draining: out.Draining, Leases: answers,
-		RecoveryRecorded: proof != nil, GPUFaults: out.GPUFaults,
+		RecoveryRecorded: proof != nil, GPUFaults: out.GPUFaults, PoolImages: c.runner.PoolImages,
 	})
 }
 

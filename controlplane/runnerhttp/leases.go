@@ -39,6 +39,10 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if len(req.UnavailableImages) > 2*runnerapi.MaxPoolImages {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("unavailable_images: at most %d", 2*runnerapi.MaxPoolImages))
+		return
+	}
 	for _, res := range []runnerapi.Resources{req.Free, req.Largest} {
 		if res.Cores < 0 || res.MemoryMiB < 0 || res.GPUs < 0 || res.Cores != res.Cores {
 			writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "free and largest: no negative amounts")
@@ -122,7 +126,7 @@ func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest
 	defer cancel()
 	return s.o.Queue.Claim(ctx, record.ClaimRequest{
 		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
-		MaxHeld: runnerapi.MaxHeldLeases,
+		MaxHeld: runnerapi.MaxHeldLeases, UnavailableImages: req.UnavailableImages,
 		Free:    record.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: record.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)

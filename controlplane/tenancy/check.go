@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // The rules of what tenancy keeps, checked before anything is written; the
@@ -41,6 +42,9 @@ func checkNewPool(p record.NewPool) error {
 	if err := checkHandle("name", p.Name); err != nil {
 		return err
 	}
+	if err := checkPoolImages(p.Images); err != nil {
+		return err
+	}
 	return checkPoolSettings(p.LeaseSeconds, p.QueueTimeoutHours)
 }
 
@@ -50,7 +54,30 @@ func (c PoolChange) check() error {
 			return err
 		}
 	}
+	if err := checkPoolImages(c.Images); err != nil {
+		return err
+	}
 	return checkPoolSettings(c.LeaseSeconds.value, c.QueueTimeoutHours.value)
+}
+
+// checkPoolImages: each a reference a job could name, optionally pinned by
+// a sha256 digest, none twice, at most runnerapi.MaxPoolImages.
+func checkPoolImages(images []string) error {
+	if len(images) > runnerapi.MaxPoolImages {
+		return record.Invalidf("images: at most %d", runnerapi.MaxPoolImages)
+	}
+	seen := map[string]bool{}
+	for i, img := range images {
+		ref, _, err := runnerapi.ParsePoolImage(img)
+		if err != nil {
+			return record.Invalidf("images[%d]: %v", i, err)
+		}
+		if seen[ref] {
+			return record.Invalidf("images[%d]: %s is listed twice", i, ref)
+		}
+		seen[ref] = true
+	}
+	return nil
 }
 
 // Bounds of an admin's name and token lifetime.

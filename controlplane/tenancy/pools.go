@@ -39,6 +39,8 @@ type PoolChange struct {
 	QueueTimeoutHours     SettingChange
 	AllowUnenforcedMemory *bool
 	AllowNetwork          *bool
+	// Images, when not nil, replace the pool's list.
+	Images []string
 }
 
 // applyTo is p as c leaves it.
@@ -53,6 +55,9 @@ func (c PoolChange) applyTo(p record.Pool) record.Pool {
 	}
 	if c.AllowNetwork != nil {
 		p.AllowNetwork = *c.AllowNetwork
+	}
+	if c.Images != nil {
+		p.Images = c.Images
 	}
 	return p
 }

@@ -362,12 +362,20 @@ type ComplexityRoot struct {
 		HeldGpus              func(childComplexity int) int
 		Holds                 func(childComplexity int) int
 		ID                    func(childComplexity int) int
+		Images                func(childComplexity int) int
 		LeaseSeconds          func(childComplexity int) int
 		Name                  func(childComplexity int) int
 		Organisation          func(childComplexity int) int
 		QueueTimeoutHours     func(childComplexity int) int
 		Queued                func(childComplexity int) int
 		RunnerSeen            func(childComplexity int) int
+	}
+
+	PoolImage struct {
+		Image        func(childComplexity int) int
+		PinnedDigest func(childComplexity int) int
+		Reference    func(childComplexity int) int
+		Runners      func(childComplexity int) int
 	}
 
 	Query struct {
@@ -414,6 +422,7 @@ type ComplexityRoot struct {
 		Health           func(childComplexity int) int
 		Holds            func(childComplexity int, includeEnded bool) int
 		ID               func(childComplexity int) int
+		Images           func(childComplexity int) int
 		Labels           func(childComplexity int) int
 		LastHeartbeatAt  func(childComplexity int) int
 		Name             func(childComplexity int) int
@@ -452,6 +461,15 @@ type ComplexityRoot struct {
 	RunnerEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	RunnerImage struct {
+		At     func(childComplexity int) int
+		Digest func(childComplexity int) int
+		Error  func(childComplexity int) int
+		Image  func(childComplexity int) int
+		Runner func(childComplexity int) int
+		State  func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -545,6 +563,8 @@ type PoolResolver interface {
 	LeaseSeconds(ctx context.Context, obj *record.Pool) (*model.IntSetting, error)
 	QueueTimeoutHours(ctx context.Context, obj *record.Pool) (*model.IntSetting, error)
 
+	Images(ctx context.Context, obj *record.Pool) ([]model.PoolImage, error)
+
 	RunnerSeen(ctx context.Context, obj *record.Pool) (*time.Time, error)
 	Queued(ctx context.Context, obj *record.Pool) (int, error)
 	HeldGpus(ctx context.Context, obj *record.Pool) (int, error)
@@ -569,6 +589,8 @@ type QueryResolver interface {
 	Runs(ctx context.Context, organisationID *uuid.UUID, poolID *uuid.UUID, first int, after *string) (*model.JobRunConnection, error)
 }
 type RunnerResolver interface {
+	Images(ctx context.Context, obj *record.Runner) ([]model.RunnerImage, error)
+
 	Pool(ctx context.Context, obj *record.Runner) (*record.Pool, error)
 	Organisation(ctx context.Context, obj *record.Runner) (*record.Organisation, error)
 
@@ -1963,6 +1985,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.ID(childComplexity), true
+	case "Pool.images":
+		if e.ComplexityRoot.Pool.Images == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Pool.Images(childComplexity), true
 	case "Pool.leaseSeconds":
 		if e.ComplexityRoot.Pool.LeaseSeconds == nil {
 			break
@@ -1999,6 +2027,31 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Pool.RunnerSeen(childComplexity), true
+
+	case "PoolImage.image":
+		if e.ComplexityRoot.PoolImage.Image == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolImage.Image(childComplexity), true
+	case "PoolImage.pinnedDigest":
+		if e.ComplexityRoot.PoolImage.PinnedDigest == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolImage.PinnedDigest(childComplexity), true
+	case "PoolImage.reference":
+		if e.ComplexityRoot.PoolImage.Reference == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolImage.Reference(childComplexity), true
+	case "PoolImage.runners":
+		if e.ComplexityRoot.PoolImage.Runners == nil {
+			break
+		}
+
+		return e.ComplexityRoot.PoolImage.Runners(childComplexity), true
 
 	case "Query.admins":
 		if e.ComplexityRoot.Query.Admins == nil {
@@ -2285,6 +2338,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.ID(childComplexity), true
+	case "Runner.images":
+		if e.ComplexityRoot.Runner.Images == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Images(childComplexity), true
 	case "Runner.labels":
 		if e.ComplexityRoot.Runner.Labels == nil {
 			break
@@ -2467,6 +2526,43 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RunnerEdge.Node(childComplexity), true
+
+	case "RunnerImage.at":
+		if e.ComplexityRoot.RunnerImage.At == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.At(childComplexity), true
+	case "RunnerImage.digest":
+		if e.ComplexityRoot.RunnerImage.Digest == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.Digest(childComplexity), true
+	case "RunnerImage.error":
+		if e.ComplexityRoot.RunnerImage.Error == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.Error(childComplexity), true
+	case "RunnerImage.image":
+		if e.ComplexityRoot.RunnerImage.Image == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.Image(childComplexity), true
+	case "RunnerImage.runner":
+		if e.ComplexityRoot.RunnerImage.Runner == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.Runner(childComplexity), true
+	case "RunnerImage.state":
+		if e.ComplexityRoot.RunnerImage.State == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.State(childComplexity), true
 
 	case "Subscription.jobEvents":
 		if e.ComplexityRoot.Subscription.JobEvents == nil {
@@ -2747,6 +2843,12 @@ type Pool {
   Checked when a job is submitted.
   """
   allowNetwork: Boolean!
+  """
+  Images its runners pull after enrolment and before they take work, so that a
+  registry login or permission that is missing shows when a host is set up. A
+  runner that cannot have one takes no job that names it, and says why (` + "`" + `images` + "`" + `).
+  """
+  images: [PoolImage!]!
   createdAt: Time!
   "The newest heartbeat of any of the pool's runners."
   runnerSeen: Time
@@ -2809,6 +2911,8 @@ input CreatePoolInput {
   allowUnenforcedMemory: Boolean
   "Off unless set: see Pool.allowNetwork."
   allowNetwork: Boolean
+  "References, each optionally pinned (REFERENCE@sha256:DIGEST): see Pool.images."
+  images: [String!]
 }
 
 input UpdatePoolInput {
@@ -2818,6 +2922,41 @@ input UpdatePoolInput {
   queueTimeoutHours: Int @goField(omittable: true)
   allowUnenforcedMemory: Boolean
   allowNetwork: Boolean
+  "The whole list, replacing the pool's; left out, it stays."
+  images: [String!]
+}
+
+"One of a pool's images, and what its runners have of it."
+type PoolImage {
+  "As listed: the reference, maybe pinned."
+  image: String!
+  "The reference jobs name."
+  reference: String!
+  "The digest it is pinned to; null when it is not."
+  pinnedDigest: String
+  "What each of the pool's approved runners reported of it."
+  runners: [RunnerImage!]!
+}
+
+enum ImageState {
+  PULLING
+  PULLED
+  FAILED
+  "Pulled, but not the digest the pool pins: refused."
+  MISMATCH
+}
+
+"What a runner has of one of its pool's images."
+type RunnerImage {
+  runner: Runner!
+  image: String!
+  state: ImageState!
+  "The digest of the image the runner has."
+  digest: String
+  "Why the pull failed, or the digest does not match."
+  error: String
+  "When the runner last looked."
+  at: Time!
 }
 
 input CreateAdminTokenInput {
@@ -3205,6 +3344,8 @@ enum RunnerStatus {
 
 type Runner {
   id: ID!
+  "What it has of its pool's images (Pool.images), as its last heartbeat said."
+  images: [RunnerImage!]!
   name: String!
   pool: Pool!
   "Null for a runner of a platform pool."
@@ -3975,6 +4116,8 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_allowUnenforcedMemory(ctx, field)
 	case "allowNetwork":
 		return ec.fieldContext_Pool_allowNetwork(ctx, field)
+	case "images":
+		return ec.fieldContext_Pool_images(ctx, field)
 	case "createdAt":
 		return ec.fieldContext_Pool_createdAt(ctx, field)
 	case "runnerSeen":
@@ -3987,6 +4130,20 @@ func (ec *executionContext) childFields_Pool(ctx context.Context, field graphql.
 		return ec.fieldContext_Pool_holds(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Pool", field.Name)
+}
+
+func (ec *executionContext) childFields_PoolImage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "image":
+		return ec.fieldContext_PoolImage_image(ctx, field)
+	case "reference":
+		return ec.fieldContext_PoolImage_reference(ctx, field)
+	case "pinnedDigest":
+		return ec.fieldContext_PoolImage_pinnedDigest(ctx, field)
+	case "runners":
+		return ec.fieldContext_PoolImage_runners(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type PoolImage", field.Name)
 }
 
 func (ec *executionContext) childFields_RecoveryProof(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4013,6 +4170,8 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 	switch field.Name {
 	case "id":
 		return ec.fieldContext_Runner_id(ctx, field)
+	case "images":
+		return ec.fieldContext_Runner_images(ctx, field)
 	case "name":
 		return ec.fieldContext_Runner_name(ctx, field)
 	case "pool":
@@ -4117,6 +4276,24 @@ func (ec *executionContext) childFields_RunnerEdge(ctx context.Context, field gr
 		return ec.fieldContext_RunnerEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RunnerEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_RunnerImage(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "runner":
+		return ec.fieldContext_RunnerImage_runner(ctx, field)
+	case "image":
+		return ec.fieldContext_RunnerImage_image(ctx, field)
+	case "state":
+		return ec.fieldContext_RunnerImage_state(ctx, field)
+	case "digest":
+		return ec.fieldContext_RunnerImage_digest(ctx, field)
+	case "error":
+		return ec.fieldContext_RunnerImage_error(ctx, field)
+	case "at":
+		return ec.fieldContext_RunnerImage_at(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunnerImage", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -10991,6 +11168,38 @@ func (ec *executionContext) fieldContext_Pool_allowNetwork(_ context.Context, fi
 	return graphql.NewScalarFieldContext("Pool", field, false, false, "Boolean")
 }
 
+func (ec *executionContext) _Pool_images(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Pool_images(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Pool().Images(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.PoolImage) graphql.Marshaler {
+			return ec.marshalNPoolImage2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPoolImageᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Pool_images(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Pool",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PoolImage(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Pool_createdAt(ctx context.Context, field graphql.CollectedField, obj *record.Pool) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11110,6 +11319,107 @@ func (ec *executionContext) fieldContext_Pool_holds(_ context.Context, field gra
 		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Hold(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _PoolImage_image(ctx context.Context, field graphql.CollectedField, obj *model.PoolImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolImage_image(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Image, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolImage_image(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _PoolImage_reference(ctx context.Context, field graphql.CollectedField, obj *model.PoolImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolImage_reference(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reference, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolImage_reference(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _PoolImage_pinnedDigest(ctx context.Context, field graphql.CollectedField, obj *model.PoolImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolImage_pinnedDigest(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PinnedDigest, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_PoolImage_pinnedDigest(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("PoolImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _PoolImage_runners(ctx context.Context, field graphql.CollectedField, obj *model.PoolImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_PoolImage_runners(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Runners, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RunnerImage) graphql.Marshaler {
+			return ec.marshalNRunnerImage2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerImageᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_PoolImage_runners(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "PoolImage",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunnerImage(ctx, field)
 		},
 	}
 	return fc, nil
@@ -12062,6 +12372,38 @@ func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.Collec
 }
 func (ec *executionContext) fieldContext_Runner_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Runner", field, false, false, "ID")
+}
+
+func (ec *executionContext) _Runner_images(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_images(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Runner().Images(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RunnerImage) graphql.Marshaler {
+			return ec.marshalNRunnerImage2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerImageᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_images(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Runner",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunnerImage(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Runner_name(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
@@ -13196,6 +13538,153 @@ func (ec *executionContext) fieldContext_RunnerEdge_node(_ context.Context, fiel
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _RunnerImage_runner(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_runner(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Runner, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Runner) graphql.Marshaler {
+			return ec.marshalNRunner2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_runner(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "RunnerImage",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Runner(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _RunnerImage_image(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_image(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Image, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_image(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerImage_state(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_state(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.State, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.ImageState) graphql.Marshaler {
+			return ec.marshalNImageState2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐImageState(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_state(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "ImageState")
+}
+
+func (ec *executionContext) _RunnerImage_digest(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_digest(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Digest, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_digest(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerImage_error(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_error(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Error, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_error(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunnerImage_at(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_at(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.At, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "Time")
 }
 
 func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
@@ -14573,7 +15062,7 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork"}
+	fieldsInOrder := [...]string{"organisationId", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork", "images"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14622,6 +15111,13 @@ func (ec *executionContext) unmarshalInputCreatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.AllowNetwork = data
+		case "images":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("images"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Images = data
 		}
 	}
 	return it, nil
@@ -14904,7 +15400,7 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork"}
+	fieldsInOrder := [...]string{"id", "name", "leaseSeconds", "queueTimeoutHours", "allowUnenforcedMemory", "allowNetwork", "images"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14953,6 +15449,13 @@ func (ec *executionContext) unmarshalInputUpdatePoolInput(ctx context.Context, o
 				return it, err
 			}
 			it.AllowNetwork = data
+		case "images":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("images"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Images = data
 		}
 	}
 	return it, nil
@@ -17080,6 +17583,12 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "images":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Pool_images(ctx, field, obj)
+				})
 		case "createdAt":
 			out.Values[i] = ec._Pool_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -17109,6 +17618,54 @@ func (ec *executionContext) _Pool(ctx context.Context, sel ast.SelectionSet, obj
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Pool_holds(ctx, field, obj)
 				})
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var poolImageImplementors = []string{"PoolImage"}
+
+func (ec *executionContext) _PoolImage(ctx context.Context, sel ast.SelectionSet, obj *model.PoolImage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, poolImageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("PoolImage")
+		case "image":
+			out.Values[i] = ec._PoolImage_image(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reference":
+			out.Values[i] = ec._PoolImage_reference(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "pinnedDigest":
+			out.Values[i] = ec._PoolImage_pinnedDigest(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "runners":
+			out.Values[i] = ec._PoolImage_runners(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -17351,6 +17908,12 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 			if out.Values[i] == graphql.Null {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "images":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Runner_images(ctx, field, obj)
+				})
 		case "name":
 			out.Values[i] = ec._Runner_name(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -17659,6 +18222,64 @@ func (ec *executionContext) _RunnerEdge(ctx context.Context, sel ast.SelectionSe
 			}
 		case "node":
 			out.Values[i] = ec._RunnerEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runnerImageImplementors = []string{"RunnerImage"}
+
+func (ec *executionContext) _RunnerImage(ctx context.Context, sel ast.SelectionSet, obj *model.RunnerImage) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runnerImageImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunnerImage")
+		case "runner":
+			out.Values[i] = ec._RunnerImage_runner(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "image":
+			out.Values[i] = ec._RunnerImage_image(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "state":
+			out.Values[i] = ec._RunnerImage_state(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "digest":
+			out.Values[i] = ec._RunnerImage_digest(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "error":
+			out.Values[i] = ec._RunnerImage_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "at":
+			out.Values[i] = ec._RunnerImage_at(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -18467,6 +19088,16 @@ func (ec *executionContext) marshalNID2int64(ctx context.Context, sel ast.Select
 	return res
 }
 
+func (ec *executionContext) unmarshalNImageState2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐImageState(ctx context.Context, v any) (model.ImageState, error) {
+	var res model.ImageState
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNImageState2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐImageState(ctx context.Context, sel ast.SelectionSet, v model.ImageState) graphql.Marshaler {
+	return v
+}
+
 func (ec *executionContext) unmarshalNInt2int(ctx context.Context, v any) (int, error) {
 	res, err := graphql.UnmarshalInt(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -18832,6 +19463,26 @@ func (ec *executionContext) marshalNPool2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋc
 	return ec._Pool(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNPoolImage2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPoolImage(ctx context.Context, sel ast.SelectionSet, v model.PoolImage) graphql.Marshaler {
+	return ec._PoolImage(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNPoolImage2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPoolImageᚄ(ctx context.Context, sel ast.SelectionSet, v []model.PoolImage) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNPoolImage2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐPoolImage(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole(ctx context.Context, v any) (record.Role, error) {
 	tmp, err := graphql.UnmarshalString(v)
 	res := unmarshalNRole2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRole[tmp]
@@ -18913,6 +19564,26 @@ func (ec *executionContext) marshalNRunnerEdge2ᚕgithubᚗcomᚋrunmeshᚋrunme
 		fc := graphql.GetFieldContext(ctx)
 		fc.Result = &v[i]
 		return ec.marshalNRunnerEdge2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerEdge(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNRunnerImage2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerImage(ctx context.Context, sel ast.SelectionSet, v model.RunnerImage) graphql.Marshaler {
+	return ec._RunnerImage(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRunnerImage2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerImageᚄ(ctx context.Context, sel ast.SelectionSet, v []model.RunnerImage) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRunnerImage2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunnerImage(ctx, sel, v[i])
 	})
 
 	for _, e := range ret {

@@ -57,6 +57,8 @@ type CreatePoolInput struct {
 	AllowUnenforcedMemory *bool `json:"allowUnenforcedMemory,omitempty"`
 	// Off unless set: see Pool.allowNetwork.
 	AllowNetwork *bool `json:"allowNetwork,omitempty"`
+	// References, each optionally pinned (REFERENCE@sha256:DIGEST): see Pool.images.
+	Images []string `json:"images,omitempty"`
 }
 
 type CreatedAdminToken struct {
@@ -228,6 +230,18 @@ type PageInfo struct {
 	EndCursor *string `json:"endCursor,omitempty"`
 }
 
+// One of a pool's images, and what its runners have of it.
+type PoolImage struct {
+	// As listed: the reference, maybe pinned.
+	Image string `json:"image"`
+	// The reference jobs name.
+	Reference string `json:"reference"`
+	// The digest it is pinned to; null when it is not.
+	PinnedDigest *string `json:"pinnedDigest,omitempty"`
+	// What each of the pool's approved runners reported of it.
+	Runners []RunnerImage `json:"runners"`
+}
+
 type Query struct {
 }
 
@@ -276,6 +290,19 @@ type RunnerEdge struct {
 	Node   *record.Runner `json:"node"`
 }
 
+// What a runner has of one of its pool's images.
+type RunnerImage struct {
+	Runner *record.Runner `json:"runner"`
+	Image  string         `json:"image"`
+	State  ImageState     `json:"state"`
+	// The digest of the image the runner has.
+	Digest *string `json:"digest,omitempty"`
+	// Why the pull failed, or the digest does not match.
+	Error *string `json:"error,omitempty"`
+	// When the runner last looked.
+	At time.Time `json:"at"`
+}
+
 type SubmitJobInput struct {
 	PoolID         uuid.UUID      `json:"poolId"`
 	Image          string         `json:"image"`
@@ -304,6 +331,68 @@ type UpdatePoolInput struct {
 	QueueTimeoutHours     graphql.Omittable[*int] `json:"queueTimeoutHours,omitempty"`
 	AllowUnenforcedMemory *bool                   `json:"allowUnenforcedMemory,omitempty"`
 	AllowNetwork          *bool                   `json:"allowNetwork,omitempty"`
+	// The whole list, replacing the pool's; left out, it stays.
+	Images []string `json:"images,omitempty"`
+}
+
+type ImageState string
+
+const (
+	ImageStatePulling ImageState = "PULLING"
+	ImageStatePulled  ImageState = "PULLED"
+	ImageStateFailed  ImageState = "FAILED"
+	// Pulled, but not the digest the pool pins: refused.
+	ImageStateMismatch ImageState = "MISMATCH"
+)
+
+var AllImageState = []ImageState{
+	ImageStatePulling,
+	ImageStatePulled,
+	ImageStateFailed,
+	ImageStateMismatch,
+}
+
+func (e ImageState) IsValid() bool {
+	switch e {
+	case ImageStatePulling, ImageStatePulled, ImageStateFailed, ImageStateMismatch:
+		return true
+	}
+	return false
+}
+
+func (e ImageState) String() string {
+	return string(e)
+}
+
+func (e *ImageState) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = ImageState(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid ImageState", str)
+	}
+	return nil
+}
+
+func (e ImageState) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *ImageState) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e ImageState) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
 }
 
 type LabelSource string

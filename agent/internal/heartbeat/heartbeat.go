@@ -53,6 +53,8 @@ type Loop struct {
 	Leases func() []runnerapi.HeldLease
 	// Recovery, if set, is the recovery proof to send (nil: none).
 	Recovery func() *runnerapi.RecoveryProof
+	// Images, if set, is what the runner has of its pool's images.
+	Images func() []runnerapi.ImageState
 
 	once    sync.Once
 	kick    chan struct{}
@@ -166,6 +168,9 @@ func (l *Loop) beat(ctx context.Context) Beat {
 	}
 	if l.Recovery != nil {
 		req.Recovery = l.Recovery()
+	}
+	if l.Images != nil {
+		req.Capacity.Images = l.Images()
 	}
 	ctx, cancel := context.WithTimeout(ctx, beatTimeout(l.interval()))
 	defer cancel()

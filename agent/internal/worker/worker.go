@@ -11,6 +11,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -89,6 +90,7 @@ type Worker struct {
 	// drained is closed once the worker drains and holds nothing (Drained).
 	drained     chan struct{}
 	drainedOnce sync.Once
+	images      poolImages
 }
 
 // MaxJobs bounds the jobs one runner holds at once.
@@ -104,6 +106,7 @@ func (w *Worker) init() {
 	w.changed = make(chan struct{}, 1)
 	w.drained = make(chan struct{})
 	w.local = map[string]time.Time{}
+	w.images = poolImages{states: map[string]runnerapi.ImageState{}, wake: make(chan struct{}, 1)}
 	w.instance = uuid.NewString()
 	if w.Poll == 0 {
 		w.Poll = time.Second
@@ -183,7 +186,7 @@ func (w *Worker) Ready() bool {
 
 // Answer applies a heartbeat's answer to the leases it reported.
 func (w *Worker) Answer(resp runnerapi.HeartbeatResponse, sent *runnerapi.RecoveryProof) {
-	w.init()
+	w.PoolImages(resp.PoolImages)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if sent != nil && sent == w.proof && resp.RecoveryRecorded {
@@ -246,10 +249,12 @@ func (w *Worker) Idle() bool {
 // Run asks for work while there is room, until ctx ends or Drain.
 func (w *Worker) Run(ctx context.Context) {
 	w.init()
+	go w.keepImages(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil && !w.draining.Load() {
 		req, room := w.request()
-		if !room || !w.Ready() {
+		// The pool's images are tried before the first work is asked for.
+		if !room || !w.Ready() || !w.imagesTried() {
 			select {
 			case <-ctx.Done():
 			case <-w.changed:
@@ -281,6 +286,9 @@ func (w *Worker) Run(ctx context.Context) {
 		if err != nil {
 			if ctx.Err() != nil || w.draining.Load() {
 				return
+			}
+			if errors.Is(err, context.Canceled) {
+				continue // withdrawn by us (the pool's images changed): ask again
 			}
 			if runnerclient.Code(err) == runnerapi.CodeRecoveryRequired {
 				// The server lost our proof (or never had it): send it again.
@@ -325,6 +333,7 @@ func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 	}
 	return runnerapi.LeaseRequest{
 		Kinds: w.Kinds, Largest: total, Free: free, Max: min(4, MaxJobs-n), WaitSeconds: 30, AgentInstance: w.instance,
+		UnavailableImages: w.unavailableImages(),
 	}, true
 }
 

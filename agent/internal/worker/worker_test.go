@@ -35,6 +35,10 @@ type fakeRuntime struct {
 	containers map[string]jobrun.Container
 	stuck      map[string]bool // containers that refuse to go
 	stopped    []string
+	// images are the digests EnsureImage gives, and errors its refusals
+	// (by reference); any other image is had as sha256:0123.
+	images map[string]string
+	pulled []string
 }
 
 func newRuntime(t *testing.T) *fakeRuntime {
@@ -69,8 +73,18 @@ func (r *fakeRuntime) has(unit string) bool {
 }
 
 func (r *fakeRuntime) Host() jobunit.Host { return r.host }
-func (r *fakeRuntime) EnsureImage(context.Context, string) (string, error) {
-	return "sha256:0123", nil
+func (r *fakeRuntime) EnsureImage(_ context.Context, image string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pulled = append(r.pulled, image)
+	switch d := r.images[image]; {
+	case d == "":
+		return "sha256:0123", nil
+	case strings.HasPrefix(d, "sha256:"):
+		return d, nil
+	default:
+		return "", errors.New(d)
+	}
 }
 
 func (r *fakeRuntime) Start(_ context.Context, j jobunit.Job) (jobunit.Unit, error) {

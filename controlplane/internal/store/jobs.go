@@ -400,7 +400,7 @@ func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job
 		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
 		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
 		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
-		MaxSpecBytes: specBytes, MaxHeld: maxHeld,
+		MaxSpecBytes: specBytes, MaxHeld: maxHeld, UnavailableImages: nonNil(c.UnavailableImages),
 	})
 	if err != nil {
 		return nil, mapErr(err)

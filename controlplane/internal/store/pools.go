@@ -17,6 +17,7 @@ func poolFromRow(r dbsqlc.Pool) Pool {
 		QueueTimeoutHours:     intPtr(r.QueueTimeoutHours),
 		AllowUnenforcedMemory: r.AllowUnenforcedMemory,
 		AllowNetwork:          r.AllowNetwork,
+		Images:                nonNil(r.Images),
 		CreatedAt:             r.CreatedAt,
 	}
 }
@@ -32,6 +33,7 @@ func (s *Querier) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
 		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
 		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
 		AllowNetwork:          p.AllowNetwork,
+		Images:                nonNil(p.Images),
 	})
 	if err != nil {
 		return Pool{}, mapErr(err)
@@ -110,6 +112,7 @@ func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
 		QueueTimeoutHours:     int32Ptr(p.QueueTimeoutHours),
 		AllowUnenforcedMemory: p.AllowUnenforcedMemory,
 		AllowNetwork:          p.AllowNetwork,
+		Images:                nonNil(p.Images),
 	})
 	if err != nil {
 		return Pool{}, mapErr(err)
@@ -141,4 +144,13 @@ func (s *Querier) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (
 		out[r.ID] = poolFromRow(r)
 	}
 	return out, nil
+}
+
+// nonNil is a list as PostgreSQL's NOT NULL array columns take it: an
+// empty one for none.
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
 )
 
-func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32) (Runner, error) {
+func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32, poolImages []string) (Runner, error) {
 	reports, err := runnerReports(r)
 	if err != nil {
 		return Runner{}, err
 	}
 	return Runner{
 		PoolLeaseSeconds: intPtr(leaseSeconds),
+		PoolImages:       nonNil(poolImages),
 		RunnerCapacity:   reports,
 		ID:               r.ID,
 		PoolID:           r.PoolID,
@@ -99,7 +100,7 @@ func (s *Querier) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
-	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds)
+	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds, r.PoolImages)
 }
 
 // Runners lists the runners inside scope that match f, oldest first: a
@@ -127,7 +128,7 @@ func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter, p Pa
 	}
 	out := make([]Runner, len(rows))
 	for i, r := range rows {
-		if out[i], err = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds); err != nil {
+		if out[i], err = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds, r.PoolImages); err != nil {
 			return nil, err
 		}
 	}
@@ -148,7 +149,7 @@ func (s *Tx) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runner,
 	if err != nil {
 		return Runner{}, mapErr(err)
 	}
-	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds)
+	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds, row.PoolImages)
 }
 
 // SetRunnerStatus applies a decision on the status of a runner that

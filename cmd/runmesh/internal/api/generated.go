@@ -467,6 +467,111 @@ func (v *ClearGPUHealthResponse) GetClearGpuHealth() ClearGPUHealthClearGpuHealt
 	return v.ClearGpuHealth
 }
 
+// ClearPoolImagesResponse is returned by ClearPoolImages on success.
+type ClearPoolImagesResponse struct {
+	// Changes a pool. A setting given as null returns to the default.
+	UpdatePool ClearPoolImagesUpdatePool `json:"updatePool"`
+}
+
+// GetUpdatePool returns ClearPoolImagesResponse.UpdatePool, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesResponse) GetUpdatePool() ClearPoolImagesUpdatePool { return v.UpdatePool }
+
+// ClearPoolImagesUpdatePool includes the requested fields of the GraphQL type Pool.
+type ClearPoolImagesUpdatePool struct {
+	PoolSettings `json:"-"`
+}
+
+// GetId returns ClearPoolImagesUpdatePool.Id, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetId() string { return v.PoolSettings.Id }
+
+// GetName returns ClearPoolImagesUpdatePool.Name, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetName() string { return v.PoolSettings.Name }
+
+// GetLeaseSeconds returns ClearPoolImagesUpdatePool.LeaseSeconds, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetLeaseSeconds() PoolSettingsLeaseSecondsIntSetting {
+	return v.PoolSettings.LeaseSeconds
+}
+
+// GetQueueTimeoutHours returns ClearPoolImagesUpdatePool.QueueTimeoutHours, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetQueueTimeoutHours() PoolSettingsQueueTimeoutHoursIntSetting {
+	return v.PoolSettings.QueueTimeoutHours
+}
+
+// GetAllowUnenforcedMemory returns ClearPoolImagesUpdatePool.AllowUnenforcedMemory, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetAllowUnenforcedMemory() bool {
+	return v.PoolSettings.AllowUnenforcedMemory
+}
+
+// GetAllowNetwork returns ClearPoolImagesUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
+
+// GetImages returns ClearPoolImagesUpdatePool.Images, and is useful for accessing the field via an interface.
+func (v *ClearPoolImagesUpdatePool) GetImages() []PoolSettingsImagesPoolImage {
+	return v.PoolSettings.Images
+}
+
+func (v *ClearPoolImagesUpdatePool) UnmarshalJSON(b []byte) error {
+
+	if string(b) == "null" {
+		return nil
+	}
+
+	var firstPass struct {
+		*ClearPoolImagesUpdatePool
+		graphql.NoUnmarshalJSON
+	}
+	firstPass.ClearPoolImagesUpdatePool = v
+
+	err := json.Unmarshal(b, &firstPass)
+	if err != nil {
+		return err
+	}
+
+	err = json.Unmarshal(
+		b, &v.PoolSettings)
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+type __premarshalClearPoolImagesUpdatePool struct {
+	Id string `json:"id"`
+
+	Name string `json:"name"`
+
+	LeaseSeconds PoolSettingsLeaseSecondsIntSetting `json:"leaseSeconds"`
+
+	QueueTimeoutHours PoolSettingsQueueTimeoutHoursIntSetting `json:"queueTimeoutHours"`
+
+	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
+
+	AllowNetwork bool `json:"allowNetwork"`
+
+	Images []PoolSettingsImagesPoolImage `json:"images"`
+}
+
+func (v *ClearPoolImagesUpdatePool) MarshalJSON() ([]byte, error) {
+	premarshaled, err := v.__premarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(premarshaled)
+}
+
+func (v *ClearPoolImagesUpdatePool) __premarshalJSON() (*__premarshalClearPoolImagesUpdatePool, error) {
+	var retval __premarshalClearPoolImagesUpdatePool
+
+	retval.Id = v.PoolSettings.Id
+	retval.Name = v.PoolSettings.Name
+	retval.LeaseSeconds = v.PoolSettings.LeaseSeconds
+	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
+	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
+	retval.AllowNetwork = v.PoolSettings.AllowNetwork
+	retval.Images = v.PoolSettings.Images
+	return &retval, nil
+}
+
 // ClearQuarantineClearQuarantineRunner includes the requested fields of the GraphQL type Runner.
 type ClearQuarantineClearQuarantineRunner struct {
 	Id   string `json:"id"`
@@ -766,6 +871,8 @@ type CreatePoolInput struct {
 	AllowUnenforcedMemory *bool `json:"allowUnenforcedMemory"`
 	// Off unless set: see Pool.allowNetwork.
 	AllowNetwork *bool `json:"allowNetwork"`
+	// References, each optionally pinned (REFERENCE@sha256:DIGEST): see Pool.images.
+	Images []string `json:"images"`
 }
 
 // GetOrganisationId returns CreatePoolInput.OrganisationId, and is useful for accessing the field via an interface.
@@ -785,6 +892,9 @@ func (v *CreatePoolInput) GetAllowUnenforcedMemory() *bool { return v.AllowUnenf
 
 // GetAllowNetwork returns CreatePoolInput.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *CreatePoolInput) GetAllowNetwork() *bool { return v.AllowNetwork }
+
+// GetImages returns CreatePoolInput.Images, and is useful for accessing the field via an interface.
+func (v *CreatePoolInput) GetImages() []string { return v.Images }
 
 // CreatePoolResponse is returned by CreatePool on success.
 type CreatePoolResponse struct {
@@ -1083,6 +1193,23 @@ type HealthResponse struct {
 
 // GetHealth returns HealthResponse.Health, and is useful for accessing the field via an interface.
 func (v *HealthResponse) GetHealth() []HealthHealthHealthCondition { return v.Health }
+
+type ImageState string
+
+const (
+	ImageStatePulling ImageState = "PULLING"
+	ImageStatePulled  ImageState = "PULLED"
+	ImageStateFailed  ImageState = "FAILED"
+	// Pulled, but not the digest the pool pins: refused.
+	ImageStateMismatch ImageState = "MISMATCH"
+)
+
+var AllImageState = []ImageState{
+	ImageStatePulling,
+	ImageStatePulled,
+	ImageStateFailed,
+	ImageStateMismatch,
+}
 
 // IssueAdminTokenIssueAdminTokenCreatedAdminToken includes the requested fields of the GraphQL type CreatedAdminToken.
 type IssueAdminTokenIssueAdminTokenCreatedAdminToken struct {
@@ -1774,6 +1901,10 @@ type PoolPool struct {
 	CreatedAt  time.Time  `json:"createdAt"`
 	// The holds in force on its runners, newest first (of a platform pool: to platform admins only).
 	Holds []PoolPoolHoldsHold `json:"holds"`
+	// Images its runners pull after enrolment and before they take work, so that a
+	// registry login or permission that is missing shows when a host is set up. A
+	// runner that cannot have one takes no job that names it, and says why (`images`).
+	Images []PoolPoolImagesPoolImage `json:"images"`
 }
 
 // GetId returns PoolPool.Id, and is useful for accessing the field via an interface.
@@ -1814,6 +1945,9 @@ func (v *PoolPool) GetCreatedAt() time.Time { return v.CreatedAt }
 // GetHolds returns PoolPool.Holds, and is useful for accessing the field via an interface.
 func (v *PoolPool) GetHolds() []PoolPoolHoldsHold { return v.Holds }
 
+// GetImages returns PoolPool.Images, and is useful for accessing the field via an interface.
+func (v *PoolPool) GetImages() []PoolPoolImagesPoolImage { return v.Images }
+
 // PoolPoolHoldsHold includes the requested fields of the GraphQL type Hold.
 type PoolPoolHoldsHold struct {
 	Id     string                  `json:"id"`
@@ -1845,6 +1979,70 @@ type PoolPoolHoldsHoldRunner struct {
 
 // GetName returns PoolPoolHoldsHoldRunner.Name, and is useful for accessing the field via an interface.
 func (v *PoolPoolHoldsHoldRunner) GetName() string { return v.Name }
+
+// PoolPoolImagesPoolImage includes the requested fields of the GraphQL type PoolImage.
+// The GraphQL type's documentation follows.
+//
+// One of a pool's images, and what its runners have of it.
+type PoolPoolImagesPoolImage struct {
+	// As listed: the reference, maybe pinned.
+	Image string `json:"image"`
+	// The digest it is pinned to; null when it is not.
+	PinnedDigest *string `json:"pinnedDigest"`
+	// What each of the pool's approved runners reported of it.
+	Runners []PoolPoolImagesPoolImageRunnersRunnerImage `json:"runners"`
+}
+
+// GetImage returns PoolPoolImagesPoolImage.Image, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImage) GetImage() string { return v.Image }
+
+// GetPinnedDigest returns PoolPoolImagesPoolImage.PinnedDigest, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImage) GetPinnedDigest() *string { return v.PinnedDigest }
+
+// GetRunners returns PoolPoolImagesPoolImage.Runners, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImage) GetRunners() []PoolPoolImagesPoolImageRunnersRunnerImage {
+	return v.Runners
+}
+
+// PoolPoolImagesPoolImageRunnersRunnerImage includes the requested fields of the GraphQL type RunnerImage.
+// The GraphQL type's documentation follows.
+//
+// What a runner has of one of its pool's images.
+type PoolPoolImagesPoolImageRunnersRunnerImage struct {
+	Runner PoolPoolImagesPoolImageRunnersRunnerImageRunner `json:"runner"`
+	State  ImageState                                      `json:"state"`
+	// The digest of the image the runner has.
+	Digest *string `json:"digest"`
+	// Why the pull failed, or the digest does not match.
+	Error *string `json:"error"`
+	// When the runner last looked.
+	At time.Time `json:"at"`
+}
+
+// GetRunner returns PoolPoolImagesPoolImageRunnersRunnerImage.Runner, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImage) GetRunner() PoolPoolImagesPoolImageRunnersRunnerImageRunner {
+	return v.Runner
+}
+
+// GetState returns PoolPoolImagesPoolImageRunnersRunnerImage.State, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImage) GetState() ImageState { return v.State }
+
+// GetDigest returns PoolPoolImagesPoolImageRunnersRunnerImage.Digest, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImage) GetDigest() *string { return v.Digest }
+
+// GetError returns PoolPoolImagesPoolImageRunnersRunnerImage.Error, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImage) GetError() *string { return v.Error }
+
+// GetAt returns PoolPoolImagesPoolImageRunnersRunnerImage.At, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImage) GetAt() time.Time { return v.At }
+
+// PoolPoolImagesPoolImageRunnersRunnerImageRunner includes the requested fields of the GraphQL type Runner.
+type PoolPoolImagesPoolImageRunnersRunnerImageRunner struct {
+	Name string `json:"name"`
+}
+
+// GetName returns PoolPoolImagesPoolImageRunnersRunnerImageRunner.Name, and is useful for accessing the field via an interface.
+func (v *PoolPoolImagesPoolImageRunnersRunnerImageRunner) GetName() string { return v.Name }
 
 // PoolPoolLeaseSecondsIntSetting includes the requested fields of the GraphQL type IntSetting.
 // The GraphQL type's documentation follows.
@@ -1924,6 +2122,10 @@ type PoolSettings struct {
 	// rootless network, pasta or slirp4netns, instead of none. Off by default.
 	// Checked when a job is submitted.
 	AllowNetwork bool `json:"allowNetwork"`
+	// Images its runners pull after enrolment and before they take work, so that a
+	// registry login or permission that is missing shows when a host is set up. A
+	// runner that cannot have one takes no job that names it, and says why (`images`).
+	Images []PoolSettingsImagesPoolImage `json:"images"`
 }
 
 // GetId returns PoolSettings.Id, and is useful for accessing the field via an interface.
@@ -1945,6 +2147,21 @@ func (v *PoolSettings) GetAllowUnenforcedMemory() bool { return v.AllowUnenforce
 
 // GetAllowNetwork returns PoolSettings.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *PoolSettings) GetAllowNetwork() bool { return v.AllowNetwork }
+
+// GetImages returns PoolSettings.Images, and is useful for accessing the field via an interface.
+func (v *PoolSettings) GetImages() []PoolSettingsImagesPoolImage { return v.Images }
+
+// PoolSettingsImagesPoolImage includes the requested fields of the GraphQL type PoolImage.
+// The GraphQL type's documentation follows.
+//
+// One of a pool's images, and what its runners have of it.
+type PoolSettingsImagesPoolImage struct {
+	// As listed: the reference, maybe pinned.
+	Image string `json:"image"`
+}
+
+// GetImage returns PoolSettingsImagesPoolImage.Image, and is useful for accessing the field via an interface.
+func (v *PoolSettingsImagesPoolImage) GetImage() string { return v.Image }
 
 // PoolSettingsLeaseSecondsIntSetting includes the requested fields of the GraphQL type IntSetting.
 // The GraphQL type's documentation follows.
@@ -2182,6 +2399,11 @@ func (v *ResetPoolLeaseUpdatePool) GetAllowUnenforcedMemory() bool {
 // GetAllowNetwork returns ResetPoolLeaseUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *ResetPoolLeaseUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
 
+// GetImages returns ResetPoolLeaseUpdatePool.Images, and is useful for accessing the field via an interface.
+func (v *ResetPoolLeaseUpdatePool) GetImages() []PoolSettingsImagesPoolImage {
+	return v.PoolSettings.Images
+}
+
 func (v *ResetPoolLeaseUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -2219,6 +2441,8 @@ type __premarshalResetPoolLeaseUpdatePool struct {
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
 
 	AllowNetwork bool `json:"allowNetwork"`
+
+	Images []PoolSettingsImagesPoolImage `json:"images"`
 }
 
 func (v *ResetPoolLeaseUpdatePool) MarshalJSON() ([]byte, error) {
@@ -2238,6 +2462,7 @@ func (v *ResetPoolLeaseUpdatePool) __premarshalJSON() (*__premarshalResetPoolLea
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
 	retval.AllowNetwork = v.PoolSettings.AllowNetwork
+	retval.Images = v.PoolSettings.Images
 	return &retval, nil
 }
 
@@ -2281,6 +2506,11 @@ func (v *ResetPoolQueueTimeoutUpdatePool) GetAllowUnenforcedMemory() bool {
 // GetAllowNetwork returns ResetPoolQueueTimeoutUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *ResetPoolQueueTimeoutUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
 
+// GetImages returns ResetPoolQueueTimeoutUpdatePool.Images, and is useful for accessing the field via an interface.
+func (v *ResetPoolQueueTimeoutUpdatePool) GetImages() []PoolSettingsImagesPoolImage {
+	return v.PoolSettings.Images
+}
+
 func (v *ResetPoolQueueTimeoutUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -2318,6 +2548,8 @@ type __premarshalResetPoolQueueTimeoutUpdatePool struct {
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
 
 	AllowNetwork bool `json:"allowNetwork"`
+
+	Images []PoolSettingsImagesPoolImage `json:"images"`
 }
 
 func (v *ResetPoolQueueTimeoutUpdatePool) MarshalJSON() ([]byte, error) {
@@ -2337,6 +2569,7 @@ func (v *ResetPoolQueueTimeoutUpdatePool) __premarshalJSON() (*__premarshalReset
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
 	retval.AllowNetwork = v.PoolSettings.AllowNetwork
+	retval.Images = v.PoolSettings.Images
 	return &retval, nil
 }
 
@@ -2602,8 +2835,10 @@ type RunnerRunner struct {
 	// What the runner measured: at enrolment, then at every heartbeat.
 	Capacity RunnerRunnerCapacity `json:"capacity"`
 	// Its GPUs with their latest metrics.
-	Gpus   []RunnerRunnerGpusGPU     `json:"gpus"`
-	Labels []RunnerRunnerLabelsLabel `json:"labels"`
+	Gpus []RunnerRunnerGpusGPU `json:"gpus"`
+	// What it has of its pool's images (Pool.images), as its last heartbeat said.
+	Images []RunnerRunnerImagesRunnerImage `json:"images"`
+	Labels []RunnerRunnerLabelsLabel       `json:"labels"`
 	// The agent's health, as a list of named conditions.
 	Health []RunnerRunnerHealthHealthCondition `json:"health"`
 	// What its jobs and holds take.
@@ -2680,6 +2915,9 @@ func (v *RunnerRunner) GetCapacity() RunnerRunnerCapacity { return v.Capacity }
 
 // GetGpus returns RunnerRunner.Gpus, and is useful for accessing the field via an interface.
 func (v *RunnerRunner) GetGpus() []RunnerRunnerGpusGPU { return v.Gpus }
+
+// GetImages returns RunnerRunner.Images, and is useful for accessing the field via an interface.
+func (v *RunnerRunner) GetImages() []RunnerRunnerImagesRunnerImage { return v.Images }
 
 // GetLabels returns RunnerRunner.Labels, and is useful for accessing the field via an interface.
 func (v *RunnerRunner) GetLabels() []RunnerRunnerLabelsLabel { return v.Labels }
@@ -2918,6 +3156,36 @@ type RunnerRunnerHoldsHoldCreatedByAdmin struct {
 
 // GetName returns RunnerRunnerHoldsHoldCreatedByAdmin.Name, and is useful for accessing the field via an interface.
 func (v *RunnerRunnerHoldsHoldCreatedByAdmin) GetName() string { return v.Name }
+
+// RunnerRunnerImagesRunnerImage includes the requested fields of the GraphQL type RunnerImage.
+// The GraphQL type's documentation follows.
+//
+// What a runner has of one of its pool's images.
+type RunnerRunnerImagesRunnerImage struct {
+	Image string     `json:"image"`
+	State ImageState `json:"state"`
+	// The digest of the image the runner has.
+	Digest *string `json:"digest"`
+	// Why the pull failed, or the digest does not match.
+	Error *string `json:"error"`
+	// When the runner last looked.
+	At time.Time `json:"at"`
+}
+
+// GetImage returns RunnerRunnerImagesRunnerImage.Image, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerImagesRunnerImage) GetImage() string { return v.Image }
+
+// GetState returns RunnerRunnerImagesRunnerImage.State, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerImagesRunnerImage) GetState() ImageState { return v.State }
+
+// GetDigest returns RunnerRunnerImagesRunnerImage.Digest, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerImagesRunnerImage) GetDigest() *string { return v.Digest }
+
+// GetError returns RunnerRunnerImagesRunnerImage.Error, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerImagesRunnerImage) GetError() *string { return v.Error }
+
+// GetAt returns RunnerRunnerImagesRunnerImage.At, and is useful for accessing the field via an interface.
+func (v *RunnerRunnerImagesRunnerImage) GetAt() time.Time { return v.At }
 
 // RunnerRunnerLabelsLabel includes the requested fields of the GraphQL type Label.
 type RunnerRunnerLabelsLabel struct {
@@ -3530,6 +3798,11 @@ func (v *UpdatePoolUpdatePool) GetAllowUnenforcedMemory() bool {
 // GetAllowNetwork returns UpdatePoolUpdatePool.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *UpdatePoolUpdatePool) GetAllowNetwork() bool { return v.PoolSettings.AllowNetwork }
 
+// GetImages returns UpdatePoolUpdatePool.Images, and is useful for accessing the field via an interface.
+func (v *UpdatePoolUpdatePool) GetImages() []PoolSettingsImagesPoolImage {
+	return v.PoolSettings.Images
+}
+
 func (v *UpdatePoolUpdatePool) UnmarshalJSON(b []byte) error {
 
 	if string(b) == "null" {
@@ -3567,6 +3840,8 @@ type __premarshalUpdatePoolUpdatePool struct {
 	AllowUnenforcedMemory bool `json:"allowUnenforcedMemory"`
 
 	AllowNetwork bool `json:"allowNetwork"`
+
+	Images []PoolSettingsImagesPoolImage `json:"images"`
 }
 
 func (v *UpdatePoolUpdatePool) MarshalJSON() ([]byte, error) {
@@ -3586,6 +3861,7 @@ func (v *UpdatePoolUpdatePool) __premarshalJSON() (*__premarshalUpdatePoolUpdate
 	retval.QueueTimeoutHours = v.PoolSettings.QueueTimeoutHours
 	retval.AllowUnenforcedMemory = v.PoolSettings.AllowUnenforcedMemory
 	retval.AllowNetwork = v.PoolSettings.AllowNetwork
+	retval.Images = v.PoolSettings.Images
 	return &retval, nil
 }
 
@@ -3740,6 +4016,14 @@ func (v *__ClearGPUHealthInput) GetRunnerId() string { return v.RunnerId }
 
 // GetGpuUuid returns __ClearGPUHealthInput.GpuUuid, and is useful for accessing the field via an interface.
 func (v *__ClearGPUHealthInput) GetGpuUuid() string { return v.GpuUuid }
+
+// __ClearPoolImagesInput is used internally by genqlient
+type __ClearPoolImagesInput struct {
+	Id string `json:"id"`
+}
+
+// GetId returns __ClearPoolImagesInput.Id, and is useful for accessing the field via an interface.
+func (v *__ClearPoolImagesInput) GetId() string { return v.Id }
 
 // __ClearQuarantineInput is used internally by genqlient
 type __ClearQuarantineInput struct {
@@ -4099,12 +4383,13 @@ func (v *__SubmitJobsInput) GetInputs() []SubmitJobInput { return v.Inputs }
 
 // __UpdatePoolInput is used internally by genqlient
 type __UpdatePoolInput struct {
-	Id                    string  `json:"id"`
-	Name                  *string `json:"name,omitempty"`
-	LeaseSeconds          *int    `json:"leaseSeconds,omitempty"`
-	QueueTimeoutHours     *int    `json:"queueTimeoutHours,omitempty"`
-	AllowUnenforcedMemory *bool   `json:"allowUnenforcedMemory,omitempty"`
-	AllowNetwork          *bool   `json:"allowNetwork,omitempty"`
+	Id                    string   `json:"id"`
+	Name                  *string  `json:"name,omitempty"`
+	LeaseSeconds          *int     `json:"leaseSeconds,omitempty"`
+	QueueTimeoutHours     *int     `json:"queueTimeoutHours,omitempty"`
+	AllowUnenforcedMemory *bool    `json:"allowUnenforcedMemory,omitempty"`
+	AllowNetwork          *bool    `json:"allowNetwork,omitempty"`
+	Images                []string `json:"images,omitempty"`
 }
 
 // GetId returns __UpdatePoolInput.Id, and is useful for accessing the field via an interface.
@@ -4124,6 +4409,9 @@ func (v *__UpdatePoolInput) GetAllowUnenforcedMemory() *bool { return v.AllowUne
 
 // GetAllowNetwork returns __UpdatePoolInput.AllowNetwork, and is useful for accessing the field via an interface.
 func (v *__UpdatePoolInput) GetAllowNetwork() *bool { return v.AllowNetwork }
+
+// GetImages returns __UpdatePoolInput.Images, and is useful for accessing the field via an interface.
+func (v *__UpdatePoolInput) GetImages() []string { return v.Images }
 
 // The query executed by Admins.
 const Admins_Operation = `
@@ -4382,6 +4670,59 @@ func ClearGPUHealth(
 	}
 
 	data_ = &ClearGPUHealthResponse{}
+	resp_ := &graphql.Response{Data: data_}
+
+	err_ = client_.MakeRequest(
+		ctx_,
+		req_,
+		resp_,
+	)
+
+	return data_, err_
+}
+
+// The mutation executed by ClearPoolImages.
+const ClearPoolImages_Operation = `
+mutation ClearPoolImages ($id: ID!) {
+	updatePool(input: {id:$id,images:[]}) {
+		... PoolSettings
+	}
+}
+fragment PoolSettings on Pool {
+	id
+	name
+	leaseSeconds {
+		inForce
+		own
+		default
+	}
+	queueTimeoutHours {
+		inForce
+		own
+		default
+	}
+	allowUnenforcedMemory
+	allowNetwork
+	images {
+		image
+	}
+}
+`
+
+func ClearPoolImages(
+	ctx_ context.Context,
+	client_ graphql.Client,
+	id string,
+) (data_ *ClearPoolImagesResponse, err_ error) {
+	req_ := &graphql.Request{
+		OpName: "ClearPoolImages",
+		Query:  ClearPoolImages_Operation,
+		Variables: &__ClearPoolImagesInput{
+			Id: id,
+		},
+	}
+
+	data_ = &ClearPoolImagesResponse{}
 	resp_ := &graphql.Response{Data: data_}
 
 	err_ = client_.MakeRequest(
@@ -5223,6 +5564,19 @@ query Pool ($id: ID!) {
 				name
 			}
 		}
+		images {
+			image
+			pinnedDigest
+			runners {
+				runner {
+					name
+				}
+				state
+				digest
+				error
+				at
+			}
+		}
 	}
 }
 `
@@ -5400,6 +5754,9 @@ fragment PoolSettings on Pool {
 	}
 	allowUnenforcedMemory
 	allowNetwork
+	images {
+		image
+	}
 }
 `
 
@@ -5450,6 +5807,9 @@ fragment PoolSettings on Pool {
 	}
 	allowUnenforcedMemory
 	allowNetwork
+	images {
+		image
+	}
 }
 `
 
@@ -5725,6 +6085,13 @@ query Runner ($id: ID!) {
 				observedAt
 				recordedAt
 			}
+		}
+		images {
+			image
+			state
+			digest
+			error
+			at
 		}
 		labels {
 			key
@@ -6065,8 +6432,8 @@ func SubmitJobs(
 
 // The mutation executed by UpdatePool.
 const UpdatePool_Operation = `
-mutation UpdatePool ($id: ID!, $name: String, $leaseSeconds: Int, $queueTimeoutHours: Int, $allowUnenforcedMemory: Boolean, $allowNetwork: Boolean) {
-	updatePool(input: {id:$id,name:$name,leaseSeconds:$leaseSeconds,queueTimeoutHours:$queueTimeoutHours,allowUnenforcedMemory:$allowUnenforcedMemory,allowNetwork:$allowNetwork}) {
+mutation UpdatePool ($id: ID!, $name: String, $leaseSeconds: Int, $queueTimeoutHours: Int, $allowUnenforcedMemory: Boolean, $allowNetwork: Boolean, $images: [String!]) {
+	updatePool(input: {id:$id,name:$name,leaseSeconds:$leaseSeconds,queueTimeoutHours:$queueTimeoutHours,allowUnenforcedMemory:$allowUnenforcedMemory,allowNetwork:$allowNetwork,images:$images}) {
 		... PoolSettings
 	}
 }
@@ -6085,6 +6452,9 @@ fragment PoolSettings on Pool {
 	}
 	allowUnenforcedMemory
 	allowNetwork
+	images {
+		image
+	}
 }
 `
 
@@ -6099,6 +6469,7 @@ func UpdatePool(
 	queueTimeoutHours *int,
 	allowUnenforcedMemory *bool,
 	allowNetwork *bool,
+	images []string,
 ) (data_ *UpdatePoolResponse, err_ error) {
 	req_ := &graphql.Request{
 		OpName: "UpdatePool",
@@ -6110,6 +6481,7 @@ func UpdatePool(
 			QueueTimeoutHours:     queueTimeoutHours,
 			AllowUnenforcedMemory: allowUnenforcedMemory,
 			AllowNetwork:          allowNetwork,
+			Images:                images,
 		},
 	}
 

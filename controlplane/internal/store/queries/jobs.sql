@@ -187,6 +187,10 @@ candidates AS (
       AND j.kind >= (SELECT min(k) FROM unnest(@kinds::text[]) AS k)
       AND j.kind <= (SELECT max(k) FROM unnest(@kinds::text[]) AS k)
       AND j.kind = ANY(@kinds::text[])
+      -- Images the runner cannot run now (its pool's, not pulled yet or
+      -- refused): checked on the row, after the index; an empty list
+      -- (nearly always) costs nothing.
+      AND (cardinality(@unavailable_images::text[]) = 0 OR j.image <> ALL(@unavailable_images::text[]))
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
     LIMIT least(sqlc.arg(max_jobs)::int, greatest(sqlc.arg(max_held)::int - (SELECT held FROM booked), 0))

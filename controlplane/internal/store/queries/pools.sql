@@ -1,6 +1,7 @@
 -- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network)
-VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'), @allow_unenforced_memory, @allow_network)
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network, images)
+VALUES (sqlc.narg('organisation_id'), @name, sqlc.narg('lease_seconds'), sqlc.narg('queue_timeout_hours'), @allow_unenforced_memory, @allow_network,
+        @images::text[])
 RETURNING *;
 
 -- name: ListPools :many
@@ -33,7 +34,8 @@ SET name = @name,
     lease_seconds = sqlc.narg('lease_seconds'),
     queue_timeout_hours = sqlc.narg('queue_timeout_hours'),
     allow_unenforced_memory = @allow_unenforced_memory,
-    allow_network = @allow_network
+    allow_network = @allow_network,
+    images = @images::text[]
 WHERE id = @id
 RETURNING *;
 

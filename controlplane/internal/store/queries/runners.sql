@@ -22,7 +22,7 @@ VALUES (@pool_id, @name, @public_key, @fingerprint, @csr, @enrolment_token_id)
 RETURNING *;
 
 -- name: GetRunner :one
-SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = @id
   AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid);
@@ -33,7 +33,7 @@ WHERE r.id = @id
 -- not UPDATE: approval issues a certificate whose row references the runner
 -- (a KEY SHARE lock, taken on another connection), which FOR UPDATE would
 -- block until this very transaction ends.
-SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = @id
   AND (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
@@ -42,7 +42,7 @@ FOR NO KEY UPDATE OF r;
 -- name: ListRunners :many
 -- Runners inside the scope, oldest enrolment first, a page at a time after
 -- the (enrolled_at, id) of the last one seen (max_rows null: all of them).
-SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT sqlc.embed(r), p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE (@all_orgs::boolean OR p.organisation_id = sqlc.narg('scope_org')::uuid)
   AND (sqlc.narg('pool_id')::uuid IS NULL OR r.pool_id = sqlc.narg('pool_id'))

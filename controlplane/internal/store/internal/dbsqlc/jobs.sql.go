@@ -61,9 +61,13 @@ candidates AS (
       AND j.kind >= (SELECT min(k) FROM unnest($10::text[]) AS k)
       AND j.kind <= (SELECT max(k) FROM unnest($10::text[]) AS k)
       AND j.kind = ANY($10::text[])
+      -- Images the runner cannot run now (its pool's, not pulled yet or
+      -- refused): checked on the row, after the index; an empty list
+      -- (nearly always) costs nothing.
+      AND (cardinality($11::text[]) = 0 OR j.image <> ALL($11::text[]))
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
-    LIMIT least($11::int, greatest($12::int - (SELECT held FROM booked), 0))
+    LIMIT least($12::int, greatest($13::int - (SELECT held FROM booked), 0))
     FOR UPDATE OF j SKIP LOCKED
 ),
 fitting AS (
@@ -74,7 +78,7 @@ fitting AS (
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
-      AND c.spec_sum <= $13::bigint
+      AND c.spec_sum <= $14::bigint
 ),
 leased AS (
     UPDATE jobs j
@@ -103,6 +107,7 @@ type ClaimJobsParams struct {
 	MaxMemoryMib        int64
 	MaxCores            float64
 	Kinds               []string
+	UnavailableImages   []string
 	MaxJobs             int32
 	MaxHeld             int32
 	MaxSpecBytes        int64
@@ -177,6 +182,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.MaxMemoryMib,
 		arg.MaxCores,
 		arg.Kinds,
+		arg.UnavailableImages,
 		arg.MaxJobs,
 		arg.MaxHeld,
 		arg.MaxSpecBytes,

@@ -169,6 +169,7 @@ type Pool struct {
 	CreatedAt             time.Time
 	AllowUnenforcedMemory bool
 	AllowNetwork          bool
+	Images                []string
 }
 
 type RunmeshPlacement struct {

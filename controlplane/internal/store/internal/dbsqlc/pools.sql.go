@@ -12,9 +12,10 @@ import (
 )
 
 const createPool = `-- name: CreatePool :one
-INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network)
-VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network
+INSERT INTO pools (organisation_id, name, lease_seconds, queue_timeout_hours, allow_unenforced_memory, allow_network, images)
+VALUES ($1, $2, $3, $4, $5, $6,
+        $7::text[])
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images
 `
 
 type CreatePoolParams struct {
@@ -24,6 +25,7 @@ type CreatePoolParams struct {
 	QueueTimeoutHours     *int32
 	AllowUnenforcedMemory bool
 	AllowNetwork          bool
+	Images                []string
 }
 
 func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams) (Pool, error) {
@@ -34,6 +36,7 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		arg.QueueTimeoutHours,
 		arg.AllowUnenforcedMemory,
 		arg.AllowNetwork,
+		arg.Images,
 	)
 	var i Pool
 	err := row.Scan(
@@ -45,12 +48,13 @@ func (q *Queries) CreatePool(ctx context.Context, db DBTX, arg CreatePoolParams)
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
 		&i.AllowNetwork,
+		&i.Images,
 	)
 	return i, err
 }
 
 const getPool = `-- name: GetPool :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 `
@@ -73,12 +77,13 @@ func (q *Queries) GetPool(ctx context.Context, db DBTX, arg GetPoolParams) (Pool
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
 		&i.AllowNetwork,
+		&i.Images,
 	)
 	return i, err
 }
 
 const getPoolForUpdate = `-- name: GetPoolForUpdate :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid)
 FOR UPDATE
@@ -104,12 +109,13 @@ func (q *Queries) GetPoolForUpdate(ctx context.Context, db DBTX, arg GetPoolForU
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
 		&i.AllowNetwork,
+		&i.Images,
 	)
 	return i, err
 }
 
 const getUsablePool = `-- name: GetUsablePool :one
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE id = $1
   AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
 `
@@ -134,12 +140,13 @@ func (q *Queries) GetUsablePool(ctx context.Context, db DBTX, arg GetUsablePoolP
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
 		&i.AllowNetwork,
+		&i.Images,
 	)
 	return i, err
 }
 
 const listPools = `-- name: ListPools :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE ($1::boolean OR organisation_id = $2::uuid OR (organisation_id IS NULL AND $2::uuid IS NOT NULL))
   AND (NOT $3::boolean OR organisation_id IS NULL)
   AND ($4::uuid IS NULL OR organisation_id = $4)
@@ -180,6 +187,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
 			&i.AllowNetwork,
+			&i.Images,
 		); err != nil {
 			return nil, err
 		}
@@ -192,7 +200,7 @@ func (q *Queries) ListPools(ctx context.Context, db DBTX, arg ListPoolsParams) (
 }
 
 const poolsByIDs = `-- name: PoolsByIDs :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE id = ANY($1::uuid[])
   AND ($2::boolean OR organisation_id = $3::uuid OR (organisation_id IS NULL AND $3::uuid IS NOT NULL))
 `
@@ -223,6 +231,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
 			&i.AllowNetwork,
+			&i.Images,
 		); err != nil {
 			return nil, err
 		}
@@ -235,7 +244,7 @@ func (q *Queries) PoolsByIDs(ctx context.Context, db DBTX, arg PoolsByIDsParams)
 }
 
 const poolsByOrganisations = `-- name: PoolsByOrganisations :many
-SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network FROM pools
+SELECT id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images FROM pools
 WHERE organisation_id = ANY($1::uuid[])
 ORDER BY name
 `
@@ -258,6 +267,7 @@ func (q *Queries) PoolsByOrganisations(ctx context.Context, db DBTX, organisatio
 			&i.CreatedAt,
 			&i.AllowUnenforcedMemory,
 			&i.AllowNetwork,
+			&i.Images,
 		); err != nil {
 			return nil, err
 		}
@@ -275,9 +285,10 @@ SET name = $1,
     lease_seconds = $2,
     queue_timeout_hours = $3,
     allow_unenforced_memory = $4,
-    allow_network = $5
-WHERE id = $6
-RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network
+    allow_network = $5,
+    images = $6::text[]
+WHERE id = $7
+RETURNING id, organisation_id, name, lease_seconds, queue_timeout_hours, created_at, allow_unenforced_memory, allow_network, images
 `
 
 type UpdatePoolParams struct {
@@ -286,6 +297,7 @@ type UpdatePoolParams struct {
 	QueueTimeoutHours     *int32
 	AllowUnenforcedMemory bool
 	AllowNetwork          bool
+	Images                []string
 	ID                    uuid.UUID
 }
 
@@ -296,6 +308,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		arg.QueueTimeoutHours,
 		arg.AllowUnenforcedMemory,
 		arg.AllowNetwork,
+		arg.Images,
 		arg.ID,
 	)
 	var i Pool
@@ -308,6 +321,7 @@ func (q *Queries) UpdatePool(ctx context.Context, db DBTX, arg UpdatePoolParams)
 		&i.CreatedAt,
 		&i.AllowUnenforcedMemory,
 		&i.AllowNetwork,
+		&i.Images,
 	)
 	return i, err
 }

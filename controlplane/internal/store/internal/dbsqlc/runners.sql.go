@@ -162,7 +162,7 @@ func (q *Queries) GetCertificate(ctx context.Context, db DBTX, serial string) (C
 }
 
 const getRunner = `-- name: GetRunner :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -178,6 +178,7 @@ type GetRunnerRow struct {
 	Runner           Runner
 	OrganisationID   uuid.NullUUID
 	PoolLeaseSeconds *int32
+	PoolImages       []string
 }
 
 func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (GetRunnerRow, error) {
@@ -218,12 +219,13 @@ func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (
 		&i.Runner.GpuFaults,
 		&i.OrganisationID,
 		&i.PoolLeaseSeconds,
+		&i.PoolImages,
 	)
 	return i, err
 }
 
 const getRunnerForUpdate = `-- name: GetRunnerForUpdate :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -240,6 +242,7 @@ type GetRunnerForUpdateRow struct {
 	Runner           Runner
 	OrganisationID   uuid.NullUUID
 	PoolLeaseSeconds *int32
+	PoolImages       []string
 }
 
 // Locks the runner: approval, rejection and revocation of one runner apply
@@ -285,6 +288,7 @@ func (q *Queries) GetRunnerForUpdate(ctx context.Context, db DBTX, arg GetRunner
 		&i.Runner.GpuFaults,
 		&i.OrganisationID,
 		&i.PoolLeaseSeconds,
+		&i.PoolImages,
 	)
 	return i, err
 }
@@ -422,7 +426,7 @@ func (q *Queries) LatestRunnerCertificate(ctx context.Context, db DBTX, runnerID
 }
 
 const listRunners = `-- name: ListRunners :many
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR r.pool_id = $3)
@@ -451,6 +455,7 @@ type ListRunnersRow struct {
 	Runner           Runner
 	OrganisationID   uuid.NullUUID
 	PoolLeaseSeconds *int32
+	PoolImages       []string
 }
 
 // Runners inside the scope, oldest enrolment first, a page at a time after
@@ -509,6 +514,7 @@ func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParam
 			&i.Runner.GpuFaults,
 			&i.OrganisationID,
 			&i.PoolLeaseSeconds,
+			&i.PoolImages,
 		); err != nil {
 			return nil, err
 		}
