@@ -138,6 +138,22 @@ const (
 	MaxLabels        = 64
 )
 
+// textField is a text of a report, its name and its bound in bytes.
+type textField struct {
+	name, v string
+	max     int
+}
+
+// checkTexts checks each field with CheckText, named after prefix.
+func checkTexts(prefix string, fields ...textField) error {
+	for _, f := range fields {
+		if err := CheckText(prefix+f.name, f.v, f.max); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckText refuses a string PostgreSQL cannot store or a person cannot
 // read: a NUL, other control characters, invalid UTF-8, or more than max
 // bytes.
@@ -172,13 +188,9 @@ func Clip(s string, n int) string {
 // too long or holds control characters.
 func CheckCapacity(c Capacity) error {
 	h := c.Host
-	for _, t := range []struct {
-		name, v string
-		max     int
-	}{{"host.hostname", h.Hostname, 255}, {"gpus_unavailable", c.GPUsUnavailable, 512}, {"driver_version", c.DriverVersion, 64}} {
-		if err := CheckText(t.name, t.v, t.max); err != nil {
-			return err
-		}
+	if err := checkTexts("", textField{"host.hostname", h.Hostname, 255}, textField{"gpus_unavailable", c.GPUsUnavailable, 512},
+		textField{"driver_version", c.DriverVersion, 64}); err != nil {
+		return err
 	}
 	if c.Limits != nil {
 		if err := CheckText("limits.reason", c.Limits.Reason, 512); err != nil {
@@ -226,13 +238,9 @@ func checkGPUs(gpus []GPU) error {
 	}
 	seen, seenIndex := map[string]bool{}, map[int]bool{}
 	for i, g := range gpus {
-		for _, t := range []struct {
-			name, v string
-			max     int
-		}{{"uuid", g.UUID, 128}, {"name", g.Name, 128}, {"health", g.Health, 512}} {
-			if err := CheckText(fmt.Sprintf("gpus[%d].%s", i, t.name), t.v, t.max); err != nil {
-				return err
-			}
+		if err := checkTexts(fmt.Sprintf("gpus[%d].", i), textField{"uuid", g.UUID, 128}, textField{"name", g.Name, 128},
+			textField{"health", g.Health, 512}); err != nil {
+			return err
 		}
 		switch {
 		case g.UUID == "":

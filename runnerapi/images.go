@@ -57,13 +57,9 @@ func checkImages(images []ImageState) error {
 		default:
 			return fmt.Errorf("images[%d].state: %q is not a state", i, im.State)
 		}
-		for _, t := range []struct {
-			name, v string
-			max     int
-		}{{"image", im.Image, 600}, {"digest", im.Digest, 80}, {"error", im.Error, 512}} {
-			if err := CheckText(fmt.Sprintf("images[%d].%s", i, t.name), t.v, t.max); err != nil {
-				return err
-			}
+		if err := checkTexts(fmt.Sprintf("images[%d].", i), textField{"image", im.Image, 600}, textField{"digest", im.Digest, 80},
+			textField{"error", im.Error, 512}); err != nil {
+			return err
 		}
 	}
 	return nil

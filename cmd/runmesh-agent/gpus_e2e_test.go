@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -39,15 +38,7 @@ func cdiSpec(n int) string {
 // XID 79 on the first GPU is kept by the server across an agent restart, the
 // seven others keep taking work, and clearGpuHealth returns it.
 func TestGPUsInTheSandbox(t *testing.T) {
-	dir := os.Getenv("RUNMESH_SANDBOX_DIR")
-	if os.Getenv("RUNMESH_SANDBOX_UP") == "" || dir == "" {
-		t.Skip("needs the systemd sandbox up (make test-e2e)")
-	}
-	sb := sandbox{t: t, dir: dir}
-	serverBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-server")
-	cliBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh")
-	agentBin := filepath.Join(dir, "bin", "runmesh-agent-nvmlmock")
-	require.FileExists(t, agentBin, "make test-e2e builds the nvmlmock agent there")
+	sb, serverBin, cliBin, agentBin := sandboxTest(t, "runmesh-agent-nvmlmock")
 
 	srv := e2e.StartDev(t, serverBin)
 	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]

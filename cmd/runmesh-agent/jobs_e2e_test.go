@@ -3,9 +3,7 @@ package main_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,15 +21,7 @@ import (
 // images that cannot be had, a drain, and the chaos drills: the agent
 // frozen (SIGSTOP) and cut off the network past its lease, and 100 kill -9s.
 func TestJobsInTheSandbox(t *testing.T) {
-	dir := os.Getenv("RUNMESH_SANDBOX_DIR")
-	if os.Getenv("RUNMESH_SANDBOX_UP") == "" || dir == "" {
-		t.Skip("needs the systemd sandbox up (make test-e2e)")
-	}
-	sb := sandbox{t: t, dir: dir}
-	serverBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-server")
-	cliBin := e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh")
-	agentBin := filepath.Join(dir, "bin", "runmesh-agent")
-	require.FileExists(t, agentBin, "make test-e2e builds the agent there")
+	sb, serverBin, cliBin, agentBin := sandboxTest(t, "runmesh-agent")
 
 	// The runner listener is where the cut drill's network namespace can
 	// reach it, and so can the rest of the sandbox.

@@ -46,6 +46,21 @@ func (s sandbox) jobUnits() string {
 	return s.must("user", "systemctl", "--user", "list-units", "--all", "--plain", "--no-legend", "runmesh-job-*")
 }
 
+// sandboxTest skips a test unless the sandbox is up, and gives it the
+// sandbox, the server and CLI binaries, and the agent build named agent
+// that make test-e2e put in the sandbox's bin.
+func sandboxTest(t *testing.T, agent string) (sb sandbox, serverBin, cliBin, agentBin string) {
+	t.Helper()
+	dir := os.Getenv("RUNMESH_SANDBOX_DIR")
+	if os.Getenv("RUNMESH_SANDBOX_UP") == "" || dir == "" {
+		t.Skip("needs the systemd sandbox up (make test-e2e)")
+	}
+	agentBin = filepath.Join(dir, "bin", agent)
+	require.FileExists(t, agentBin, "make test-e2e builds %s there", agent)
+	return sandbox{t: t, dir: dir}, e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh-server"),
+		e2e.Binary(t, "github.com/runmesh/runmesh/cmd/runmesh"), agentBin
+}
+
 // installAgent enrols agentBin inside the sandbox as runner name (config is
 // the rest of its agent.yaml), has it approved, and installs it as the
 // packaged unit, runmesh-agent.service, not yet started. It returns the
