@@ -11,6 +11,12 @@ RUN ?=
 GOTESTFLAGS ?= -count=1 -timeout 30m $(if $(RUN),-run '$(RUN)')
 # go-nvml's header marks many functions deprecated; we call none of those.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+# The agent links podman's bindings, which build only with these tags: OpenPGP
+# in Go instead of gpgme's C library, no btrfs graph driver (its headers), the
+# remote client's code. Every go command below gets them; outside make, set
+# GOFLAGS=-tags=$(PODMAN_TAGS) yourself.
+PODMAN_TAGS := remote,containers_image_openpgp,exclude_graphdriver_btrfs
+export GOFLAGS := $(strip $(filter-out -tags=%,$(GOFLAGS)) -tags=$(PODMAN_TAGS))
 GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/model cmd/runmesh/internal/api
 
 .DEFAULT_GOAL := help
@@ -89,7 +95,7 @@ test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sand
 		$(GO) test -c -o $(SANDBOX_DIR)/bin/$$(basename $$p).test $$p || exit 1; \
 		cp -r $$p $(SANDBOX_DIR)/src/$$(basename $$p); done && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent ./cmd/runmesh-agent && \
-		$(GO) build -tags nvmlmock -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent-nvmlmock ./cmd/runmesh-agent && \
+		$(GO) build -tags nvmlmock,$(PODMAN_TAGS) -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent-nvmlmock ./cmd/runmesh-agent && \
 		chmod -R a+rX $(SANDBOX_DIR)/bin $(SANDBOX_DIR)/src
 	@# A sandbox that is already up (someone's, by hand) is refused by up and left alone.
 	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh up || exit 1; \

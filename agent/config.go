@@ -39,6 +39,10 @@ type Config struct {
 	Metrics Metrics           `yaml:"metrics"`
 	// Podman is the podman binary jobs run with; empty finds it on PATH.
 	Podman string `yaml:"podman"`
+	// PodmanSocket is the user's podman service, which everything but the
+	// job's own process asks; empty is $XDG_RUNTIME_DIR/podman/podman.sock,
+	// where the user's podman.socket listens.
+	PodmanSocket string `yaml:"podman_socket"`
 	// Kinds are the job kinds this runner takes (default: default).
 	Kinds []string `yaml:"kinds"`
 
@@ -109,6 +113,9 @@ func (c Config) check() error {
 	}
 	if c.Podman != "" && !filepath.IsAbs(c.Podman) {
 		return fmt.Errorf("invalid setting podman: %q is not an absolute path", c.Podman)
+	}
+	if c.PodmanSocket != "" && !filepath.IsAbs(c.PodmanSocket) {
+		return fmt.Errorf("invalid setting podman_socket: %q is not an absolute path", c.PodmanSocket)
 	}
 	if len(c.Kinds) == 0 || len(c.Kinds) > runnerapi.MaxKinds {
 		return fmt.Errorf("invalid setting kinds: 1 to %d job kinds", runnerapi.MaxKinds)

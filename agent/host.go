@@ -68,7 +68,13 @@ func openRuntime(ctx context.Context, cfg Config, p podmanProbe, cond *health.Co
 		cond.SetUnhealthy("cannot run jobs: " + err.Error())
 		return nil
 	}
-	cond.SetHealthy(fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion))
+	msg := fmt.Sprintf("rootless podman (cgroup %s) in the user's systemd manager", p.facts.CgroupVersion)
+	if p.facts.EventLogger != "file" {
+		// Jobs are still followed, every Recheck, not when they end.
+		msg += fmt.Sprintf("; podman's events go to %q, which the agent may not read back: set events_logger = \"file\" "+
+			"(the package's containers.conf.d/50-runmesh-events.conf)", p.facts.EventLogger)
+	}
+	cond.SetHealthy(msg)
 	return rt
 }
 
@@ -85,7 +91,15 @@ func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Run
 		return nil, err
 	}
 	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
-	return jobrun.Connect(ctx, host)
+	return jobrun.Connect(ctx, host, cfg.podmanSocket())
+}
+
+// podmanSocket is where the user's podman service listens.
+func (c Config) podmanSocket() string {
+	if c.PodmanSocket != "" {
+		return c.PodmanSocket
+	}
+	return filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock")
 }
 
 // userRuntimeDir points XDG_RUNTIME_DIR at the lingering user's directory

@@ -68,6 +68,18 @@ func TestPoolImages(t *testing.T) {
 	require.Equal(t, map[string]any{"image": list[1], "reference": "registry.example/private:1", "pinnedDigest": pin,
 		"runners": []any{map[string]any{"runner": map[string]any{"id": id}, "state": "FAILED", "error": "unauthorized: authentication required"}}}, pool[1])
 
+	// A pull under way shows its last progress line.
+	report.Images[1] = runnerapi.ImageState{Image: list[1], State: runnerapi.ImagePulling, Progress: "Copying blob sha256:abc", At: at}
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	data, code = b.gql(t, b.platform, `query($id: ID!) { runner(id: $id) { images { state progress } } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, []any{map[string]any{"state": "PULLED", "progress": nil}, map[string]any{"state": "PULLING", "progress": "Copying blob sha256:abc"}},
+		data["runner"].(map[string]any)["images"])
+	report.Images[1] = runnerapi.ImageState{Image: list[1], State: runnerapi.ImageFailed, Error: "unauthorized: authentication required", At: at}
+	r = b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: report})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+
 	// A job naming an image the runner cannot run waits for another runner.
 	private, code := b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) { in["image"] = "registry.example/private:1" }))
 	require.Empty(t, code)

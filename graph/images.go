@@ -21,6 +21,9 @@ func runnerImages(r *record.Runner) []model.RunnerImage {
 		if im.Error != "" {
 			m.Error = &im.Error
 		}
+		if im.Progress != "" {
+			m.Progress = &im.Progress
+		}
 		out = append(out, m)
 	}
 	return out

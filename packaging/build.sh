@@ -10,8 +10,10 @@ build=dist/build
 rm -rf "$build" && mkdir -p "$build" "$out"
 
 ldflags="-s -w -X github.com/runmesh/runmesh/controlplane.Version=$version -X main.version=$version"
+# The agent links podman's bindings: the tags are the Makefile's PODMAN_TAGS.
 CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"} \
-  go build -trimpath -buildmode=pie -ldflags "$ldflags" -o "$build/" ./cmd/runmesh-agent ./cmd/runmesh-server ./cmd/runmesh
+  go build -trimpath -buildmode=pie -tags remote,containers_image_openpgp,exclude_graphdriver_btrfs -ldflags "$ldflags" \
+  -o "$build/" ./cmd/runmesh-agent ./cmd/runmesh-server ./cmd/runmesh
 
 # A Debian changelog (native package: changelog.gz), its one entry this build.
 when=$(git log -1 --format=%cD 2>/dev/null || date -R)

@@ -42,8 +42,11 @@ type ImageState struct {
 	// Digest is the digest of the image the runner has ("" before a pull).
 	Digest string `json:"digest,omitempty"`
 	// Error says why a pull failed or the digest does not match.
-	Error string    `json:"error,omitempty"`
-	At    time.Time `json:"at"`
+	Error string `json:"error,omitempty"`
+	// Progress is the pull's last progress line while it is PULLING
+	// (podman's: "Copying blob sha256:…", "Writing manifest…").
+	Progress string    `json:"progress,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // checkImages refuses image states no agent could report.
@@ -58,7 +61,7 @@ func checkImages(images []ImageState) error {
 			return fmt.Errorf("images[%d].state: %q is not a state", i, im.State)
 		}
 		if err := checkTexts(fmt.Sprintf("images[%d].", i), textField{"image", im.Image, 600}, textField{"digest", im.Digest, 80},
-			textField{"error", im.Error, 512}); err != nil {
+			textField{"error", im.Error, 512}, textField{"progress", im.Progress, 300}); err != nil {
 			return err
 		}
 	}

@@ -29,7 +29,7 @@ func Open(ctx context.Context, podman, logDir string) (*Starter, error) {
 		return nil, err
 	}
 	host := jobunit.NewHost(podman, facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), logDir)
-	rt, err := jobrun.Connect(ctx, host)
+	rt, err := jobrun.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
 	if err != nil {
 		return nil, err
 	}

@@ -24,10 +24,12 @@ NAME=${RUNMESH_SANDBOX_NAME:-runmesh-sandbox}
 RU=runmesh
 IMAGE=localhost/busybox:latest
 SELF=$(readlink -f "$0")
-PACKAGES="podman crun runc uidmap slirp4netns fuse-overlayfs busybox-static conmon catatonit dbus-user-session"
+# docker-registry is the e2e tests' registry (a real one, which they start themselves on loopback).
+PACKAGES="podman crun runc uidmap slirp4netns fuse-overlayfs busybox-static conmon catatonit dbus-user-session docker-registry"
 # Units a minimal boot must not start: timers would run apt and man-db inside, podman's own units are not ours.
 MASK="apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer dpkg-db-backup.timer fstrim.timer
-      podman-auto-update.timer podman.socket podman-restart.service systemd-modules-load.service console-getty.service"
+      podman-auto-update.timer podman.socket podman-restart.service systemd-modules-load.service console-getty.service
+      docker-registry.service"
 
 log() { printf 'sandbox: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -265,6 +267,9 @@ prepare_podman() {
   printf '[storage]\ndriver = "overlay"\n' | uexec tee $h/.config/containers/storage.conf >/dev/null
   printf '[containers]\ndefault_sysctls = []\n%s\n\n[engine]\nruntime = "%s"\n%s\n' "$extra" "$runtime" "$engine" |
     uexec tee $h/.config/containers/containers.conf >/dev/null
+  # As the package does (packaging/agent/podman-events.conf): events to a file the agent follows.
+  uexec mkdir -p $h/.config/containers/containers.conf.d
+  printf '[engine]\nevents_logger = "file"\n' | uexec tee $h/.config/containers/containers.conf.d/50-runmesh-events.conf >/dev/null
   # The image: busybox-static's binary in an empty root, imported; no registry is reachable.
   local R=$D/busybox-root
   rm -rf $R && mkdir -p $R/bin $R/etc $R/tmp $R/proc $R/sys $R/dev $R/root
@@ -278,7 +283,11 @@ prepare_podman() {
   local out
   out=$(uexec podman run --rm --network=none $IMAGE echo sandbox-ok 2>&1) || die "podman run failed: $out"
   [ "$out" = sandbox-ok ] || die "podman run printed: $out"
-  log "rootless podman ($runtime) runs $IMAGE"
+  # The agent asks podman's service (the user's socket-activated podman.socket) for all but the job's process;
+  # the package enables it so.
+  uexec systemctl --user enable --now podman.socket >/dev/null 2>&1 || die "could not start the runmesh user's podman.socket"
+  out=$(uexec curl -sS --unix-socket /run/user/$uid/podman/podman.sock http://d/_ping 2>&1) || die "podman's API: $out"
+  log "rootless podman ($runtime) runs $IMAGE; its API answers at /run/user/$uid/podman/podman.sock"
 }
 
 down() {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +31,16 @@ func TestJobsInTheSandbox(t *testing.T) {
 	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
 	// within about 7 s.
 	srv.GraphQL(t, `mutation($id: ID!) { updatePool(input: {id: $id, leaseSeconds: 6}) { id } }`, map[string]any{"id": poolID})
+
+	// Registries for pulls through podman's API: one open, one that wants
+	// a login this host does not have. The open one holds busybox, and an
+	// image too big for a store made nearly full.
+	openReg, privateReg := startRegistry(t, "", ""), startRegistry(t, "builder", "s3cret-pass")
+	sb.useRegistries(openReg, privateReg)
+	sb.must("user", "sh", "-c", `set -e; podman push -q localhost/busybox:latest "$1/runmesh/busybox:1"
+		d=$(mktemp -d); head -c 48M /dev/urandom >"$d/blob"; tar -C "$d" -cf "$d/big.tar" blob
+		podman import -q "$d/big.tar" localhost/big:1 >/dev/null; podman push -q localhost/big:1 "$1/runmesh/big:1"
+		podman rmi -f localhost/big:1 >/dev/null; rm -rf "$d"`, "sh", openReg)
 
 	runnerID := sb.installAgent(t, srv, cliBin, agentBin, "sandbox-01", `metrics:
   listen: "off"
@@ -282,6 +293,45 @@ func TestJobsInTheSandbox(t *testing.T) {
 		require.Equal(t, float64(0), failures(), "a job's fault resets the count")
 	})
 
+	t.Run("pulls go through podman's API: progress in the agent's log; each failure's class decides whose fault it is", func(t *testing.T) {
+		since := time.Now().Add(-time.Second).Format("2006-01-02 15:04:05")
+		pulled := openReg + "/runmesh/busybox:1"
+		id := submit(pulled, []string{"echo", "pulled"}, 60, nil)
+		j := waitState(id, 60*time.Second, "SUCCEEDED")
+		require.Equal(t, "pulled\n", j["logs"])
+		require.Regexp(t, `^sha256:[0-9a-f]{64}$`, j["runs"].([]any)[0].(map[string]any)["imageDigest"])
+		journal := sb.must("exec", "journalctl", "-u", "runmesh-agent", "--since", since, "--no-pager", "-o", "cat")
+		require.Regexp(t, `"msg":"pulling the job's image".*"image":"`+regexp.QuoteMeta(pulled)+`".*"progress":"Copying blob`, journal)
+		// podman's event said the container died; the unit was read then.
+		require.Regexp(t, `"msg":"the job's container died".*"exit_code":0`, journal)
+
+		fails := func(image, reason string, hostFault bool) {
+			t.Helper()
+			id := submit(image, []string{"true"}, 60, map[string]any{"maxAttempts": 1})
+			j := waitState(id, 90*time.Second, "FAILED")
+			require.Contains(t, j["stateReason"], reason, image)
+			require.Equal(t, hostFault, strings.Contains(j["stateReason"].(string), "host fault"), "%s: %s", image, j["stateReason"])
+			t.Logf("%s: %s", image, j["stateReason"])
+		}
+		ok := func() { // a success in between: three host faults in a row would quarantine the runner
+			t.Helper()
+			waitState(submit(pulled, []string{"true"}, 60, nil), 60*time.Second, "SUCCEEDED")
+		}
+		fails("127.0.0.1:1/runmesh/busybox:1", "could not be pulled on this host (registry unreachable)", true)
+		fails(openReg+"/runmesh/nope:1", "image "+openReg+"/runmesh/nope:1 does not exist", false)
+		fails(privateReg+"/runmesh/busybox:1", "could not be pulled on this host (login refused)", true)
+		ok()
+
+		// A store with 16 MiB left, and a 48 MiB layer.
+		store := sb.must("exec", "sh", "-c", `echo $(getent passwd runmesh | cut -d: -f6)/.local/share/containers`)
+		store = strings.TrimSpace(store)
+		sb.must("exec", "sh", "-c", `used=$(df -B1M --output=used "$1" | tail -1); mount -o remount,size=$((used + 16))M "$1"`, "sh", store)
+		defer sb.must("exec", "mount", "-o", "remount,size=2G", store)
+		fails(openReg+"/runmesh/big:1", "could not be pulled on this host (disk full)", true)
+		sb.must("exec", "mount", "-o", "remount,size=2G", store)
+		ok()
+	})
+
 	t.Run("SIGTERM drains: running jobs finish, no new work, then the agent exits", func(t *testing.T) {
 		id := submit(busybox, []string{"sh", "-c", "sleep 5; echo drained"}, 60, nil)
 		waitState(id, 60*time.Second, "RUNNING")
@@ -377,7 +427,7 @@ func killDrill(t *testing.T, sb sandbox, submit func(string, []string, int, map[
 			t.Errorf("job %s ended %v: %v", id, j["state"], j["stateReason"])
 		case j["logs"] != "done\n":
 			duplicates++
-			t.Errorf("job %s's output %q: run twice, or lost", id, j["logs"])
+			t.Errorf("job %s's output %q: run twice, or lost; its runs: %v", id, j["logs"], j["runs"])
 		default:
 			succeeded++
 		}

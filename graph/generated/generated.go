@@ -464,12 +464,13 @@ type ComplexityRoot struct {
 	}
 
 	RunnerImage struct {
-		At     func(childComplexity int) int
-		Digest func(childComplexity int) int
-		Error  func(childComplexity int) int
-		Image  func(childComplexity int) int
-		Runner func(childComplexity int) int
-		State  func(childComplexity int) int
+		At       func(childComplexity int) int
+		Digest   func(childComplexity int) int
+		Error    func(childComplexity int) int
+		Image    func(childComplexity int) int
+		Progress func(childComplexity int) int
+		Runner   func(childComplexity int) int
+		State    func(childComplexity int) int
 	}
 
 	Subscription struct {
@@ -2551,6 +2552,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RunnerImage.Image(childComplexity), true
+	case "RunnerImage.progress":
+		if e.ComplexityRoot.RunnerImage.Progress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunnerImage.Progress(childComplexity), true
 	case "RunnerImage.runner":
 		if e.ComplexityRoot.RunnerImage.Runner == nil {
 			break
@@ -2955,6 +2962,8 @@ type RunnerImage {
   digest: String
   "Why the pull failed, or the digest does not match."
   error: String
+  "While PULLING: the pull's last progress line, as podman gave it."
+  progress: String
   "When the runner last looked."
   at: Time!
 }
@@ -4290,6 +4299,8 @@ func (ec *executionContext) childFields_RunnerImage(ctx context.Context, field g
 		return ec.fieldContext_RunnerImage_digest(ctx, field)
 	case "error":
 		return ec.fieldContext_RunnerImage_error(ctx, field)
+	case "progress":
+		return ec.fieldContext_RunnerImage_progress(ctx, field)
 	case "at":
 		return ec.fieldContext_RunnerImage_at(ctx, field)
 	}
@@ -13664,6 +13675,29 @@ func (ec *executionContext) fieldContext_RunnerImage_error(_ context.Context, fi
 	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "String")
 }
 
+func (ec *executionContext) _RunnerImage_progress(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunnerImage_progress(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Progress, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunnerImage_progress(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "String")
+}
+
 func (ec *executionContext) _RunnerImage_at(ctx context.Context, field graphql.CollectedField, obj *model.RunnerImage) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -18275,6 +18309,11 @@ func (ec *executionContext) _RunnerImage(ctx context.Context, sel ast.SelectionS
 			}
 		case "error":
 			out.Values[i] = ec._RunnerImage_error(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "progress":
+			out.Values[i] = ec._RunnerImage_progress(ctx, field, obj)
 			if out.Values[i] == graphql.RequiredNull {
 				out.Invalids++
 			}

@@ -299,6 +299,8 @@ type RunnerImage struct {
 	Digest *string `json:"digest,omitempty"`
 	// Why the pull failed, or the digest does not match.
 	Error *string `json:"error,omitempty"`
+	// While PULLING: the pull's last progress line, as podman gave it.
+	Progress *string `json:"progress,omitempty"`
 	// When the runner last looked.
 	At time.Time `json:"at"`
 }

@@ -1,28 +1,51 @@
 package jobrun
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os/exec"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/errorhandling"
+
 	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// Why a pull failed, as ImageError.Class says it.
+const (
+	// ImageUnknown: the reference names no image (a registry answered that
+	// it has no such repository or tag, or the reference is malformed or a
+	// short name that resolves to nothing). The job's fault.
+	ImageUnknown = "unknown image"
+	// RegistryUnreachable: no registry answered (refused, no such host,
+	// timed out).
+	RegistryUnreachable = "registry unreachable"
+	// LoginRefused: the registry wants credentials this host lacks, or
+	// refused those it has.
+	LoginRefused = "login refused"
+	// DiskFull: the image store has no room for the image.
+	DiskFull = "disk full"
+	// PullFailed: anything else.
+	PullFailed = "pull failed"
 )
 
 // ImageError says why a job's image could not be had, and whose fault
 // that is.
 type ImageError struct {
 	Image string
-	// JobFault: the reference can name no image (a registry answered that
-	// it does not exist, or the name is malformed or ambiguous). Any other
-	// failure, an unreachable registry, a full disk, an image named
-	// localhost/ that this host was meant to have, is the host's: the job
-	// may run elsewhere.
+	// Class is one of ImageUnknown, RegistryUnreachable, LoginRefused,
+	// DiskFull, PullFailed.
+	Class string
+	// JobFault: the reference can name no image (Class ImageUnknown) and
+	// it is not an image named localhost/ that this host was meant to
+	// have. Any other failure is the host's: the job may run elsewhere.
 	JobFault bool
 	Detail   string
 }
@@ -31,61 +54,119 @@ func (e *ImageError) Error() string {
 	if e.JobFault {
 		return fmt.Sprintf("image %s does not exist: %s", e.Image, e.Detail)
 	}
-	return fmt.Sprintf("image %s could not be pulled on this host: %s", e.Image, e.Detail)
+	return fmt.Sprintf("image %s could not be pulled on this host (%s): %s", e.Image, e.Class, e.Detail)
 }
 
 // pullTimeout bounds one pull: the lease is heartbeated meanwhile.
 const pullTimeout = 10 * time.Minute
 
 // EnsureImage makes the image local, pulling it when it is not, and
-// returns its digest, which the result reports.
-func (r *Runtime) EnsureImage(ctx context.Context, image string) (string, error) {
-	if digest, err := r.imageDigest(ctx, image); err == nil {
+// returns its digest, which the result reports. The pull's progress goes
+// to progress, a line at a time.
+func (r *Runtime) EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error) {
+	digest, err := r.imageDigest(ctx, image)
+	if err == nil {
 		return digest, nil
+	}
+	// Not local (or a name the service cannot look up): the pull says why.
+	if api := (*APIError)(nil); errors.As(err, &api) {
+		return "", ClassifyPull(image, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	defer cancel()
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, r.host.Podman, "pull", "--quiet", "--", image)
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := r.pull(ctx, image, progress); err != nil {
 		if ctx.Err() != nil {
-			return "", &ImageError{Image: image, Detail: "the pull timed out"}
+			return "", &ImageError{Image: image, Class: PullFailed, Detail: "the pull timed out"}
 		}
-		return "", ClassifyPullError(image, stderr.String())
+		return "", ClassifyPull(image, err)
 	}
 	return r.imageDigest(ctx, image)
 }
 
+func (r *Runtime) pull(ctx context.Context, image string, progress io.Writer) error {
+	c, err := r.api.with(ctx)
+	if err != nil {
+		return err
+	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	// The policy is "missing": two pulls of one image at once (a pool
+	// image and a job's) fetch it once.
+	_, err = images.Pull(c, image, new(images.PullOptions).WithProgressWriter(progress).WithPolicy("missing"))
+	return err
+}
+
 func (r *Runtime) imageDigest(ctx context.Context, image string) (string, error) {
-	out, err := exec.CommandContext(ctx, r.host.Podman, "image", "inspect", "--format", "{{.Digest}}", "--", image).Output()
+	c, err := r.api.with(ctx)
 	if err != nil {
 		return "", err
 	}
-	return strings.TrimSpace(string(out)), nil
-}
-
-// jobFaults are what podman says when a reference can name no image.
-var jobFaults = []string{
-	"manifest unknown", "name unknown", "not found", // the registry answered 404
-	"did not resolve to an alias", // a short name that means nothing here
-	"invalid reference format", "repository name must be lowercase",
-}
-
-// ClassifyPullError reads podman pull's last error line.
-func ClassifyPullError(image, stderr string) *ImageError {
-	lines := strings.Split(strings.TrimSpace(stderr), "\n")
-	last := strings.TrimPrefix(strings.TrimSpace(lines[len(lines)-1]), "Error: ")
-	e := &ImageError{Image: image, Detail: runnerapi.Clip(strings.ToValidUTF8(last, ""), 300)}
-	if strings.HasPrefix(image, "localhost/") {
-		return e // this host's own image, which it should have had
+	img, err := images.GetImage(c, image, nil)
+	if err != nil {
+		return "", err
 	}
-	for _, f := range jobFaults {
-		if strings.Contains(last, f) {
-			e.JobFault = true
+	return string(img.Digest), nil
+}
+
+// isNotFound: the service answered 404 (no such image or container).
+func isNotFound(err error) bool {
+	var m *errorhandling.ErrorModel
+	return errors.As(err, &m) && m.ResponseCode == http.StatusNotFound
+}
+
+// ClassifyPull decides whose fault a failed pull is. podman's service
+// answers a reference it cannot parse with a 400 before the pull starts;
+// a failure during the pull comes in its progress stream, as the text of
+// the error containers/image returned (podman 4.3 and 5.x alike), which
+// carries the registry's error code (MANIFEST_UNKNOWN, NAME_UNKNOWN,
+// UNAUTHORIZED, DENIED) or the system's (ECONNREFUSED, ENOSPC) in words.
+func ClassifyPull(image string, err error) *ImageError {
+	e := &ImageError{Image: image, Class: PullFailed}
+	var api *APIError
+	var m *errorhandling.ErrorModel
+	switch {
+	case errors.As(err, &api):
+		e.Detail = err.Error() // the host's podman, not the registry
+	case errors.As(err, &m) && m.ResponseCode == http.StatusBadRequest:
+		e.Class, e.Detail = ImageUnknown, m.Error()
+	case errors.As(err, &m):
+		e.Detail = m.Error()
+	default:
+		e.Detail = err.Error()
+		e.Class = pullClass(e.Detail)
+	}
+	e.Detail = runnerapi.Clip(strings.ToValidUTF8(e.Detail, ""), 300)
+	// localhost/ is this host's own image, which it should have had.
+	e.JobFault = e.Class == ImageUnknown && !strings.HasPrefix(image, "localhost/")
+	return e
+}
+
+// pullClasses are the words of each class, in the order they are tried:
+// a failure to reach the registry names the registry before anything
+// else.
+var pullClasses = []struct {
+	class string
+	words []string
+}{
+	{DiskFull, []string{"no space left on device", "disk quota exceeded"}},
+	{RegistryUnreachable, []string{"connection refused", "no such host", "i/o timeout", "network is unreachable",
+		"connection reset by peer", "TLS handshake timeout", "server gave HTTP response to HTTPS client"}},
+	{LoginRefused, []string{"unauthorized", "authentication required", "denied", "invalid username/password"}},
+	{ImageUnknown, []string{"manifest unknown", "name unknown", "not found", "did not resolve to an alias",
+		"invalid reference format", "repository name must be lowercase"}},
+}
+
+// pullClass reads the class from a pull's error text.
+func pullClass(text string) string {
+	for _, c := range pullClasses {
+		for _, w := range c.words {
+			if strings.Contains(text, w) {
+				return c.class
+			}
 		}
 	}
-	return e
+	return PullFailed
 }
 
 // Container is a job container podman has, with or without its unit.
@@ -98,20 +179,17 @@ type Container struct {
 
 // Containers lists the containers labelled with a lease, running or not.
 func (r *Runtime) Containers(ctx context.Context) ([]Container, error) {
-	out, err := exec.CommandContext(ctx, r.host.Podman, "ps", "--all", "--filter", "label="+jobunit.LabelLease, "--format", "json").Output()
+	c, err := r.api.with(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("podman ps: %w", err)
+		return nil, err
 	}
-	var ps []struct {
-		Names  []string
-		State  string
-		Labels map[string]string
-	}
-	if err := json.Unmarshal(out, &ps); err != nil {
-		return nil, fmt.Errorf("podman ps: %w", err)
+	list, err := containers.List(c, new(containers.ListOptions).WithAll(true).
+		WithFilters(map[string][]string{"label": {jobunit.LabelLease}}))
+	if err != nil {
+		return nil, fmt.Errorf("podman's container list: %w", err)
 	}
 	var cs []Container
-	for _, p := range ps {
+	for _, p := range list {
 		c := Container{State: p.State, LeaseID: p.Labels[jobunit.LabelLease]}
 		if len(p.Names) > 0 {
 			c.Name = p.Names[0]
@@ -123,11 +201,20 @@ func (r *Runtime) Containers(ctx context.Context) ([]Container, error) {
 }
 
 // RemoveContainer stops and removes a container that has no unit the
-// agent follows.
+// agent follows; one already gone is not an error.
 func (r *Runtime) RemoveContainer(ctx context.Context, name string) error {
-	out, err := exec.CommandContext(ctx, r.host.Podman, "rm", "--force", "--ignore", "--time", "10", "--", name).CombinedOutput()
+	c, err := r.api.with(ctx)
 	if err != nil {
-		return fmt.Errorf("podman rm %s: %v: %s", name, err, bytes.TrimSpace(out))
+		return err
+	}
+	reports, err := containers.Remove(c, name, new(containers.RemoveOptions).WithForce(true).WithIgnore(true).WithTimeout(10))
+	if err == nil {
+		for _, rep := range reports {
+			err = errors.Join(err, rep.Err)
+		}
+	}
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("remove container %s: %w", name, err)
 	}
 	return nil
 }

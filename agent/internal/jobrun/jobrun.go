@@ -2,6 +2,11 @@
 // systemd manager, over D-Bus. A unit outlives the agent that started it:
 // a restarted agent finds its jobs again with Survivors and keeps
 // following them by name.
+//
+// Everything else the agent asks podman (pulls, image inspects, the
+// survivor check's container list, the events that say a job's container
+// died) goes through podman's bindings to the user's podman service; the
+// job's own process is its unit's `podman run`.
 package jobrun
 
 import (
@@ -23,11 +28,17 @@ import (
 type Runtime struct {
 	conn *sddbus.Conn
 	host jobunit.Host
+	api  *podmanAPI
 }
 
 // Connect reaches the user manager of the user the agent runs as
-// (XDG_RUNTIME_DIR and DBUS_SESSION_BUS_ADDRESS must name it).
-func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
+// (XDG_RUNTIME_DIR and DBUS_SESSION_BUS_ADDRESS must name it) and the
+// user's podman service at socket.
+func Connect(ctx context.Context, host jobunit.Host, socket string) (*Runtime, error) {
+	api := newPodmanAPI(socket)
+	if _, err := api.with(ctx); err != nil {
+		return nil, err
+	}
 	conn, err := sddbus.NewUserConnectionContext(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the user's systemd manager: %w", err)
@@ -38,7 +49,7 @@ func Connect(ctx context.Context, host jobunit.Host) (*Runtime, error) {
 			return nil, err
 		}
 	}
-	return &Runtime{conn: conn, host: host}, nil
+	return &Runtime{conn: conn, host: host, api: api}, nil
 }
 
 // Host is what the runtime renders units for.

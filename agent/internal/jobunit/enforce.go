@@ -29,6 +29,9 @@ type PodmanFacts struct {
 	// one: "pasta" (podman 5's default) or "slirp4netns" (podman 4's);
 	// "" when it has neither.
 	Network string
+	// EventLogger is where podman's events go: "file", "journald" (which a
+	// system user may not read back) or "none".
+	EventLogger string
 }
 
 // Cgroup is the cgroup version as a number, or 0 when podman named none

@@ -222,12 +222,12 @@ func TestParsePodmanInfo(t *testing.T) {
 	// Trimmed from `podman info --format json` (podman 4.3, rootless,
 	// cgroup v1) as the runmesh user runs it.
 	v1 := `{"host":{"arch":"amd64","cgroupManager":"cgroupfs","cgroupVersion":"v1","cgroupControllers":[],"security":{"rootless":true},` +
-		`"slirp4netns":{"executable":"/usr/bin/slirp4netns","package":"slirp4netns_1.2.0-1_amd64"}},"store":{"graphDriverName":"overlay"}}`
+		`"slirp4netns":{"executable":"/usr/bin/slirp4netns","package":"slirp4netns_1.2.0-1_amd64"},"eventLogger":"file"},"store":{"graphDriverName":"overlay"}}`
 	f, err := jobunit.ParsePodmanInfo([]byte(v1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory || f.Network != "slirp4netns" {
+	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory || f.Network != "slirp4netns" || f.EventLogger != "file" {
 		t.Fatalf("v1 rootless read as %+v", f)
 	}
 	// podman 5 has pasta (and often slirp4netns too): pasta, its default.

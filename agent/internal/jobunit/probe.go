@@ -28,6 +28,7 @@ func ParsePodmanInfo(b []byte) (PodmanFacts, error) {
 			Slirp4netns struct {
 				Executable string `json:"executable"`
 			} `json:"slirp4netns"`
+			EventLogger string `json:"eventLogger"`
 		} `json:"host"`
 	}
 	if err := json.Unmarshal(b, &info); err != nil {
@@ -36,7 +37,8 @@ func ParsePodmanInfo(b []byte) (PodmanFacts, error) {
 	if info.Host.CgroupVersion == "" {
 		return PodmanFacts{}, fmt.Errorf("podman info names no cgroup version")
 	}
-	f := PodmanFacts{CgroupVersion: info.Host.CgroupVersion, Controllers: info.Host.CgroupControllers, Rootless: info.Host.Security.Rootless}
+	f := PodmanFacts{CgroupVersion: info.Host.CgroupVersion, Controllers: info.Host.CgroupControllers, Rootless: info.Host.Security.Rootless,
+		EventLogger: info.Host.EventLogger}
 	switch {
 	case info.Host.Pasta.Executable != "":
 		f.Network = "pasta"

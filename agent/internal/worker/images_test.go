@@ -69,3 +69,27 @@ func TestPoolImagesComeBeforeWork(t *testing.T) {
 		t.Errorf("states after the list shrank: %+v", got)
 	}
 }
+
+// While a pool image is pulled, the heartbeat carries the pull's last
+// progress line (GraphQL's RunnerImage.progress); once pulled, none.
+func TestAPullsProgressIsReported(t *testing.T) {
+	t.Parallel()
+	rt, api := newRuntime(t), newAPI()
+	rt.progress = map[string]string{"registry.example/big:1": "Trying to pull registry.example/big:1...\nCopying blob sha256:abc\n"}
+	rt.release = make(chan struct{})
+	w := newWorker(t, rt, api)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.keepImages(ctx)
+	w.PoolImages([]string{"registry.example/big:1"})
+	state := func() runnerapi.ImageState { return w.ImageStates()[0] }
+	eventually(t, "the progress while pulling", func() bool {
+		st := state()
+		return st.State == runnerapi.ImagePulling && st.Progress == "Copying blob sha256:abc"
+	})
+	close(rt.release)
+	eventually(t, "pulled", func() bool { return state().State == runnerapi.ImagePulled })
+	if st := state(); st.Progress != "" {
+		t.Errorf("progress once pulled: %+v", st)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -34,6 +35,13 @@ type job struct {
 	logFull  bool   // the server keeps no more of this attempt's output
 	followed bool   // a follow goroutine owns it (under Worker.mu)
 	unit     string // set once started
+	// wake asks for a read of the unit: true when podman said its
+	// container died or ran out of memory.
+	wake chan bool
+}
+
+func newJob(l runnerapi.Lease, p jobunit.Paths, phase string) *job {
+	return &job{lease: l, paths: p, phase: phase, log: chunk{Seq: -1}, wake: make(chan bool, 1)}
 }
 
 // record is what survives the agent for a held lease.
@@ -87,7 +95,7 @@ func (w *Worker) load(j *job) {
 // start takes a new lease: it is held (and heartbeated) from here on.
 func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 	host := w.Runtime.Host()
-	j := &job{lease: l, paths: host.Paths(l.LeaseID, l.Attempt), phase: runnerapi.PhaseStarting, log: chunk{Seq: -1}}
+	j := newJob(l, host.Paths(l.LeaseID, l.Attempt), runnerapi.PhaseStarting)
 	j.gpus = w.freeGPUs(l.Claim.GPUs)
 	w.mu.Lock()
 	if old := w.held[l.LeaseID]; old != nil {
@@ -120,7 +128,7 @@ func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 }
 
 // localFor is how long an image seen on this host is taken to be there
-// without asking podman again (which costs a process start per job).
+// without asking podman again (a call to its service per job).
 const localFor = 10 * time.Minute
 
 // launch makes the image local and starts the unit. When it cannot, the
@@ -131,7 +139,10 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 	seen, known := w.local[l.Image]
 	w.mu.Unlock()
 	if !known || time.Since(seen) > localFor {
-		digest, err := w.Runtime.EnsureImage(ctx, l.Image)
+		log := w.Log.With("lease_id", l.LeaseID, "attempt", l.Attempt, "image", l.Image)
+		digest, err := w.Runtime.EnsureImage(ctx, l.Image, &pullProgress{line: func(line string) {
+			log.Info("pulling the job's image", "progress", line)
+		}})
 		if err != nil {
 			var ie *jobrun.ImageError
 			if errors.As(err, &ie) {
@@ -167,7 +178,7 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 	if j.digest == "" {
 		// A known image: its digest is read while the job runs.
 		go func() {
-			if d, err := w.Runtime.EnsureImage(ctx, l.Image); err == nil {
+			if d, err := w.Runtime.EnsureImage(ctx, l.Image, nil); err == nil {
 				w.mu.Lock()
 				j.digest = d
 				w.mu.Unlock()
@@ -182,77 +193,121 @@ func giveBack(reason string, hostFault bool) runnerapi.ResultRequest {
 }
 
 // follow watches a started (or adopted) unit until it ends, sending its
-// output as it grows and obeying the server's answers.
+// output as it grows and obeying the server's answers. The unit is read
+// when podman says its container died (then often, until systemd has
+// ended the unit: podman's cleanup comes first), and every Recheck.
 func (w *Worker) follow(ctx context.Context, j *job) {
-	log := w.Log.With("lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)
-	stopping := false
-	t := time.NewTicker(w.Poll)
-	defer t.Stop()
+	f := &follower{w: w, j: j, log: w.Log.With("lease_id", j.lease.LeaseID, "attempt", j.lease.Attempt, "unit", j.unit)}
+	out := time.NewTicker(w.Poll)
+	defer out.Stop()
+	check := time.NewTimer(0)
+	defer check.Stop()
+	burst := 0
 	for {
-		st, err := w.Runtime.Status(ctx, j.unit)
-		switch {
-		case errors.Is(err, jobrun.ErrNoUnit):
-			w.finish(ctx, j, giveBack("the job's unit disappeared from the user's systemd manager", true))
-			return
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			log.Warn("job unit status", "err", err)
-		}
-		if st.MemoryBytes > j.peak {
-			j.peak = st.MemoryBytes
-		}
-		ended := err == nil && st.Ended
-		if !ended { // an ended job's output is sent below, to its end
-			w.sendOutput(ctx, j)
-		}
-		w.mu.Lock()
-		cancel, gone := j.cancel, j.gone
-		w.mu.Unlock()
-		if gone {
-			// The server gave the lease to no one or to someone else: stop
-			// the job and report nothing.
-			log.Warn("the server no longer holds this lease for us: stopping the job")
-			w.forget(ctx, j)
-			w.drop(j)
-			return
-		}
-		if ended {
-			// All of the output before the result: once the attempt is
-			// finished the server takes no more of it.
-			for backoff := time.Second; !w.sendOutput(ctx, j); backoff = min(2*backoff, 30*time.Second) {
-				if w.isGone(j) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return // the unit stays, ended: the next agent sends it
-				case <-time.After(backoff):
-				}
-			}
-			if w.isGone(j) {
-				w.forget(ctx, j)
-				w.drop(j)
-				return
-			}
-			w.finish(ctx, j, w.outcome(j, st, cancel))
-			return
-		}
-		if cancel && !stopping {
-			stopping = true
-			log.Info("cancelled: stopping the job")
-			go func() {
-				if err := w.Runtime.Stop(ctx, j.unit); err != nil {
-					log.Warn("stop", "err", err)
-				}
-			}()
-		}
+		var st *jobrun.Status
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-out.C:
+		case death := <-j.wake:
+			if death {
+				burst = afterEventReads
+			}
+			check.Reset(0)
+			continue
+		case <-check.C:
+			s, err := w.Runtime.Status(ctx, j.unit)
+			switch {
+			case errors.Is(err, jobrun.ErrNoUnit):
+				w.finish(ctx, j, giveBack("the job's unit disappeared from the user's systemd manager", true))
+				return
+			case err != nil && ctx.Err() != nil:
+				return
+			case err != nil:
+				f.log.Warn("job unit status", "err", err)
+			default:
+				st = &s
+			}
+			next := w.Recheck
+			if burst > 0 {
+				burst, next = burst-1, afterEventEvery
+			}
+			check.Reset(next)
+		}
+		if f.step(ctx, st) {
+			return
 		}
 	}
+}
+
+// After a container's death its unit is read this often, this many times,
+// then every Recheck again.
+const (
+	afterEventEvery = 100 * time.Millisecond
+	afterEventReads = 50
+)
+
+// follower is one follow's state.
+type follower struct {
+	w        *Worker
+	j        *job
+	log      *slog.Logger
+	stopping bool
+}
+
+// step acts on what is known of the job: st is the unit's state when it
+// was just read, nil otherwise. It reports whether the job is done with.
+func (f *follower) step(ctx context.Context, st *jobrun.Status) bool {
+	w, j := f.w, f.j
+	ended := st != nil && st.Ended
+	if st != nil && st.MemoryBytes > j.peak {
+		j.peak = st.MemoryBytes
+	}
+	if !ended { // an ended job's output is sent below, to its end
+		w.sendOutput(ctx, j)
+	}
+	w.mu.Lock()
+	cancel, gone := j.cancel, j.gone
+	w.mu.Unlock()
+	if gone {
+		// The server gave the lease to no one or to someone else: stop
+		// the job and report nothing.
+		f.log.Warn("the server no longer holds this lease for us: stopping the job")
+		w.forget(ctx, j)
+		w.drop(j)
+		return true
+	}
+	if ended {
+		// All of the output before the result: once the attempt is
+		// finished the server takes no more of it.
+		for backoff := time.Second; !w.sendOutput(ctx, j); backoff = min(2*backoff, 30*time.Second) {
+			if w.isGone(j) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return true // the unit stays, ended: the next agent sends it
+			case <-time.After(backoff):
+			}
+		}
+		if w.isGone(j) {
+			w.forget(ctx, j)
+			w.drop(j)
+			return true
+		}
+		w.finish(ctx, j, w.outcome(j, *st, cancel))
+		return true
+	}
+	if cancel && !f.stopping {
+		f.stopping = true
+		f.log.Info("cancelled: stopping the job")
+		go func() {
+			if err := w.Runtime.Stop(ctx, j.unit); err != nil {
+				f.log.Warn("stop", "err", err)
+			}
+		}()
+	}
+	return false
 }
 
 // outcome turns how the unit ended into a result.

@@ -64,6 +64,7 @@ func (w *Worker) Recover(ctx context.Context, beat func(context.Context) error) 
 	w.mu.Lock()
 	w.proof, w.recorded = &proof, false
 	w.mu.Unlock()
+	w.watchContainers(ctx)
 	w.followAdopted(ctx, adopted)
 	return proof, nil
 }
@@ -86,8 +87,8 @@ func (w *Worker) holdSurvivors(ctx context.Context) (units, found int, err error
 	w.mu.Lock()
 	for _, u := range survivors {
 		seen[leaseKey{u.LeaseID, u.Attempt}] = true
-		j := &job{lease: runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, paths: host.Paths(u.LeaseID, u.Attempt),
-			phase: runnerapi.PhaseRunning, unit: u.Unit, log: chunk{Seq: -1}}
+		j := newJob(runnerapi.Lease{LeaseID: u.LeaseID, Attempt: u.Attempt}, host.Paths(u.LeaseID, u.Attempt), runnerapi.PhaseRunning)
+		j.unit = u.Unit
 		w.load(j)
 		if old := w.held[u.LeaseID]; old == nil || old.lease.Attempt < u.Attempt {
 			w.held[u.LeaseID] = j

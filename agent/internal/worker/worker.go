@@ -12,6 +12,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ type API interface {
 // Runtime starts and follows job units (jobrun.Runtime).
 type Runtime interface {
 	Host() jobunit.Host
-	EnsureImage(ctx context.Context, image string) (string, error)
+	EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error)
 	Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error)
 	Status(ctx context.Context, unit string) (jobrun.Status, error)
 	Stop(ctx context.Context, unit string) error
@@ -48,6 +49,7 @@ type Runtime interface {
 	Survivors(ctx context.Context) ([]jobrun.Survivor, error)
 	Containers(ctx context.Context) ([]jobrun.Container, error)
 	RemoveContainer(ctx context.Context, name string) error
+	ContainerEvents(ctx context.Context, fn func(jobrun.ContainerEvent)) error
 }
 
 // Worker runs leases. Set the fields, then Recover, then Run.
@@ -64,9 +66,12 @@ type Worker struct {
 	Dir     string
 	Version string
 	Log     *slog.Logger
-	// Poll is how often a running job's unit is read and its output sent
-	// (default 1 s).
+	// Poll is how often a running job's output is sent (default 1 s).
 	Poll time.Duration
+	// Recheck is how often a running job's unit is read when podman said
+	// nothing of its container (default 5 s): podman's events say when a
+	// container died, and the unit is read then.
+	Recheck time.Duration
 	// Kick, if set, asks for a heartbeat now (a job started running).
 	Kick func()
 	// MaxLocalOutput bounds a job's output file on this host once the
@@ -91,6 +96,7 @@ type Worker struct {
 	drained     chan struct{}
 	drainedOnce sync.Once
 	images      poolImages
+	watchOnce   sync.Once
 }
 
 // MaxJobs bounds the jobs one runner holds at once.
@@ -110,6 +116,9 @@ func (w *Worker) init() {
 	w.instance = uuid.NewString()
 	if w.Poll == 0 {
 		w.Poll = time.Second
+	}
+	if w.Recheck == 0 {
+		w.Recheck = 5 * time.Second
 	}
 	if w.Kick == nil {
 		w.Kick = func() {}
@@ -249,6 +258,7 @@ func (w *Worker) Idle() bool {
 // Run asks for work while there is room, until ctx ends or Drain.
 func (w *Worker) Run(ctx context.Context) {
 	w.init()
+	w.watchContainers(ctx)
 	go w.keepImages(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil && !w.draining.Load() {

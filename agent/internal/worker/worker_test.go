@@ -39,6 +39,12 @@ type fakeRuntime struct {
 	// (by reference); any other image is had as sha256:0123.
 	images map[string]string
 	pulled []string
+	events chan jobrun.ContainerEvent
+	reads  map[string]int // Status calls, by unit
+	// progress is what EnsureImage writes of a pull (by reference), before
+	// it waits for release.
+	progress map[string]string
+	release  chan struct{}
 }
 
 func newRuntime(t *testing.T) *fakeRuntime {
@@ -66,6 +72,12 @@ func (r *fakeRuntime) end(unit string, code int) {
 	delete(r.containers, r.host.Paths(u.lease, u.attempt).Container)
 }
 
+func (r *fakeRuntime) readsOf(unit string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reads[unit]
+}
+
 func (r *fakeRuntime) has(unit string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -73,7 +85,11 @@ func (r *fakeRuntime) has(unit string) bool {
 }
 
 func (r *fakeRuntime) Host() jobunit.Host { return r.host }
-func (r *fakeRuntime) EnsureImage(_ context.Context, image string) (string, error) {
+func (r *fakeRuntime) EnsureImage(_ context.Context, image string, progress io.Writer) (string, error) {
+	if p := r.progress[image]; p != "" && progress != nil {
+		io.WriteString(progress, p)
+		<-r.release
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.pulled = append(r.pulled, image)
@@ -99,6 +115,10 @@ func (r *fakeRuntime) Start(_ context.Context, j jobunit.Job) (jobunit.Unit, err
 func (r *fakeRuntime) Status(_ context.Context, unit string) (jobrun.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.reads == nil {
+		r.reads = map[string]int{}
+	}
+	r.reads[unit]++
 	u := r.units[unit]
 	if u == nil {
 		return jobrun.Status{}, jobrun.ErrNoUnit
@@ -153,6 +173,22 @@ func (r *fakeRuntime) RemoveContainer(_ context.Context, name string) error {
 	}
 	delete(r.containers, name)
 	return nil
+}
+
+// ContainerEvents gives the events sent on r.events (none unless a test
+// makes the channel).
+func (r *fakeRuntime) ContainerEvents(ctx context.Context, fn func(jobrun.ContainerEvent)) error {
+	r.mu.Lock()
+	events := r.events
+	r.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-events:
+			fn(e)
+		}
+	}
 }
 
 type fakeAPI struct {
@@ -216,7 +252,7 @@ func (a *fakeAPI) result(lease string) (runnerapi.ResultRequest, bool) {
 func newWorker(t *testing.T, rt *fakeRuntime, api *fakeAPI) *Worker {
 	return &Worker{
 		API: api, Runtime: rt, Kinds: []string{"default"}, Dir: t.TempDir(), Version: "test",
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Poll: 10 * time.Millisecond, Recheck: 10 * time.Millisecond,
 		Capacity: func() (runnerapi.Capacity, bool) {
 			return runnerapi.Capacity{Host: runnerapi.HostCapacity{Cores: 8, MemoryMiB: 16384}}, true
 		},

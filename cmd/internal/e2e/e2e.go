@@ -34,7 +34,11 @@ func Binary(t testing.TB, pkg string) string {
 	return BinaryWithTags(t, pkg, "")
 }
 
-// BinaryWithTags is Binary built with -tags tags.
+// podmanTags are the tags anything linking podman's bindings builds with
+// (the Makefile's PODMAN_TAGS).
+const podmanTags = "remote,containers_image_openpgp,exclude_graphdriver_btrfs"
+
+// BinaryWithTags is Binary built with -tags tags (and podman's).
 func BinaryWithTags(t testing.TB, pkg, tags string) string {
 	t.Helper()
 	buildMu.Lock()
@@ -54,7 +58,11 @@ func BinaryWithTags(t testing.TB, pkg, tags string) string {
 	if tags != "" {
 		out += "-" + strings.ReplaceAll(tags, ",", "-")
 	}
-	cmd := exec.Command("go", "build", "-tags", tags, "-o", out, pkg)
+	all := podmanTags
+	if tags != "" {
+		all += "," + tags
+	}
+	cmd := exec.Command("go", "build", "-tags", all, "-o", out, pkg)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
