@@ -267,9 +267,10 @@ prepare_podman() {
   printf '[storage]\ndriver = "overlay"\n' | uexec tee $h/.config/containers/storage.conf >/dev/null
   printf '[containers]\ndefault_sysctls = []\n%s\n\n[engine]\nruntime = "%s"\n%s\n' "$extra" "$runtime" "$engine" |
     uexec tee $h/.config/containers/containers.conf >/dev/null
-  # As the package does (packaging/agent/podman-events.conf): events to a file the agent follows.
+  # As the package does (packaging/agent/podman-events.conf, linked there): events to a file the agent follows.
   uexec mkdir -p $h/.config/containers/containers.conf.d
-  printf '[engine]\nevents_logger = "file"\n' | uexec tee $h/.config/containers/containers.conf.d/50-runmesh-events.conf >/dev/null
+  uexec sh -c 'test -e "$1" || printf "[engine]\nevents_logger = \"file\"\n" >"$1"' sh \
+    $h/.config/containers/containers.conf.d/50-runmesh-events.conf
   # The image: busybox-static's binary in an empty root, imported; no registry is reachable.
   local R=$D/busybox-root
   rm -rf $R && mkdir -p $R/bin $R/etc $R/tmp $R/proc $R/sys $R/dev $R/root
