@@ -26,6 +26,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/maintenance"
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/health"
@@ -54,6 +55,9 @@ type Options struct {
 	// AdminTLS, when set, serves the admin listener over TLS.
 	AdminTLS *tls.Config
 	Defaults graph.Defaults
+
+	// Storage is the jobs' object storage (nil: none configured).
+	Storage *storage.Store
 
 	// CA signs runner certificates and the runner listener's own.
 	CA *ca.Keys
@@ -153,6 +157,7 @@ func New(o Options) (*Server, error) {
 	s.metrics.certificateExpiry("ca_intermediate", func() time.Time { return o.CA.Intermediate.NotAfter })
 
 	s.queue = queue.NewService(o.Store, s.listener)
+	s.queue.HasStorage = o.Storage != nil
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
 		Tenancy:       tenancy.New(o.Store, s.listener),
@@ -164,6 +169,7 @@ func New(o Options) (*Server, error) {
 		CAFingerprint: o.CA.Fingerprint(),
 		Health:        s.health.reg,
 		Version:       Version,
+		Storage:       o.Storage,
 	})))
 	playground := graph.PlaygroundHandler("/graphql") // the page, and its files under /playground/
 	mux.Handle("GET /playground", playground)
@@ -186,7 +192,7 @@ func New(o Options) (*Server, error) {
 		Queue: s.queue,
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
-		Version: "runmesh " + Version,
+		Version: "runmesh " + Version, Storage: o.Storage,
 	})
 	// This replica's identity cache forgets as soon as a runner change it
 	// made commits; other replicas' caches forget on the NOTIFY.

@@ -22,6 +22,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/internal/health"
@@ -55,6 +56,8 @@ type Options struct {
 	Health *health.Registry
 	// Version is the serving replica's, for Query.version.
 	Version string
+	// Storage is the jobs' object storage (nil: none).
+	Storage *storage.Store
 	// SocketInitTimeout is how long a websocket may go without
 	// connection_init; SocketRecheck how often an open one's token is
 	// checked again (0: the defaults).
@@ -100,7 +103,7 @@ func NewHandler(o Options) http.Handler {
 		o.Defaults = DefaultDefaults
 	}
 	r := &Resolver{Tenancy: o.Tenancy, Queue: o.Queue, Fleet: o.Fleet, Enrolment: o.Enrolment,
-		Log: o.Log, Defaults: o.Defaults, CAFingerprint: o.CAFingerprint, Health: o.Health, Version: o.Version}
+		Log: o.Log, Defaults: o.Defaults, CAFingerprint: o.CAFingerprint, Health: o.Health, Version: o.Version, Storage: o.Storage}
 	srv := handler.New(generated.NewExecutableSchema(generated.Config{
 		Resolvers:  r,
 		Directives: generated.DirectiveRoot{HasRole: hasRole},

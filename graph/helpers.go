@@ -211,8 +211,9 @@ func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 	}
 	return queue.Submission{
 		PoolID: in.PoolID, SubmittedBy: &by, Image: in.Image, Command: in.Command, Env: env,
-		Claim:    record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
-		Options:  record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB)},
+		Claim: record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
+		Options: record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB),
+			Inputs: jobInputs(in.Inputs), Outputs: jobOutputs(in.Outputs)},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
 	}
 }
@@ -267,4 +268,20 @@ func loadJob(ctx context.Context, id uuid.UUID) (*record.Job, error) {
 		return nil, err
 	}
 	return &j, nil
+}
+
+func jobInputs(in []model.JobInputInput) []runnerapi.JobInput {
+	var out []runnerapi.JobInput
+	for _, i := range in {
+		out = append(out, runnerapi.JobInput{Name: i.Name, Key: deref(i.Key), URL: deref(i.URL)})
+	}
+	return out
+}
+
+func jobOutputs(in []model.JobOutputInput) []runnerapi.JobOutput {
+	var out []runnerapi.JobOutput
+	for _, o := range in {
+		out = append(out, runnerapi.JobOutput{Path: o.Path, Key: o.Key})
+	}
+	return out
 }

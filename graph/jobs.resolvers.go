@@ -18,6 +18,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/graph/model"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Runner is the resolver for the runner field.
@@ -72,6 +73,32 @@ func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobCla
 // Network is the resolver for the network field.
 func (r *jobResolver) Network(ctx context.Context, obj *record.Job) (bool, error) {
 	return obj.Options.Network, nil
+}
+
+// Inputs is the resolver for the inputs field.
+func (r *jobResolver) Inputs(ctx context.Context, obj *record.Job) ([]model.JobInput, error) {
+	out := make([]model.JobInput, 0, len(obj.Options.Inputs))
+	for _, in := range obj.Options.Inputs {
+		m := model.JobInput{Name: in.Name}
+		if in.Key != "" {
+			m.Key = &in.Key
+		}
+		if in.URL != "" {
+			u := runnerapi.RedactURL(in.URL)
+			m.URL = &u
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Outputs is the resolver for the outputs field.
+func (r *jobResolver) Outputs(ctx context.Context, obj *record.Job) ([]model.JobOutput, error) {
+	out := make([]model.JobOutput, 0, len(obj.Options.Outputs))
+	for _, o := range obj.Options.Outputs {
+		out = append(out, model.JobOutput{Path: o.Path, Key: o.Key})
+	}
+	return out, nil
 }
 
 // WorkingDir is the resolver for the workingDir field.

@@ -31,7 +31,12 @@ func (r *mutationResolver) CreateEnrolmentToken(ctx context.Context, poolID uuid
 	if err != nil {
 		return nil, err
 	}
-	return &model.CreatedEnrolmentToken{Token: token, ExpiresAt: t.ExpiresAt, Pool: &pool}, nil
+	origins := []model.StorageOrigin{}
+	if r.Storage != nil {
+		o := r.Storage.Origin()
+		origins = append(origins, model.StorageOrigin{Scheme: o.Scheme, Host: o.Host, Port: o.Port})
+	}
+	return &model.CreatedEnrolmentToken{Token: token, ExpiresAt: t.ExpiresAt, Pool: &pool, StorageOrigins: origins}, nil
 }
 
 // ApproveRunner is the resolver for the approveRunner field.

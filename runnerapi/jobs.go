@@ -131,6 +131,11 @@ type Lease struct {
 	WorkingDir string `json:"working_dir,omitempty"`
 	// ScratchMiB sizes a tmpfs at /scratch; 0: none.
 	ScratchMiB int64 `json:"scratch_mib,omitempty"`
+	// Inputs are fetched into /inputs before the job starts, Outputs
+	// uploaded from /outputs after it exits, each through its URL exactly
+	// as given.
+	Inputs  []LeaseInput  `json:"inputs,omitempty"`
+	Outputs []LeaseOutput `json:"outputs,omitempty"`
 }
 
 // LeaseResponse carries the leases granted (none when the wait ran out).

@@ -23,6 +23,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -121,7 +122,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if created {
 		log.Info("created the CA", "dir", caDir(cfg.StateDir), "fingerprint", keys.Fingerprint())
 	}
+	var objects *storage.Store
+	if cfg.Storage.Enabled() {
+		if objects, err = storage.Open(cfg.Storage); err != nil {
+			return err
+		}
+		log.Info("object storage", "origin", objects.Origin().String(), "bucket", cfg.Storage.Bucket)
+	}
 	srv, err := controlplane.New(controlplane.Options{
+		Storage:            objects,
 		Pool:               pool,
 		Log:                log,
 		AdminAddr:          cfg.Admin.Listen,

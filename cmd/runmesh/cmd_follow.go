@@ -141,13 +141,16 @@ func (a *app) submitJobCommand() *cobra.Command {
 	var in api.SubmitJobInput
 	var pool, key, workdir string
 	var wall time.Duration
-	var env []string
+	var env, inputs, inputURLs, outputs []string
 	var wait bool
 	c := operation(&cobra.Command{
 		Use:   "submit-job --pool POOL --image IMAGE [flags] -- COMMAND...",
 		Short: "Queue a job; --wait follows it and exits with its exit code",
 		Long: `Queue a job. --env NAME passes the variable NAME with its value from this environment
-(values never go on the command line). With --wait the job's events print on stderr as they
+(values never go on the command line). --input NAME=KEY fetches an object of the server's
+storage into /inputs/NAME; --input-url NAME=VAR fetches the URL you presigned, read from the
+environment variable VAR (a presigned URL is a credential: never on the command line);
+--upload PATH=KEY uploads the file PATH (under /outputs/) to the object KEY. With --wait the job's events print on stderr as they
 happen, and runmesh exits with the job's exit code (1 when it ended without one).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := a.poolID(cmd.Context(), pool)
@@ -163,6 +166,9 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 					return fmt.Errorf("--env %s: it is not set in this environment", name)
 				}
 				in.Env = append(in.Env, api.EnvVarInput{Name: name, Value: v})
+			}
+			if err := a.jobData(&in, inputs, inputURLs, outputs); err != nil {
+				return err
 			}
 			out, err := call(cmd.Context(), a, func(ctx context.Context, c graphql.Client) (*api.SubmitJobResponse, error) {
 				return api.SubmitJob(ctx, c, in)
@@ -193,6 +199,9 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 	f.StringVar(&in.Kind, "kind", "default", "the kind of runner it needs")
 	f.StringArrayVar(&env, "env", nil, "pass this variable with its value from this environment (repeatable)")
 	f.BoolVar(&wait, "wait", false, "follow the job and exit with its exit code")
+	f.StringArrayVar(&inputs, "input", nil, "NAME=KEY: the storage's object KEY as /inputs/NAME (repeatable)")
+	f.StringArrayVar(&inputURLs, "input-url", nil, "NAME=VAR: the presigned URL in the environment variable VAR as /inputs/NAME (repeatable)")
+	f.StringArrayVar(&outputs, "upload", nil, "PATH=KEY: an output: upload PATH (under /outputs/) to the object KEY (repeatable)")
 	_ = c.MarkFlagRequired("pool")
 	_ = c.MarkFlagRequired("image")
 	return c
@@ -238,4 +247,36 @@ func (a *app) versionCommand() *cobra.Command {
 			return err
 		},
 	}, "Query.version")
+}
+
+// jobData reads --input, --input-url and --output into the submission; the
+// server checks the names, keys and paths.
+func (a *app) jobData(in *api.SubmitJobInput, inputs, inputURLs, outputs []string) error {
+	in.Inputs, in.Outputs = nil, nil
+	for _, s := range inputs {
+		name, key, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("--input %q: NAME=KEY", s)
+		}
+		in.Inputs = append(in.Inputs, api.JobInputInput{Name: name, Key: &key})
+	}
+	for _, s := range inputURLs {
+		name, v, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("--input-url %q: NAME=VAR (the URL in the environment variable VAR)", s)
+		}
+		u := a.getenv(v)
+		if u == "" {
+			return fmt.Errorf("--input-url %s: %s is not set in this environment", name, v)
+		}
+		in.Inputs = append(in.Inputs, api.JobInputInput{Name: name, Url: &u})
+	}
+	for _, s := range outputs {
+		path, key, ok := strings.Cut(s, "=")
+		if !ok {
+			return fmt.Errorf("--upload %q: PATH=KEY", s)
+		}
+		in.Outputs = append(in.Outputs, api.JobOutputInput{Path: path, Key: key})
+	}
+	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/runmesh/runmesh/controlplane/storage"
 )
 
 // Version is the only config file version this binary reads.
@@ -31,6 +33,10 @@ type Config struct {
 	Jobs     Jobs     `yaml:"jobs"`
 	Audit    Audit    `yaml:"audit"`
 	Log      Log      `yaml:"log"`
+	// Storage is the S3-compatible bucket jobs read their inputs from and
+	// write their outputs to, through URLs the server presigns; without
+	// it, jobs may name only inputs the submitter presigned.
+	Storage storage.Config `yaml:"storage"`
 }
 
 // Database says where PostgreSQL is. The URL may carry a password, so it
@@ -194,6 +200,10 @@ func (c *Config) check() error {
 		} else if *n.v < n.least || *n.v > n.most {
 			return &InvalidError{Field: n.field, Reason: fmt.Sprintf("between %d and %d", n.least, n.most)}
 		}
+	}
+	if err := c.Storage.Check(); err != nil {
+		field, reason, _ := strings.Cut(err.Error(), ": ")
+		return &InvalidError{Field: field, Reason: reason}
 	}
 	switch c.Log.Level {
 	case "":

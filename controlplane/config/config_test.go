@@ -66,6 +66,9 @@ func TestInvalidSettings(t *testing.T) {
 		"lease out of range":  {valid + "pools: {default_lease_seconds: 1}\n", `between 5 and 3600`},
 		"unknown log level":   {valid + "log: {level: loud}\n", `log.level`},
 		"listen without port": {"version: 1\ndatabase: {url: x}\nadmin: {listen: 'localhost'}\n", `admin.listen`},
+		"storage over http":   {valid + "storage: {endpoint: 'http://s3.example.com', bucket: b, credentials_file: /etc/c}\n", `storage.endpoint`},
+		"storage, no bucket":  {valid + "storage: {endpoint: 'https://s3.example.com', credentials_file: /etc/c}\n", `storage.bucket`},
+		"storage, no creds":   {valid + "storage: {endpoint: 'https://s3.example.com', bucket: b}\n", `storage.credentials_file`},
 	}
 	for name, c := range cases {
 		_, err := config.Parse([]byte(c.doc))

@@ -16,6 +16,9 @@ import (
 type Service struct {
 	st       *store.Store
 	listener *store.Listener
+	// HasStorage: the server has object storage, so jobs may name its
+	// keys as inputs and outputs.
+	HasStorage bool
 }
 
 // NewService is the queue over st; listener wakes WatchJob (nil: none, and

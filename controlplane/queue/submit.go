@@ -72,6 +72,9 @@ func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Subm
 			return nil, nil, &InputError{Job: -1, Msg: "every job of a batch goes to the same pool"}
 		}
 		n, msg := check(sub)
+		if msg == "" {
+			msg = s.checkStorage(sub)
+		}
 		if msg != "" {
 			return nil, nil, &InputError{Job: i, Msg: msg}
 		}
@@ -120,7 +123,7 @@ func networkAllowed(ctx context.Context, tx *store.Tx, scope record.Scope, ns []
 // job only if it asks for the same thing; the same key for another job is
 // a mistake to say, not to paper over with the first one.
 func sameSpec(j record.Job, n store.NewJob) bool {
-	return j.Image == n.Image && slices.Equal(j.Command, n.Command) && maps.Equal(j.Env, n.Env) && j.Claim == n.Claim && j.Options == n.Options &&
+	return j.Image == n.Image && slices.Equal(j.Command, n.Command) && maps.Equal(j.Env, n.Env) && j.Claim == n.Claim && j.Options.Equal(n.Options) &&
 		j.Priority == n.Priority && j.MaxAttempts == n.MaxAttempts && j.Kind == n.Kind
 }
 
@@ -197,8 +200,30 @@ func checkSpec(in Submission) string {
 	for _, e := range in.Env {
 		size += len(e.Name) + len(e.Value)
 	}
+	size += runnerapi.DataLeaseBytes(in.Options.Inputs, in.Options.Outputs)
 	if size > runnerapi.MaxJobSpecBytes {
-		return fmt.Sprintf("image, command and env: at most %d KiB together", runnerapi.MaxJobSpecBytes>>10)
+		return fmt.Sprintf("image, command, env, inputs and outputs: at most %d KiB together (a presigned URL counts %d bytes and its key four times)",
+			runnerapi.MaxJobSpecBytes>>10, runnerapi.PresignedURLBytes)
+	}
+	return ""
+}
+
+// MaxDataWallClock bounds the wall clock of a job whose data the server
+// presigns: a SigV4 URL is valid for at most 7 days, and it must outlive
+// the job's wall clock, its lease (at most an hour) and the time to start.
+const MaxDataWallClock = 7*24*3600 - 3600 - 3600
+
+// checkStorage refuses object keys on a server without storage, and a wall
+// clock longer than a presigned URL can last.
+func (s *Service) checkStorage(sub Submission) string {
+	keys := len(sub.Options.Outputs) > 0 || slices.ContainsFunc(sub.Options.Inputs, func(in runnerapi.JobInput) bool { return in.Key != "" })
+	switch {
+	case !keys:
+		return ""
+	case !s.HasStorage:
+		return "inputs and outputs: this server has no object storage for keys (storage: in server.yaml); an input may be an https URL you presigned"
+	case sub.Claim.WallClockSeconds > MaxDataWallClock:
+		return fmt.Sprintf("claim.wallClockSeconds: at most %d for a job with object keys (a presigned URL lasts at most 7 days)", MaxDataWallClock)
 	}
 	return ""
 }
@@ -210,6 +235,12 @@ func checkOptions(o record.JobOptions, c record.Claim) string {
 		if err := runnerapi.CheckWorkingDir(o.WorkingDir); err != nil {
 			return "workingDir: " + err.Error()
 		}
+	}
+	if err := runnerapi.CheckInputs(o.Inputs); err != nil {
+		return err.Error()
+	}
+	if err := runnerapi.CheckOutputs(o.Outputs); err != nil {
+		return err.Error()
 	}
 	switch {
 	case o.ScratchMiB < 0:

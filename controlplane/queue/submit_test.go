@@ -41,7 +41,7 @@ func TestTheQueueChecksSubmissionsBeforeTheStore(t *testing.T) {
 		"empty key": {[]queue.Submission{with(func(s *queue.Submission) { s.IdempotencyKey = new(string) })}, 0, "idempotencyKey: 1 to 200 characters"},
 		"big spec": {[]queue.Submission{with(func(s *queue.Submission) {
 			s.Env = []queue.EnvVar{{Name: "BIG", Value: strings.Repeat("x", runnerapi.MaxJobSpecBytes)}}
-		})}, 0, "image, command and env: at most 64 KiB together"},
+		})}, 0, "image, command, env, inputs and outputs: at most 64 KiB together (a presigned URL counts 1024 bytes and its key four times)"},
 	} {
 		_, _, err := q.SubmitAll(context.Background(), record.AllOrganisations(), c.batch)
 		var ie *queue.InputError

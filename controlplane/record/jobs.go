@@ -1,9 +1,12 @@
 package record
 
 import (
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // JobState is where a job stands.
@@ -50,6 +53,20 @@ type JobOptions struct {
 	// kernel; its pages count toward the job's memory, so it fits in the
 	// memory claim. 0: no /scratch.
 	ScratchMiB int64 `json:"scratch_mib,omitempty"`
+	// Inputs are fetched into /inputs before the job starts; Outputs are
+	// uploaded from /outputs after it exits (runnerapi.CheckInputs,
+	// CheckOutputs).
+	Inputs  []runnerapi.JobInput  `json:"inputs,omitempty"`
+	Outputs []runnerapi.JobOutput `json:"outputs,omitempty"`
+}
+
+// IsZero: the options are what most jobs have (stored as NULL).
+func (o JobOptions) IsZero() bool { return o.Equal(JobOptions{}) }
+
+// Equal compares two jobs' options.
+func (o JobOptions) Equal(p JobOptions) bool {
+	return o.Network == p.Network && o.WorkingDir == p.WorkingDir && o.ScratchMiB == p.ScratchMiB &&
+		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs)
 }
 
 // Job is a unit of work in a pool.

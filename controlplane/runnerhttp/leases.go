@@ -158,6 +158,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 			if org != nil {
 				l.Organisation = named[*org]
 			}
+			l.Inputs, l.Outputs = s.presign(r.Context(), j, leaseSeconds)
 			out = append(out, l)
 		}
 		writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: out})

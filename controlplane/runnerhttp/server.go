@@ -25,6 +25,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -50,6 +51,8 @@ type Options struct {
 	QuarantineAfter int
 	// Version is the server's, as step-ca's /version tells it.
 	Version string
+	// Storage presigns the URLs of jobs' object keys (nil: none).
+	Storage *storage.Store
 }
 
 // Server serves the runner API.

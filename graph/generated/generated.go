@@ -133,9 +133,10 @@ type ComplexityRoot struct {
 	}
 
 	CreatedEnrolmentToken struct {
-		ExpiresAt func(childComplexity int) int
-		Pool      func(childComplexity int) int
-		Token     func(childComplexity int) int
+		ExpiresAt      func(childComplexity int) int
+		Pool           func(childComplexity int) int
+		StorageOrigins func(childComplexity int) int
+		Token          func(childComplexity int) int
 	}
 
 	EnrolmentToken struct {
@@ -223,11 +224,13 @@ type ComplexityRoot struct {
 		ID              func(childComplexity int) int
 		IdempotencyKey  func(childComplexity int) int
 		Image           func(childComplexity int) int
+		Inputs          func(childComplexity int) int
 		Kind            func(childComplexity int) int
 		Logs            func(childComplexity int) int
 		MaxAttempts     func(childComplexity int) int
 		Network         func(childComplexity int) int
 		Organisation    func(childComplexity int) int
+		Outputs         func(childComplexity int) int
 		Pool            func(childComplexity int) int
 		Priority        func(childComplexity int) int
 		Runs            func(childComplexity int) int
@@ -272,6 +275,17 @@ type ComplexityRoot struct {
 	JobEventEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	JobInput struct {
+		Key  func(childComplexity int) int
+		Name func(childComplexity int) int
+		URL  func(childComplexity int) int
+	}
+
+	JobOutput struct {
+		Key  func(childComplexity int) int
+		Path func(childComplexity int) int
 	}
 
 	JobRun struct {
@@ -473,6 +487,12 @@ type ComplexityRoot struct {
 		State    func(childComplexity int) int
 	}
 
+	StorageOrigin struct {
+		Host   func(childComplexity int) int
+		Port   func(childComplexity int) int
+		Scheme func(childComplexity int) int
+	}
+
 	Subscription struct {
 		JobEvents    func(childComplexity int, jobID uuid.UUID) int
 		JobLogs      func(childComplexity int, jobID uuid.UUID) int
@@ -519,6 +539,8 @@ type JobResolver interface {
 	EnvNames(ctx context.Context, obj *record.Job) ([]string, error)
 	Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error)
 	Network(ctx context.Context, obj *record.Job) (bool, error)
+	Inputs(ctx context.Context, obj *record.Job) ([]model.JobInput, error)
+	Outputs(ctx context.Context, obj *record.Job) ([]model.JobOutput, error)
 	WorkingDir(ctx context.Context, obj *record.Job) (*string, error)
 
 	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
@@ -939,6 +961,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.CreatedEnrolmentToken.Pool(childComplexity), true
+	case "CreatedEnrolmentToken.storageOrigins":
+		if e.ComplexityRoot.CreatedEnrolmentToken.StorageOrigins == nil {
+			break
+		}
+
+		return e.ComplexityRoot.CreatedEnrolmentToken.StorageOrigins(childComplexity), true
 	case "CreatedEnrolmentToken.token":
 		if e.ComplexityRoot.CreatedEnrolmentToken.Token == nil {
 			break
@@ -1319,6 +1347,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.Image(childComplexity), true
+	case "Job.inputs":
+		if e.ComplexityRoot.Job.Inputs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Inputs(childComplexity), true
 	case "Job.kind":
 		if e.ComplexityRoot.Job.Kind == nil {
 			break
@@ -1349,6 +1383,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.Organisation(childComplexity), true
+	case "Job.outputs":
+		if e.ComplexityRoot.Job.Outputs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Outputs(childComplexity), true
 	case "Job.pool":
 		if e.ComplexityRoot.Job.Pool == nil {
 			break
@@ -1511,6 +1551,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobEventEdge.Node(childComplexity), true
+
+	case "JobInput.key":
+		if e.ComplexityRoot.JobInput.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobInput.Key(childComplexity), true
+	case "JobInput.name":
+		if e.ComplexityRoot.JobInput.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobInput.Name(childComplexity), true
+	case "JobInput.url":
+		if e.ComplexityRoot.JobInput.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobInput.URL(childComplexity), true
+
+	case "JobOutput.key":
+		if e.ComplexityRoot.JobOutput.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobOutput.Key(childComplexity), true
+	case "JobOutput.path":
+		if e.ComplexityRoot.JobOutput.Path == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobOutput.Path(childComplexity), true
 
 	case "JobRun.attempt":
 		if e.ComplexityRoot.JobRun.Attempt == nil {
@@ -2571,6 +2643,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.RunnerImage.State(childComplexity), true
 
+	case "StorageOrigin.host":
+		if e.ComplexityRoot.StorageOrigin.Host == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StorageOrigin.Host(childComplexity), true
+	case "StorageOrigin.port":
+		if e.ComplexityRoot.StorageOrigin.Port == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StorageOrigin.Port(childComplexity), true
+	case "StorageOrigin.scheme":
+		if e.ComplexityRoot.StorageOrigin.Scheme == nil {
+			break
+		}
+
+		return e.ComplexityRoot.StorageOrigin.Scheme(childComplexity), true
+
 	case "Subscription.jobEvents":
 		if e.ComplexityRoot.Subscription.JobEvents == nil {
 			break
@@ -2619,6 +2710,8 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 			graphql.NewInputUnmarshaler("CreatePoolInput", ec.unmarshalInputCreatePoolInput),
 			graphql.NewInputUnmarshaler("EnvVarInput", ec.unmarshalInputEnvVarInput),
 			graphql.NewInputUnmarshaler("JobClaimInput", ec.unmarshalInputJobClaimInput),
+			graphql.NewInputUnmarshaler("JobInputInput", ec.unmarshalInputJobInputInput),
+			graphql.NewInputUnmarshaler("JobOutputInput", ec.unmarshalInputJobOutputInput),
 			graphql.NewInputUnmarshaler("SubmitJobInput", ec.unmarshalInputSubmitJobInput),
 			graphql.NewInputUnmarshaler("UpdatePoolInput", ec.unmarshalInputUpdatePoolInput),
 		)
@@ -3027,6 +3120,10 @@ type Job {
   claim: JobClaim!
   "Whether it has a network (its pool allowed it when it was submitted)."
   network: Boolean!
+  "Files it reads, fetched into /inputs before it starts."
+  inputs: [JobInput!]!
+  "Files it writes under /outputs, uploaded after it exits."
+  outputs: [JobOutput!]!
   "Its container's working directory; null: the image's."
   workingDir: String
   priority: Int!
@@ -3142,6 +3239,43 @@ input SubmitJobInput {
   not the host's).
   """
   workingDir: String
+  """
+  Files the job reads, fetched into /inputs (read-only) before it starts: each an object key in the
+  server's storage (presigned when a runner leases the job) or an https URL you presigned, which the
+  runner uses exactly as given. At most 64.
+  """
+  inputs: [JobInputInput!]
+  "Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64."
+  outputs: [JobOutputInput!]
+}
+
+input JobInputInput {
+  "Its file name under /inputs: letters, digits, '.', '_', '-'."
+  name: String!
+  "An object key in the server's storage."
+  key: String
+  "Or an https URL you presigned (a GET); used exactly as given, never shown back in full."
+  url: String
+}
+
+input JobOutputInput {
+  "The file in the container: a clean path under /outputs/."
+  path: String!
+  "The object key in the server's storage it is uploaded to."
+  key: String!
+}
+
+type JobInput {
+  name: String!
+  "The object key, when it is one."
+  key: String
+  "The submitter's URL without its query (its signature)."
+  url: String
+}
+
+type JobOutput {
+  path: String!
+  key: String!
 }
 
 type LogChunk {
@@ -3544,6 +3678,18 @@ type CreatedEnrolmentToken {
   token: String!
   expiresAt: Time!
   pool: Pool!
+  """
+  Where the runner must reach the server's object storage (its jobs' inputs and outputs move through URLs
+  presigned for it): check them from the runner's host before its first job. Empty without a storage.
+  """
+  storageOrigins: [StorageOrigin!]!
+}
+
+"An origin of the object storage: what a runner's firewall must let it reach."
+type StorageOrigin {
+  scheme: String!
+  host: String!
+  port: Int!
 }
 `, BuiltIn: false},
 }
@@ -3719,6 +3865,8 @@ func (ec *executionContext) childFields_CreatedEnrolmentToken(ctx context.Contex
 		return ec.fieldContext_CreatedEnrolmentToken_expiresAt(ctx, field)
 	case "pool":
 		return ec.fieldContext_CreatedEnrolmentToken_pool(ctx, field)
+	case "storageOrigins":
+		return ec.fieldContext_CreatedEnrolmentToken_storageOrigins(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CreatedEnrolmentToken", field.Name)
 }
@@ -3893,6 +4041,10 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_claim(ctx, field)
 	case "network":
 		return ec.fieldContext_Job_network(ctx, field)
+	case "inputs":
+		return ec.fieldContext_Job_inputs(ctx, field)
+	case "outputs":
+		return ec.fieldContext_Job_outputs(ctx, field)
 	case "workingDir":
 		return ec.fieldContext_Job_workingDir(ctx, field)
 	case "priority":
@@ -3993,6 +4145,28 @@ func (ec *executionContext) childFields_JobEventEdge(ctx context.Context, field 
 		return ec.fieldContext_JobEventEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobEventEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_JobInput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_JobInput_name(ctx, field)
+	case "key":
+		return ec.fieldContext_JobInput_key(ctx, field)
+	case "url":
+		return ec.fieldContext_JobInput_url(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobInput", field.Name)
+}
+
+func (ec *executionContext) childFields_JobOutput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "path":
+		return ec.fieldContext_JobOutput_path(ctx, field)
+	case "key":
+		return ec.fieldContext_JobOutput_key(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobOutput", field.Name)
 }
 
 func (ec *executionContext) childFields_JobRun(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4305,6 +4479,18 @@ func (ec *executionContext) childFields_RunnerImage(ctx context.Context, field g
 		return ec.fieldContext_RunnerImage_at(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RunnerImage", field.Name)
+}
+
+func (ec *executionContext) childFields_StorageOrigin(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "scheme":
+		return ec.fieldContext_StorageOrigin_scheme(ctx, field)
+	case "host":
+		return ec.fieldContext_StorageOrigin_host(ctx, field)
+	case "port":
+		return ec.fieldContext_StorageOrigin_port(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type StorageOrigin", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -6564,6 +6750,38 @@ func (ec *executionContext) fieldContext_CreatedEnrolmentToken_pool(_ context.Co
 	return fc, nil
 }
 
+func (ec *executionContext) _CreatedEnrolmentToken_storageOrigins(ctx context.Context, field graphql.CollectedField, obj *model.CreatedEnrolmentToken) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_CreatedEnrolmentToken_storageOrigins(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StorageOrigins, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.StorageOrigin) graphql.Marshaler {
+			return ec.marshalNStorageOrigin2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStorageOriginᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_CreatedEnrolmentToken_storageOrigins(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "CreatedEnrolmentToken",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_StorageOrigin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _EnrolmentToken_id(ctx context.Context, field graphql.CollectedField, obj *record.EnrolmentToken) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8061,6 +8279,70 @@ func (ec *executionContext) fieldContext_Job_network(_ context.Context, field gr
 	return graphql.NewScalarFieldContext("Job", field, true, true, "Boolean")
 }
 
+func (ec *executionContext) _Job_inputs(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_inputs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Inputs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.JobInput) graphql.Marshaler {
+			return ec.marshalNJobInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_inputs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobInput(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Job_outputs(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_outputs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Outputs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.JobOutput) graphql.Marshaler {
+			return ec.marshalNJobOutput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_outputs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobOutput(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Job_workingDir(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -8874,6 +9156,121 @@ func (ec *executionContext) fieldContext_JobEventEdge_node(_ context.Context, fi
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _JobInput_name(ctx context.Context, field graphql.CollectedField, obj *model.JobInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobInput_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobInput_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobInput_key(ctx context.Context, field graphql.CollectedField, obj *model.JobInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobInput_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobInput_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobInput_url(ctx context.Context, field graphql.CollectedField, obj *model.JobInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobInput_url(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URL, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobInput_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobOutput_path(ctx context.Context, field graphql.CollectedField, obj *model.JobOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobOutput_path(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Path, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobOutput_path(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobOutput", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobOutput_key(ctx context.Context, field graphql.CollectedField, obj *model.JobOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobOutput_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobOutput_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobOutput", field, false, false, "String")
 }
 
 func (ec *executionContext) _JobRun_job(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
@@ -13721,6 +14118,75 @@ func (ec *executionContext) fieldContext_RunnerImage_at(_ context.Context, field
 	return graphql.NewScalarFieldContext("RunnerImage", field, false, false, "Time")
 }
 
+func (ec *executionContext) _StorageOrigin_scheme(ctx context.Context, field graphql.CollectedField, obj *model.StorageOrigin) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StorageOrigin_scheme(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Scheme, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StorageOrigin_scheme(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StorageOrigin", field, false, false, "String")
+}
+
+func (ec *executionContext) _StorageOrigin_host(ctx context.Context, field graphql.CollectedField, obj *model.StorageOrigin) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StorageOrigin_host(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Host, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StorageOrigin_host(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StorageOrigin", field, false, false, "String")
+}
+
+func (ec *executionContext) _StorageOrigin_port(ctx context.Context, field graphql.CollectedField, obj *model.StorageOrigin) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_StorageOrigin_port(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Port, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_StorageOrigin_port(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("StorageOrigin", field, false, false, "Int")
+}
+
 func (ec *executionContext) _Subscription_jobEvents(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -15298,6 +15764,111 @@ func UnmarshalJobClaimInput(ctx context.Context, raw any) (model.JobClaimInput, 
 	return out, err
 }
 
+func (ec *executionContext) unmarshalInputJobInputInput(ctx context.Context, obj any) (model.JobInputInput, error) {
+	var it model.JobInputInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "key", "url"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "key":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("key"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Key = data
+		case "url":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("url"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.URL = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJobInputInput unmarshals raw into the JobInputInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJobInputInput(ctx context.Context, raw any) (model.JobInputInput, error) {
+	var out model.JobInputInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JobInputInput", raw, &out)
+	return out, err
+}
+
+func (ec *executionContext) unmarshalInputJobOutputInput(ctx context.Context, obj any) (model.JobOutputInput, error) {
+	var it model.JobOutputInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"path", "key"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "path":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("path"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Path = data
+		case "key":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("key"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Key = data
+		}
+	}
+	return it, nil
+}
+
+// UnmarshalJobOutputInput unmarshals raw into the JobOutputInput input type, using the
+// unmarshaler bound to ctx's request. Call it from a resolver to decode an input
+// object that was not passed as a field argument.
+//
+// ctx must come from a gqlgen request; outside one there is no unmarshaler to use
+// and the returned error says so.
+func UnmarshalJobOutputInput(ctx context.Context, raw any) (model.JobOutputInput, error) {
+	var out model.JobOutputInput
+	err := graphql.UnmarshalNamedInputFromContext(ctx, "JobOutputInput", raw, &out)
+	return out, err
+}
+
 func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, obj any) (model.SubmitJobInput, error) {
 	var it model.SubmitJobInput
 	if obj == nil {
@@ -15322,7 +15893,7 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 		asMap["network"] = false
 	}
 
-	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir"}
+	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir", "inputs", "outputs"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -15406,6 +15977,20 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 				return it, err
 			}
 			it.WorkingDir = data
+		case "inputs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("inputs"))
+			data, err := ec.unmarshalOJobInputInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Inputs = data
+		case "outputs":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("outputs"))
+			data, err := ec.unmarshalOJobOutputInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Outputs = data
 		}
 	}
 	return it, nil
@@ -16085,6 +16670,11 @@ func (ec *executionContext) _CreatedEnrolmentToken(ctx context.Context, sel ast.
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "storageOrigins":
+			out.Values[i] = ec._CreatedEnrolmentToken_storageOrigins(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -16648,6 +17238,18 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_network(ctx, field, obj)
 				})
+		case "inputs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_inputs(ctx, field, obj)
+				})
+		case "outputs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_outputs(ctx, field, obj)
+				})
 		case "workingDir":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, false,
@@ -16972,6 +17574,87 @@ func (ec *executionContext) _JobEventEdge(ctx context.Context, sel ast.Selection
 			}
 		case "node":
 			out.Values[i] = ec._JobEventEdge_node(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobInputImplementors = []string{"JobInput"}
+
+func (ec *executionContext) _JobInput(ctx context.Context, sel ast.SelectionSet, obj *model.JobInput) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobInputImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobInput")
+		case "name":
+			out.Values[i] = ec._JobInput_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "key":
+			out.Values[i] = ec._JobInput_key(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "url":
+			out.Values[i] = ec._JobInput_url(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobOutputImplementors = []string{"JobOutput"}
+
+func (ec *executionContext) _JobOutput(ctx context.Context, sel ast.SelectionSet, obj *model.JobOutput) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobOutputImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobOutput")
+		case "path":
+			out.Values[i] = ec._JobOutput_path(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "key":
+			out.Values[i] = ec._JobOutput_key(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -18339,6 +19022,49 @@ func (ec *executionContext) _RunnerImage(ctx context.Context, sel ast.SelectionS
 	return out
 }
 
+var storageOriginImplementors = []string{"StorageOrigin"}
+
+func (ec *executionContext) _StorageOrigin(ctx context.Context, sel ast.SelectionSet, obj *model.StorageOrigin) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, storageOriginImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("StorageOrigin")
+		case "scheme":
+			out.Values[i] = ec._StorageOrigin_scheme(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "host":
+			out.Values[i] = ec._StorageOrigin_host(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "port":
+			out.Values[i] = ec._StorageOrigin_port(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
 var subscriptionImplementors = []string{"Subscription"}
 
 func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
@@ -19298,6 +20024,56 @@ func (ec *executionContext) marshalNJobEventEdge2ᚕgithubᚗcomᚋrunmeshᚋrun
 	return ret
 }
 
+func (ec *executionContext) marshalNJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInput(ctx context.Context, sel ast.SelectionSet, v model.JobInput) graphql.Marshaler {
+	return ec._JobInput(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputᚄ(ctx context.Context, sel ast.SelectionSet, v []model.JobInput) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInput(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNJobInputInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputInput(ctx context.Context, v any) (model.JobInputInput, error) {
+	res, err := ec.unmarshalInputJobInputInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNJobOutput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutput(ctx context.Context, sel ast.SelectionSet, v model.JobOutput) graphql.Marshaler {
+	return ec._JobOutput(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobOutput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputᚄ(ctx context.Context, sel ast.SelectionSet, v []model.JobOutput) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobOutput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutput(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNJobOutputInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputInput(ctx context.Context, v any) (model.JobOutputInput, error) {
+	res, err := ec.unmarshalInputJobOutputInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNJobRun2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobRun(ctx context.Context, sel ast.SelectionSet, v record.JobRun) graphql.Marshaler {
 	return ec._JobRun(ctx, sel, &v)
 }
@@ -19663,6 +20439,26 @@ var (
 		record.RunnerRevoked:  "REVOKED",
 	}
 )
+
+func (ec *executionContext) marshalNStorageOrigin2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStorageOrigin(ctx context.Context, sel ast.SelectionSet, v model.StorageOrigin) graphql.Marshaler {
+	return ec._StorageOrigin(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNStorageOrigin2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStorageOriginᚄ(ctx context.Context, sel ast.SelectionSet, v []model.StorageOrigin) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNStorageOrigin2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStorageOrigin(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
 
 func (ec *executionContext) unmarshalNString2string(ctx context.Context, v any) (string, error) {
 	res, err := graphql.UnmarshalString(v)
@@ -20048,6 +20844,40 @@ func (ec *executionContext) marshalOJob2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋco
 		return graphql.Null
 	}
 	return ec._Job(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOJobInputInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputInputᚄ(ctx context.Context, v any) ([]model.JobInputInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.JobInputInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNJobInputInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobInputInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalOJobOutputInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputInputᚄ(ctx context.Context, v any) ([]model.JobOutputInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	vSlice := graphql.CoerceList(v)
+	var err error
+	res := make([]model.JobOutputInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNJobOutputInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐJobOutputInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) unmarshalOJobState2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, v any) (*record.JobState, error) {

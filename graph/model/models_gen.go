@@ -75,6 +75,9 @@ type CreatedEnrolmentToken struct {
 	Token     string       `json:"token"`
 	ExpiresAt time.Time    `json:"expiresAt"`
 	Pool      *record.Pool `json:"pool"`
+	// Where the runner must reach the server's object storage (its jobs' inputs and outputs move through URLs
+	// presigned for it): check them from the runner's host before its first job. Empty without a storage.
+	StorageOrigins []StorageOrigin `json:"storageOrigins"`
 }
 
 type EnrolmentTokenConnection struct {
@@ -194,6 +197,35 @@ type JobEventEdge struct {
 	Node   *record.JobEvent `json:"node"`
 }
 
+type JobInput struct {
+	Name string `json:"name"`
+	// The object key, when it is one.
+	Key *string `json:"key,omitempty"`
+	// The submitter's URL without its query (its signature).
+	URL *string `json:"url,omitempty"`
+}
+
+type JobInputInput struct {
+	// Its file name under /inputs: letters, digits, '.', '_', '-'.
+	Name string `json:"name"`
+	// An object key in the server's storage.
+	Key *string `json:"key,omitempty"`
+	// Or an https URL you presigned (a GET); used exactly as given, never shown back in full.
+	URL *string `json:"url,omitempty"`
+}
+
+type JobOutput struct {
+	Path string `json:"path"`
+	Key  string `json:"key"`
+}
+
+type JobOutputInput struct {
+	// The file in the container: a clean path under /outputs/.
+	Path string `json:"path"`
+	// The object key in the server's storage it is uploaded to.
+	Key string `json:"key"`
+}
+
 type JobRunConnection struct {
 	Edges    []JobRunEdge    `json:"edges"`
 	Nodes    []record.JobRun `json:"nodes"`
@@ -305,6 +337,13 @@ type RunnerImage struct {
 	At time.Time `json:"at"`
 }
 
+// An origin of the object storage: what a runner's firewall must let it reach.
+type StorageOrigin struct {
+	Scheme string `json:"scheme"`
+	Host   string `json:"host"`
+	Port   int    `json:"port"`
+}
+
 type SubmitJobInput struct {
 	PoolID         uuid.UUID      `json:"poolId"`
 	Image          string         `json:"image"`
@@ -321,6 +360,12 @@ type SubmitJobInput struct {
 	// /scratch (created there). A directory the image lacks fails the job (its fault,
 	// not the host's).
 	WorkingDir *string `json:"workingDir,omitempty"`
+	// Files the job reads, fetched into /inputs (read-only) before it starts: each an object key in the
+	// server's storage (presigned when a runner leases the job) or an https URL you presigned, which the
+	// runner uses exactly as given. At most 64.
+	Inputs []JobInputInput `json:"inputs,omitempty"`
+	// Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64.
+	Outputs []JobOutputInput `json:"outputs,omitempty"`
 }
 
 type Subscription struct {

@@ -135,6 +135,9 @@ const localFor = 10 * time.Minute
 // result says whose fault that was.
 func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (runnerapi.ResultRequest, bool) {
 	l := j.lease
+	if len(l.Inputs) > 0 || len(l.Outputs) > 0 {
+		return giveBack("unrunnable here: this agent does not fetch inputs or upload outputs", false), false
+	}
 	w.mu.Lock()
 	seen, known := w.local[l.Image]
 	w.mu.Unlock()

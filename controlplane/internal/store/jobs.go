@@ -179,7 +179,7 @@ func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
 		p.IdempotencyKeys = append(p.IdempotencyKeys, key)
 		p.Kinds = append(p.Kinds, n.Kind)
 		options := "" // none
-		if n.Options != (JobOptions{}) {
+		if !n.Options.IsZero() {
 			b, err := json.Marshal(n.Options)
 			if err != nil {
 				return p, err

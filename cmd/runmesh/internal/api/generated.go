@@ -1320,6 +1320,24 @@ type JobEventsResponse struct {
 // GetJobEvents returns JobEventsResponse.JobEvents, and is useful for accessing the field via an interface.
 func (v *JobEventsResponse) GetJobEvents() JobEventsJobEventsJobEvent { return v.JobEvents }
 
+type JobInputInput struct {
+	// Its file name under /inputs: letters, digits, '.', '_', '-'.
+	Name string `json:"name"`
+	// An object key in the server's storage.
+	Key *string `json:"key"`
+	// Or an https URL you presigned (a GET); used exactly as given, never shown back in full.
+	Url *string `json:"url"`
+}
+
+// GetName returns JobInputInput.Name, and is useful for accessing the field via an interface.
+func (v *JobInputInput) GetName() string { return v.Name }
+
+// GetKey returns JobInputInput.Key, and is useful for accessing the field via an interface.
+func (v *JobInputInput) GetKey() *string { return v.Key }
+
+// GetUrl returns JobInputInput.Url, and is useful for accessing the field via an interface.
+func (v *JobInputInput) GetUrl() *string { return v.Url }
+
 // JobJob includes the requested fields of the GraphQL type Job.
 type JobJob struct {
 	Id          string   `json:"id"`
@@ -1333,9 +1351,13 @@ type JobJob struct {
 	// Whether it has a network (its pool allowed it when it was submitted).
 	Network bool `json:"network"`
 	// Its container's working directory; null: the image's.
-	WorkingDir  *string `json:"workingDir"`
-	Priority    int     `json:"priority"`
-	MaxAttempts int     `json:"maxAttempts"`
+	WorkingDir *string `json:"workingDir"`
+	// Files it reads, fetched into /inputs before it starts.
+	Inputs []JobJobInputsJobInput `json:"inputs"`
+	// Files it writes under /outputs, uploaded after it exits.
+	Outputs     []JobJobOutputsJobOutput `json:"outputs"`
+	Priority    int                      `json:"priority"`
+	MaxAttempts int                      `json:"maxAttempts"`
 	// The newest attempt (0 before the first lease). A lease that never reached its runner
 	// (its request ended first) takes a number but, up to three per job, is not counted against maxAttempts.
 	Attempt         int        `json:"attempt"`
@@ -1381,6 +1403,12 @@ func (v *JobJob) GetNetwork() bool { return v.Network }
 
 // GetWorkingDir returns JobJob.WorkingDir, and is useful for accessing the field via an interface.
 func (v *JobJob) GetWorkingDir() *string { return v.WorkingDir }
+
+// GetInputs returns JobJob.Inputs, and is useful for accessing the field via an interface.
+func (v *JobJob) GetInputs() []JobJobInputsJobInput { return v.Inputs }
+
+// GetOutputs returns JobJob.Outputs, and is useful for accessing the field via an interface.
+func (v *JobJob) GetOutputs() []JobJobOutputsJobOutput { return v.Outputs }
 
 // GetPriority returns JobJob.Priority, and is useful for accessing the field via an interface.
 func (v *JobJob) GetPriority() int { return v.Priority }
@@ -1473,6 +1501,36 @@ func (v *JobJobEventsJobEventConnectionNodesJobEvent) GetAttempt() int { return 
 // GetDetail returns JobJobEventsJobEventConnectionNodesJobEvent.Detail, and is useful for accessing the field via an interface.
 func (v *JobJobEventsJobEventConnectionNodesJobEvent) GetDetail() string { return v.Detail }
 
+// JobJobInputsJobInput includes the requested fields of the GraphQL type JobInput.
+type JobJobInputsJobInput struct {
+	Name string `json:"name"`
+	// The object key, when it is one.
+	Key *string `json:"key"`
+	// The submitter's URL without its query (its signature).
+	Url *string `json:"url"`
+}
+
+// GetName returns JobJobInputsJobInput.Name, and is useful for accessing the field via an interface.
+func (v *JobJobInputsJobInput) GetName() string { return v.Name }
+
+// GetKey returns JobJobInputsJobInput.Key, and is useful for accessing the field via an interface.
+func (v *JobJobInputsJobInput) GetKey() *string { return v.Key }
+
+// GetUrl returns JobJobInputsJobInput.Url, and is useful for accessing the field via an interface.
+func (v *JobJobInputsJobInput) GetUrl() *string { return v.Url }
+
+// JobJobOutputsJobOutput includes the requested fields of the GraphQL type JobOutput.
+type JobJobOutputsJobOutput struct {
+	Path string `json:"path"`
+	Key  string `json:"key"`
+}
+
+// GetPath returns JobJobOutputsJobOutput.Path, and is useful for accessing the field via an interface.
+func (v *JobJobOutputsJobOutput) GetPath() string { return v.Path }
+
+// GetKey returns JobJobOutputsJobOutput.Key, and is useful for accessing the field via an interface.
+func (v *JobJobOutputsJobOutput) GetKey() string { return v.Key }
+
 // JobJobPool includes the requested fields of the GraphQL type Pool.
 type JobJobPool struct {
 	Id   string `json:"id"`
@@ -1558,6 +1616,19 @@ type JobLogsResponse struct {
 
 // GetJobLogs returns JobLogsResponse.JobLogs, and is useful for accessing the field via an interface.
 func (v *JobLogsResponse) GetJobLogs() JobLogsJobLogsLogChunk { return v.JobLogs }
+
+type JobOutputInput struct {
+	// The file in the container: a clean path under /outputs/.
+	Path string `json:"path"`
+	// The object key in the server's storage it is uploaded to.
+	Key string `json:"key"`
+}
+
+// GetPath returns JobOutputInput.Path, and is useful for accessing the field via an interface.
+func (v *JobOutputInput) GetPath() string { return v.Path }
+
+// GetKey returns JobOutputInput.Key, and is useful for accessing the field via an interface.
+func (v *JobOutputInput) GetKey() string { return v.Key }
 
 // JobProgressJob includes the requested fields of the GraphQL type Job.
 type JobProgressJob struct {
@@ -3641,6 +3712,12 @@ type SubmitJobInput struct {
 	// /scratch (created there). A directory the image lacks fails the job (its fault,
 	// not the host's).
 	WorkingDir *string `json:"workingDir"`
+	// Files the job reads, fetched into /inputs (read-only) before it starts: each an object key in the
+	// server's storage (presigned when a runner leases the job) or an https URL you presigned, which the
+	// runner uses exactly as given. At most 64.
+	Inputs []JobInputInput `json:"inputs"`
+	// Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64.
+	Outputs []JobOutputInput `json:"outputs"`
 }
 
 // GetPoolId returns SubmitJobInput.PoolId, and is useful for accessing the field via an interface.
@@ -3675,6 +3752,12 @@ func (v *SubmitJobInput) GetNetwork() bool { return v.Network }
 
 // GetWorkingDir returns SubmitJobInput.WorkingDir, and is useful for accessing the field via an interface.
 func (v *SubmitJobInput) GetWorkingDir() *string { return v.WorkingDir }
+
+// GetInputs returns SubmitJobInput.Inputs, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetInputs() []JobInputInput { return v.Inputs }
+
+// GetOutputs returns SubmitJobInput.Outputs, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetOutputs() []JobOutputInput { return v.Outputs }
 
 // SubmitJobResponse is returned by SubmitJob on success.
 type SubmitJobResponse struct {
@@ -5175,6 +5258,15 @@ query Job ($id: ID!) {
 		}
 		network
 		workingDir
+		inputs {
+			name
+			key
+			url
+		}
+		outputs {
+			path
+			key
+		}
 		priority
 		maxAttempts
 		attempt

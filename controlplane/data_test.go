@@ -1,0 +1,158 @@
+package controlplane_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/internal/s3test"
+)
+
+// withStorage gives the server a real S3 server's bucket.
+func withStorage(t *testing.T, s *s3test.Server) func(*controlplane.Options) {
+	creds := filepath.Join(t.TempDir(), "credentials")
+	require.NoError(t, os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+s.AccessKey+"\naws_secret_access_key = "+s.SecretKey+"\n"), 0o600))
+	st, err := storage.Open(storage.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
+	require.NoError(t, err)
+	return func(o *controlplane.Options) { o.Storage = st }
+}
+
+// A job's inputs and outputs: checked when submitted (a refusal queues
+// nothing), shown without a submitter URL's signature, and presigned when
+// leased, for the storage's objects: the lease's GET reads the object, its
+// PUT writes the output's key; a submitter's URL goes exactly as given.
+func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
+	t.Parallel()
+	s3 := s3test.Start(t, "runmesh-jobs")
+	b := setup(t, withStorage(t, s3))
+	_, c, _ := b.approvedRunner(t, measured(0))
+	tok, code := b.gql(t, b.platform, `mutation($p: ID!) { createEnrolmentToken(poolId: $p) { storageOrigins { scheme host port } } }`,
+		map[string]any{"p": b.poolA.ID})
+	require.Empty(t, code)
+	host, port, _ := strings.Cut(s3.Addr, ":")
+	portN, _ := strconv.Atoi(port)
+	require.Equal(t, []any{map[string]any{"scheme": "http", "host": host, "port": float64(portN)}},
+		tok["createEnrolmentToken"].(map[string]any)["storageOrigins"], "the origins a runner must reach")
+	data := func(inputs, outputs []map[string]any) func(map[string]any) {
+		return func(in map[string]any) {
+			if inputs != nil {
+				in["inputs"] = inputs
+			}
+			if outputs != nil {
+				in["outputs"] = outputs
+			}
+		}
+	}
+	in := func(name, key, url string) map[string]any {
+		m := map[string]any{"name": name}
+		if key != "" {
+			m["key"] = key
+		}
+		if url != "" {
+			m["url"] = url
+		}
+		return m
+	}
+	out := func(path, key string) map[string]any { return map[string]any{"path": path, "key": key} }
+	var heavy []map[string]any
+	for i := range 64 {
+		heavy = append(heavy, in(fmt.Sprintf("f%d", i), strings.Repeat("k", 300)+fmt.Sprint(i), ""))
+	}
+	before := b.count(t, "SELECT count(*) FROM jobs")
+	for name, mod := range map[string]func(map[string]any){
+		"an input with neither key nor url": data([]map[string]any{in("a", "", "")}, nil),
+		"an input with both":                data([]map[string]any{in("a", "k", "https://example.com/a")}, nil),
+		"a name with a slash":               data([]map[string]any{in("a/b", "k", "")}, nil),
+		"a name given twice":                data([]map[string]any{in("a", "k1", ""), in("a", "k2", "")}, nil),
+		"a key starting with /":             data([]map[string]any{in("a", "/k", "")}, nil),
+		"a key with ..":                     data([]map[string]any{in("a", "x/../k", "")}, nil),
+		"a plain http url":                  data([]map[string]any{in("a", "", "http://example.com/a")}, nil),
+		"a url with user info":              data([]map[string]any{in("a", "", "https://u:p@example.com/a")}, nil),
+		"an output outside /outputs":        data(nil, []map[string]any{out("/tmp/x", "k")}),
+		"an output path with ..":            data(nil, []map[string]any{out("/outputs/../etc/x", "k")}),
+		"/outputs itself":                   data(nil, []map[string]any{out("/outputs/", "k")}),
+		"one key for two outputs":           data(nil, []map[string]any{out("/outputs/a", "k"), out("/outputs/b", "k")}),
+		"more data than a lease may carry":  data(heavy, nil),
+		"65 inputs":                         data(append(heavy[:64:64], in("extra", "k", "")), nil),
+	} {
+		_, code := b.submit(t, b.platform, jobInput(b.poolA.ID, mod))
+		require.Equal(t, "BAD_INPUT", code, name)
+	}
+	require.Equal(t, before, b.count(t, "SELECT count(*) FROM jobs"), "refusals queue nothing")
+
+	ctx := context.Background()
+	_, err := s3.Client.PutObject(ctx, s3.Bucket, "datasets/one.csv", strings.NewReader("a,b\n1,2\n"), 8, minioPutOptions())
+	require.NoError(t, err)
+	theirs := "https://data.example.com/two.bin?X-Amz-Signature=abc123&X-Amz-Expires=600"
+	id, code := b.submit(t, b.platform, jobInput(b.poolA.ID, data(
+		[]map[string]any{in("one.csv", "datasets/one.csv", ""), in("two.bin", "", theirs)},
+		[]map[string]any{out("/outputs/result.txt", "results/"+"r1.txt")})))
+	require.Empty(t, code)
+	got, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { inputs { name key url } outputs { path key } } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, map[string]any{
+		"inputs": []any{
+			map[string]any{"name": "one.csv", "key": "datasets/one.csv", "url": nil},
+			map[string]any{"name": "two.bin", "key": nil, "url": "https://data.example.com/two.bin?…"},
+		},
+		"outputs": []any{map[string]any{"path": "/outputs/result.txt", "key": "results/r1.txt"}},
+	}, got["job"], "a submitter's URL is shown without its signature")
+
+	leases := b.lease(t, c, anyWork(0))
+	require.Len(t, leases, 1)
+	l := leases[0]
+	require.Len(t, l.Inputs, 2)
+	require.Equal(t, theirs, l.Inputs[1].URL, "a submitter's URL exactly as given")
+	resp, err := http.Get(l.Inputs[0].URL)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "a,b\n1,2\n", string(body))
+	require.Len(t, l.Outputs, 1)
+	req, err := http.NewRequest(http.MethodPut, l.Outputs[0].URL, strings.NewReader("42\n"))
+	require.NoError(t, err)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	info, err := s3.Client.StatObject(ctx, s3.Bucket, "results/r1.txt", minioStatOptions())
+	require.NoError(t, err)
+	require.EqualValues(t, 3, info.Size)
+}
+
+// Without storage, a job may name only URLs its submitter presigned.
+func TestObjectKeysNeedStorage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tok, code := b.gql(t, b.platform, `mutation($p: ID!) { createEnrolmentToken(poolId: $p) { storageOrigins { port } } }`,
+		map[string]any{"p": b.poolA.ID})
+	require.Empty(t, code)
+	require.Equal(t, []any{}, tok["createEnrolmentToken"].(map[string]any)["storageOrigins"])
+	_, code = b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
+		in["inputs"] = []map[string]any{{"name": "a", "key": "k"}}
+	}))
+	require.Equal(t, "BAD_INPUT", code)
+	_, code = b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
+		in["outputs"] = []map[string]any{{"path": "/outputs/a", "key": "k"}}
+	}))
+	require.Equal(t, "BAD_INPUT", code)
+	_, code = b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
+		in["inputs"] = []map[string]any{{"name": "a", "url": "https://data.example.com/a?sig=1"}}
+	}))
+	require.Empty(t, code)
+}
+
+func minioPutOptions() minio.PutObjectOptions   { return minio.PutObjectOptions{} }
+func minioStatOptions() minio.StatObjectOptions { return minio.StatObjectOptions{} }

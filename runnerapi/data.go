@@ -1,0 +1,201 @@
+package runnerapi
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+)
+
+// A job's data: files it reads (inputs, fetched before it starts into
+// /inputs, read-only) and files it writes (outputs, under /outputs,
+// uploaded after it exits). Every byte moves through a URL the runner uses
+// exactly as given: presigned by the server at lease time for an object
+// key in its storage, or by the submitter.
+
+// JobInput is a file a job reads, as submitted: an object key in the
+// server's storage, or an https URL the submitter presigned.
+type JobInput struct {
+	// Name is the file's name under /inputs.
+	Name string `json:"name"`
+	Key  string `json:"key,omitempty"`
+	URL  string `json:"url,omitempty"`
+}
+
+// JobOutput is a file a job writes, uploaded to an object key.
+type JobOutput struct {
+	// Path is the file in the container, under /outputs.
+	Path string `json:"path"`
+	Key  string `json:"key"`
+}
+
+// Where a job's data is in its container.
+const (
+	InputsDir  = "/inputs"
+	OutputsDir = "/outputs"
+)
+
+// Bounds on a job's data.
+const (
+	MaxInputs   = 64
+	MaxOutputs  = 64
+	MaxKeyBytes = 1024 // S3's bound on a key
+	MaxURLBytes = 8192
+)
+
+var fileName = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// CheckInputs says what is wrong with a job's inputs, if anything.
+func CheckInputs(ins []JobInput) error {
+	if len(ins) > MaxInputs {
+		return fmt.Errorf("inputs: at most %d", MaxInputs)
+	}
+	seen := map[string]bool{}
+	for i, in := range ins {
+		switch {
+		case !fileName.MatchString(in.Name) || in.Name == "." || in.Name == "..":
+			return fmt.Errorf("inputs[%d].name: %q is not a file name (letters, digits, '.', '_', '-'; 1 to 128)", i, in.Name)
+		case seen[in.Name]:
+			return fmt.Errorf("inputs[%d].name: %q is named twice", i, in.Name)
+		case (in.Key == "") == (in.URL == ""):
+			return fmt.Errorf("inputs[%d]: give a key or a url, one of them", i)
+		}
+		seen[in.Name] = true
+		if in.Key != "" {
+			if err := CheckKey(in.Key); err != nil {
+				return fmt.Errorf("inputs[%d].key: %w", i, err)
+			}
+		} else if err := CheckInputURL(in.URL); err != nil {
+			return fmt.Errorf("inputs[%d].url: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// CheckOutputs says what is wrong with a job's outputs, if anything.
+func CheckOutputs(outs []JobOutput) error {
+	if len(outs) > MaxOutputs {
+		return fmt.Errorf("outputs: at most %d", MaxOutputs)
+	}
+	paths, keys := map[string]bool{}, map[string]bool{}
+	for i, o := range outs {
+		rest, under := strings.CutPrefix(o.Path, OutputsDir+"/")
+		switch {
+		case !under || rest == "" || path.Clean(o.Path) != o.Path || len(o.Path) > 1024 || !utf8.ValidString(o.Path) || hasControl(o.Path):
+			return fmt.Errorf("outputs[%d].path: %q is not a clean path under %s/", i, o.Path, OutputsDir)
+		case paths[o.Path]:
+			return fmt.Errorf("outputs[%d].path: %q is named twice", i, o.Path)
+		case keys[o.Key]:
+			return fmt.Errorf("outputs[%d].key: %q is named twice", i, o.Key)
+		}
+		if err := CheckKey(o.Key); err != nil {
+			return fmt.Errorf("outputs[%d].key: %w", i, err)
+		}
+		paths[o.Path], keys[o.Key] = true, true
+	}
+	return nil
+}
+
+// CheckKey says what is wrong with an object key.
+func CheckKey(k string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("empty")
+	case len(k) > MaxKeyBytes:
+		return fmt.Errorf("longer than %d bytes", MaxKeyBytes)
+	case !utf8.ValidString(k) || hasControl(k):
+		return fmt.Errorf("%q: not printable UTF-8", Clip(strings.ToValidUTF8(k, "?"), 80))
+	case strings.HasPrefix(k, "/"):
+		return fmt.Errorf("%q starts with '/'", Clip(k, 80))
+	}
+	for _, seg := range strings.Split(k, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%q has a %q segment", Clip(k, 80), seg)
+		}
+	}
+	return nil
+}
+
+// CheckInputURL says what is wrong with a submitter's URL: https (plain
+// http only to a loopback address), no user info, bounded.
+func CheckInputURL(s string) error {
+	if len(s) > MaxURLBytes {
+		return fmt.Errorf("longer than %d bytes", MaxURLBytes)
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("not an absolute URL")
+	}
+	switch {
+	case u.User != nil:
+		return fmt.Errorf("user info in a URL is refused (presign it instead)")
+	case u.Scheme == "https":
+	case u.Scheme == "http" && isLoopbackHost(u.Hostname()):
+	default:
+		return fmt.Errorf("scheme %q: https only (http only to a loopback address)", u.Scheme)
+	}
+	return nil
+}
+
+func isLoopbackHost(h string) bool {
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// RedactURL is u without its query (a presigned URL's signature and
+// credential): what may be shown or logged of it.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(a URL)"
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "…"
+	}
+	u.User, u.Fragment = nil, ""
+	return u.String()
+}
+
+// PresignedURLBytes is what a URL the server presigns takes in a lease
+// beyond its key (escaped, at most three bytes a byte): the storage's
+// origin, the bucket and the SigV4 query.
+const PresignedURLBytes = 1024
+
+// DataLeaseBytes is at least what a job's inputs and outputs take in a
+// lease answer, presigned: counted in the job's spec bound, so that an
+// answer stays under LeaseAnswerBytes.
+func DataLeaseBytes(ins []JobInput, outs []JobOutput) int {
+	n := 0
+	for _, in := range ins {
+		n += len(in.Name) + len(in.URL) + 4*len(in.Key)
+		if in.Key != "" {
+			n += PresignedURLBytes
+		}
+	}
+	for _, o := range outs {
+		n += len(o.Path) + 4*len(o.Key) + PresignedURLBytes
+	}
+	return n
+}
+
+// LeaseInput is an input as a lease carries it: the URL to GET, exactly
+// as given.
+type LeaseInput struct {
+	Name string `json:"name"`
+	URL  string `json:"url"`
+	// Key is the object key when the server presigned the URL.
+	Key string `json:"key,omitempty"`
+}
+
+// LeaseOutput is an output as a lease carries it: the URL to PUT it to.
+type LeaseOutput struct {
+	Path string `json:"path"`
+	Key  string `json:"key"`
+	URL  string `json:"url"`
+}
