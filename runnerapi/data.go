@@ -199,3 +199,25 @@ type LeaseOutput struct {
 	Key  string `json:"key"`
 	URL  string `json:"url"`
 }
+
+// InputRecord is what an attempt fetched of one input, as its result
+// attests it.
+type InputRecord struct {
+	Name string `json:"name"`
+	// Key is the object key when it was one.
+	Key    string `json:"key,omitempty"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	// ETag is the storage's, as it answered the GET ("" when none).
+	ETag string `json:"etag,omitempty"`
+}
+
+// OutputRecord is what an attempt uploaded of one output.
+type OutputRecord struct {
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	// MD5 is the body's, in hex: the ETag S3 gives an object written by
+	// one PUT, which the server compares.
+	MD5 string `json:"md5"`
+}
