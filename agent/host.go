@@ -87,10 +87,11 @@ func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Run
 	case os.Getenv("XDG_RUNTIME_DIR") == "":
 		return nil, errors.New("XDG_RUNTIME_DIR is not set and /run/user/UID does not exist: is lingering enabled for this user (loginctl enable-linger)?")
 	}
-	if err := ownDirs(cfg.WorkDir, filepath.Join(cfg.WorkDir, "logs")); err != nil {
+	if err := ownDirs(cfg.WorkDir, filepath.Join(cfg.WorkDir, "logs"), filepath.Join(cfg.WorkDir, "data")); err != nil {
 		return nil, err
 	}
 	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
+	host.DataDir = filepath.Join(cfg.WorkDir, "data")
 	return jobrun.Connect(ctx, host, cfg.podmanSocket())
 }
 

@@ -48,6 +48,7 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 		return func(in map[string]any) {
 			if inputs != nil {
 				in["inputs"] = inputs
+				in["claim"].(map[string]any)["dataMiB"] = 1
 			}
 			if outputs != nil {
 				in["outputs"] = outputs
@@ -85,6 +86,10 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 		"one key for two outputs":           data(nil, []map[string]any{out("/outputs/a", "k"), out("/outputs/b", "k")}),
 		"more data than a lease may carry":  data(heavy, nil),
 		"65 inputs":                         data(append(heavy[:64:64], in("extra", "k", "")), nil),
+		"inputs without claim.dataMiB": func(m map[string]any) {
+			data([]map[string]any{in("a", "k", "")}, nil)(m)
+			m["claim"].(map[string]any)["dataMiB"] = 0
+		},
 	} {
 		_, code := b.submit(t, b.platform, jobInput(b.poolA.ID, mod))
 		require.Equal(t, "BAD_INPUT", code, name)
@@ -113,6 +118,7 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 	require.Len(t, leases, 1)
 	l := leases[0]
 	require.Len(t, l.Inputs, 2)
+	require.EqualValues(t, 1, l.DataMiB)
 	require.Equal(t, theirs, l.Inputs[1].URL, "a submitter's URL exactly as given")
 	resp, err := http.Get(l.Inputs[0].URL)
 	require.NoError(t, err)
@@ -150,6 +156,7 @@ func TestObjectKeysNeedStorage(t *testing.T) {
 	require.Equal(t, "BAD_INPUT", code)
 	_, code = b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
 		in["inputs"] = []map[string]any{{"name": "a", "url": "https://data.example.com/a?sig=1"}}
+		in["claim"].(map[string]any)["dataMiB"] = 1
 	}))
 	require.Empty(t, code)
 }

@@ -212,7 +212,7 @@ func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 	return queue.Submission{
 		PoolID: in.PoolID, SubmittedBy: &by, Image: in.Image, Command: in.Command, Env: env,
 		Claim: record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
-		Options: record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB),
+		Options: record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB), DataMiB: int64(c.DataMiB),
 			Inputs: jobInputs(in.Inputs), Outputs: jobOutputs(in.Outputs)},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
 	}

@@ -67,7 +67,7 @@ func (r *jobResolver) EnvNames(ctx context.Context, obj *record.Job) ([]string, 
 func (r *jobResolver) Claim(ctx context.Context, obj *record.Job) (*model.JobClaim, error) {
 	c := obj.Claim
 	return &model.JobClaim{Cores: c.Cores, MemoryMiB: int(c.MemoryMiB), Gpus: c.GPUs, WallClockSeconds: c.WallClockSeconds,
-		ScratchMiB: int(obj.Options.ScratchMiB)}, nil
+		ScratchMiB: int(obj.Options.ScratchMiB), DataMiB: int(obj.Options.DataMiB)}, nil
 }
 
 // Network is the resolver for the network field.

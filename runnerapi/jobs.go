@@ -136,6 +136,8 @@ type Lease struct {
 	// as given.
 	Inputs  []LeaseInput  `json:"inputs,omitempty"`
 	Outputs []LeaseOutput `json:"outputs,omitempty"`
+	// DataMiB bounds the inputs' bytes together (claim.dataMiB).
+	DataMiB int64 `json:"data_mib,omitempty"`
 }
 
 // LeaseResponse carries the leases granted (none when the wait ran out).

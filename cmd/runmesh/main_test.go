@@ -149,11 +149,11 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	require.Contains(t, b.ok("job", netted), "scratchMiB: 16")
 	// A presigned URL comes from the environment, and is shown without its signature.
 	b.env["DATA_URL"] = "https://data.example.com/set.bin?X-Amz-Signature=s3cretsig"
-	data := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--input-url", "set.bin=DATA_URL", "--", "true")
+	data := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--input-url", "set.bin=DATA_URL", "--data-mib", "8", "--", "true")
 	shown := b.ok("job", data)
 	require.Contains(t, shown, "https://data.example.com/set.bin?…")
 	require.NotContains(t, shown, "s3cretsig")
-	_, _, err = b.cli("", "submit-job", "--pool", "gpu", "--image", "busybox", "--input", "a=datasets/a", "--", "true")
+	_, _, err = b.cli("", "submit-job", "--pool", "gpu", "--image", "busybox", "--input", "a=datasets/a", "--data-mib", "8", "--", "true")
 	require.ErrorContains(t, err, "this server has no object storage", "keys need the server's storage")
 	jobsFile := filepath.Join(t.TempDir(), "jobs.yaml")
 	require.NoError(t, os.WriteFile(jobsFile, []byte("- {poolId: "+pool+", image: busybox, claim: {cores: 1, wallClockSeconds: 60}}\n- {poolId: "+pool+", image: alpine, claim: {cores: 1, wallClockSeconds: 60}}\n"), 0o600))

@@ -208,6 +208,9 @@ func checkSpec(in Submission) string {
 	return ""
 }
 
+// MaxDataMiB bounds claim.dataMiB (16 TiB).
+const MaxDataMiB = 16 << 20
+
 // MaxDataWallClock bounds the wall clock of a job whose data the server
 // presigns: a SigV4 URL is valid for at most 7 days, and it must outlive
 // the job's wall clock, its lease (at most an hour) and the time to start.
@@ -245,6 +248,10 @@ func checkOptions(o record.JobOptions, c record.Claim) string {
 	switch {
 	case o.ScratchMiB < 0:
 		return "claim.scratchMiB: not negative"
+	case o.DataMiB < 0 || o.DataMiB > MaxDataMiB:
+		return fmt.Sprintf("claim.dataMiB: 0 to %d", MaxDataMiB)
+	case len(o.Inputs) > 0 && o.DataMiB == 0:
+		return "claim.dataMiB: required with inputs: how many MiB they may take on the runner together"
 	case o.ScratchMiB > 0 && o.ScratchMiB > c.MemoryMiB:
 		return "claim.scratchMiB: the tmpfs's pages are the job's memory; claim at least as much memory (claim.memoryMiB)"
 	}

@@ -58,6 +58,8 @@ type JobOptions struct {
 	// CheckOutputs).
 	Inputs  []runnerapi.JobInput  `json:"inputs,omitempty"`
 	Outputs []runnerapi.JobOutput `json:"outputs,omitempty"`
+	// DataMiB bounds the inputs' bytes on the runner (claim.dataMiB).
+	DataMiB int64 `json:"data_mib,omitempty"`
 }
 
 // IsZero: the options are what most jobs have (stored as NULL).
@@ -65,7 +67,7 @@ func (o JobOptions) IsZero() bool { return o.Equal(JobOptions{}) }
 
 // Equal compares two jobs' options.
 func (o JobOptions) Equal(p JobOptions) bool {
-	return o.Network == p.Network && o.WorkingDir == p.WorkingDir && o.ScratchMiB == p.ScratchMiB &&
+	return o.Network == p.Network && o.WorkingDir == p.WorkingDir && o.ScratchMiB == p.ScratchMiB && o.DataMiB == p.DataMiB &&
 		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs)
 }
 

@@ -159,6 +159,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 				l.Organisation = named[*org]
 			}
 			l.Inputs, l.Outputs = s.presign(r.Context(), j, leaseSeconds)
+			l.DataMiB = j.Options.DataMiB
 			out = append(out, l)
 		}
 		writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: out})

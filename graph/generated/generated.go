@@ -242,6 +242,7 @@ type ComplexityRoot struct {
 
 	JobClaim struct {
 		Cores            func(childComplexity int) int
+		DataMiB          func(childComplexity int) int
 		Gpus             func(childComplexity int) int
 		MemoryMiB        func(childComplexity int) int
 		ScratchMiB       func(childComplexity int) int
@@ -1438,6 +1439,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobClaim.Cores(childComplexity), true
+	case "JobClaim.dataMiB":
+		if e.ComplexityRoot.JobClaim.DataMiB == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobClaim.DataMiB(childComplexity), true
 	case "JobClaim.gpus":
 		if e.ComplexityRoot.JobClaim.Gpus == nil {
 			break
@@ -3157,6 +3164,8 @@ type JobClaim {
   wallClockSeconds: Int!
   "The size of its /scratch tmpfs (0: none)."
   scratchMiB: Int!
+  "What its inputs may take on the runner together (0: it has none)."
+  dataMiB: Int!
 }
 
 type JobEvent {
@@ -3219,6 +3228,8 @@ input JobClaimInput {
   must fit in memoryMiB. 0: no /scratch.
   """
   scratchMiB: Int! = 0
+  "What the inputs may take on the runner together; required with inputs. An input past it fails the job."
+  dataMiB: Int! = 0
 }
 
 input SubmitJobInput {
@@ -4085,6 +4096,8 @@ func (ec *executionContext) childFields_JobClaim(ctx context.Context, field grap
 		return ec.fieldContext_JobClaim_wallClockSeconds(ctx, field)
 	case "scratchMiB":
 		return ec.fieldContext_JobClaim_scratchMiB(ctx, field)
+	case "dataMiB":
+		return ec.fieldContext_JobClaim_dataMiB(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobClaim", field.Name)
 }
@@ -8761,6 +8774,29 @@ func (ec *executionContext) _JobClaim_scratchMiB(ctx context.Context, field grap
 	)
 }
 func (ec *executionContext) fieldContext_JobClaim_scratchMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobClaim_dataMiB(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobClaim_dataMiB(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.DataMiB, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobClaim_dataMiB(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("JobClaim", field, false, false, "Int")
 }
 
@@ -15704,8 +15740,11 @@ func (ec *executionContext) unmarshalInputJobClaimInput(ctx context.Context, obj
 	if _, present := asMap["scratchMiB"]; !present {
 		asMap["scratchMiB"] = 0
 	}
+	if _, present := asMap["dataMiB"]; !present {
+		asMap["dataMiB"] = 0
+	}
 
-	fieldsInOrder := [...]string{"cores", "memoryMiB", "gpus", "wallClockSeconds", "scratchMiB"}
+	fieldsInOrder := [...]string{"cores", "memoryMiB", "gpus", "wallClockSeconds", "scratchMiB", "dataMiB"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -15747,6 +15786,13 @@ func (ec *executionContext) unmarshalInputJobClaimInput(ctx context.Context, obj
 				return it, err
 			}
 			it.ScratchMiB = data
+		case "dataMiB":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("dataMiB"))
+			data, err := ec.unmarshalNInt2int(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.DataMiB = data
 		}
 	}
 	return it, nil
@@ -17364,6 +17410,11 @@ func (ec *executionContext) _JobClaim(ctx context.Context, sel ast.SelectionSet,
 			}
 		case "scratchMiB":
 			out.Values[i] = ec._JobClaim_scratchMiB(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "dataMiB":
+			out.Values[i] = ec._JobClaim_dataMiB(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}

@@ -42,6 +42,7 @@ func runtime(t *testing.T) *jobrun.Runtime {
 		t.Fatal(err)
 	}
 	host := jobunit.NewHost("/usr/bin/podman", facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "logs"))
+	host.DataDir = filepath.Join(os.Getenv("HOME"), "data")
 	r, err := jobrun.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package jobrun_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
@@ -113,5 +115,38 @@ func TestThePodmanAPI(t *testing.T) {
 	cancel()
 	if err := <-streamed; err != nil {
 		t.Fatalf("the event stream ended with %v, not with its context", err)
+	}
+}
+
+// A job's data directories: its inputs read-only at /inputs, its outputs
+// writable at /outputs (as the worker makes them: 0777 inside the runmesh
+// user's own directory).
+func TestDataDirectoriesAreMounted(t *testing.T) {
+	r := runtime(t)
+	ctx := context.Background()
+	j := job("sh", "-c", "cat /inputs/a.txt > /outputs/b.txt && ! touch /inputs/x 2>/dev/null")
+	j.Inputs, j.Outputs = true, true
+	p := r.Host().Paths(j.LeaseID, j.Attempt)
+	defer os.RemoveAll(p.Data)
+	if err := os.MkdirAll(p.Inputs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(p.Outputs, 0o700); err != nil || os.Chmod(p.Outputs, 0o777) != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(p.Inputs, "a.txt"), []byte("data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	u, err := r.Start(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Forget(context.Background(), u.Name)
+	s := waitEnded(t, r, u.Name)
+	if s.ExitCode == nil || *s.ExitCode != 0 {
+		t.Fatalf("status %+v: the input was not readable, or writable", s)
+	}
+	if b, err := os.ReadFile(filepath.Join(p.Outputs, "b.txt")); err != nil || string(b) != "data\n" {
+		t.Fatalf("the output: %q, %v", b, err)
 	}
 }

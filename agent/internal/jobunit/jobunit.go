@@ -52,6 +52,9 @@ type Host struct {
 	// large). It outlives the container, which --rm removes, until the
 	// agent has uploaded it.
 	LogDir string
+	// DataDir holds each attempt's inputs and outputs (Paths.Inputs,
+	// Paths.Outputs); "": jobs with data cannot run here.
+	DataDir string
 }
 
 // NewHost derives a Host from what podman said: the cgroup version and
@@ -66,18 +69,26 @@ type Paths struct {
 	Container, Unit, Env, Log string
 	// StartLog is podman run's own stderr: why a container did not start.
 	StartLog string
+	// Data holds Inputs (mounted read-only at /inputs) and Outputs
+	// (mounted at /outputs); "" without a DataDir.
+	Data, Inputs, Outputs string
 }
 
 // Paths names the unit, container, environment file and log of a lease's
 // attempt.
 func (h Host) Paths(leaseID string, attempt int) Paths {
 	c := fmt.Sprintf("%s%s-%d", UnitPrefix, leaseID, attempt)
-	return Paths{
+	p := Paths{
 		Container: c, Unit: c + ".service",
 		Env:      strings.TrimSuffix(h.EnvDir, "/") + "/" + c + ".env",
 		Log:      strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".log",
 		StartLog: strings.TrimSuffix(h.LogDir, "/") + "/" + c + ".start.log",
 	}
+	if h.DataDir != "" {
+		p.Data = strings.TrimSuffix(h.DataDir, "/") + "/" + c
+		p.Inputs, p.Outputs = p.Data+"/inputs", p.Data+"/outputs"
+	}
+	return p
 }
 
 // Job is one lease to run.
@@ -101,6 +112,9 @@ type Job struct {
 	WorkingDir string
 	// ScratchMiB sizes a tmpfs at /scratch; 0: none.
 	ScratchMiB int64
+	// Inputs and Outputs: the attempt's data directories (Paths) are
+	// mounted at /inputs (read-only) and /outputs.
+	Inputs, Outputs bool
 }
 
 // Unit is a rendered job: start a transient unit Name with Properties.
@@ -238,6 +252,15 @@ func podmanRun(h Host, j Job, p Paths) ([]string, error) {
 	}
 	if j.WorkingDir != "" {
 		run = append(run, "--workdir="+j.WorkingDir)
+	}
+	if (j.Inputs || j.Outputs) && (p.Data == "" || strings.ContainsAny(p.Data, ",=")) {
+		return nil, fmt.Errorf("%w: the job has inputs or outputs and this host has no data directory podman can mount (%q)", ErrUnrunnable, p.Data)
+	}
+	if j.Inputs {
+		run = append(run, "--mount=type=bind,source="+p.Inputs+",destination="+runnerapi.InputsDir+",ro=true")
+	}
+	if j.Outputs {
+		run = append(run, "--mount=type=bind,source="+p.Outputs+",destination="+runnerapi.OutputsDir)
 	}
 	if j.ScratchMiB > 0 {
 		// The kernel bounds a tmpfs: a write past its size fails (ENOSPC).

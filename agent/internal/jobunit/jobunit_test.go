@@ -56,6 +56,8 @@ func TestRenderGolden(t *testing.T) {
 			j.WorkingDir, j.ScratchMiB = "/work/run 1", 1024
 		}},
 		"cgroup-v2-memory-only": {v2Host("memory"), func(j *jobunit.Job) { j.WallClockSeconds = 0; j.Command = nil }},
+		// Inputs read-only at /inputs, outputs at /outputs.
+		"cgroup-v1-data": {withData(v1Host()), func(j *jobunit.Job) { j.Inputs, j.Outputs = true, true }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -133,6 +135,23 @@ func TestEnvValuesNeverReachTheUnit(t *testing.T) {
 	}
 	if !strings.Contains(string(u.EnvFile), "API_KEY=s3cret-value\n") {
 		t.Fatalf("the env file lacks the value: %q", u.EnvFile)
+	}
+}
+
+func withData(h jobunit.Host) jobunit.Host {
+	h.DataDir = "/var/lib/runmesh-agent/work/data"
+	return h
+}
+
+// A job with data needs a data directory podman can name in a --mount.
+func TestRenderRefusesDataWithoutADataDirectory(t *testing.T) {
+	t.Parallel()
+	j := job()
+	j.Inputs = true
+	for _, h := range []jobunit.Host{v1Host(), func() jobunit.Host { h := v1Host(); h.DataDir = "/srv/a,b"; return h }()} {
+		if _, err := jobunit.Render(h, j); !errors.Is(err, jobunit.ErrUnrunnable) {
+			t.Errorf("data dir %q: %v", h.DataDir, err)
+		}
 	}
 }
 

@@ -2,15 +2,106 @@ package worker
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// A lease with inputs or outputs is given back, not run without them.
-func TestALeaseWithDataIsGivenBack(t *testing.T) {
+// storageStub serves GET /in/NAME from files and takes PUT /out/KEY.
+type storageStub struct {
+	mu  sync.Mutex
+	put map[string]string
+}
+
+func (s *storageStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/in/"):
+		w.Header().Set("ETag", `"e1"`)
+		io.WriteString(w, "input "+strings.TrimPrefix(r.URL.Path, "/in/"))
+	case r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/out/"):
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.put[strings.TrimPrefix(r.URL.Path, "/out/")] = string(b)
+		s.mu.Unlock()
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// A job's inputs are in place before its unit starts; its outputs are
+// uploaded after it exited 0, and its data goes with it. An output it did
+// not write makes the attempt a failure of its own.
+func TestAJobsDataMoves(t *testing.T) {
 	t.Parallel()
+	stub := &storageStub{put: map[string]string{}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	rt, api := newRuntime(t), newAPI()
+	w := newWorker(t, rt, api)
+	ready(t, w)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	lease := func(id string) runnerapi.Lease {
+		return runnerapi.Lease{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}, DataMiB: 1,
+			Inputs:  []runnerapi.LeaseInput{{Name: "a.csv", Key: "sets/a.csv", URL: srv.URL + "/in/a.csv"}},
+			Outputs: []runnerapi.LeaseOutput{{Path: "/outputs/r/result.txt", Key: "res/" + id, URL: srv.URL + "/out/res/" + id}}}
+	}
+	const ok, missing = "dddddddd-0000-4000-8000-000000000001", "dddddddd-0000-4000-8000-000000000002"
+	<-api.asked
+	api.leases <- []runnerapi.Lease{lease(ok), lease(missing)}
+	p, q := rt.host.Paths(ok, 1), rt.host.Paths(missing, 1)
+	eventually(t, "both units", func() bool { return rt.has(p.Unit) && rt.has(q.Unit) })
+	if b, err := os.ReadFile(filepath.Join(p.Inputs, "a.csv")); err != nil || string(b) != "input a.csv" {
+		t.Fatalf("the input when the unit started: %q, %v", b, err)
+	}
+	if st, err := os.Stat(p.Outputs); err != nil || st.Mode().Perm() != 0o777 {
+		t.Fatalf("outputs directory: %v, %v", st, err)
+	}
+	os.MkdirAll(filepath.Join(p.Outputs, "r"), 0o755)
+	os.WriteFile(filepath.Join(p.Outputs, "r", "result.txt"), []byte("42\n"), 0o644)
+	rt.end(p.Unit, 0)
+	rt.end(q.Unit, 0)
+	eventually(t, "both results", func() bool {
+		_, a := api.result(ok)
+		_, b := api.result(missing)
+		return a && b
+	})
+	if r, _ := api.result(ok); r.ExitCode == nil || *r.ExitCode != 0 || r.ReturnReason != nil {
+		t.Fatalf("result %+v", r)
+	}
+	stub.mu.Lock()
+	got := stub.put["res/"+ok]
+	stub.mu.Unlock()
+	if got != "42\n" {
+		t.Fatalf("uploaded %q", got)
+	}
+	r, _ := api.result(missing)
+	if r.ExitCode != nil || r.ReturnReason == nil || !strings.Contains(*r.ReturnReason, "did not write it") || r.HostFault {
+		t.Fatalf("a missing output: %+v", r)
+	}
+	eventually(t, "the data removed", func() bool {
+		_, e1 := os.Stat(p.Data)
+		_, e2 := os.Stat(q.Data)
+		return os.IsNotExist(e1) && os.IsNotExist(e2)
+	})
+}
+
+// An input the storage refuses is the job's fault, and no unit starts.
+func TestARefusedInputStartsNothing(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "signature does not match", http.StatusForbidden)
+	}))
+	defer srv.Close()
+	const id = "dddddddd-0000-4000-8000-000000000003"
 	rt, api := newRuntime(t), newAPI()
 	w := newWorker(t, rt, api)
 	ready(t, w)
@@ -18,14 +109,13 @@ func TestALeaseWithDataIsGivenBack(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	<-api.asked
-	const id = "cccccccc-0000-4000-8000-000000000003"
-	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1},
-		Inputs: []runnerapi.LeaseInput{{Name: "a", URL: "https://data.example.com/a"}}}}
-	eventually(t, "the lease given back", func() bool {
+	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}, DataMiB: 1,
+		Inputs: []runnerapi.LeaseInput{{Name: "a", URL: srv.URL + "/a?X-Amz-Signature=x"}}}}
+	eventually(t, "the result", func() bool {
 		r, ok := api.result(id)
-		return ok && r.ReturnReason != nil && strings.Contains(*r.ReturnReason, "does not fetch inputs") && !r.HostFault
+		return ok && r.ReturnReason != nil && strings.Contains(*r.ReturnReason, "403") && !r.HostFault
 	})
 	if rt.has(rt.host.Paths(id, 1).Unit) {
-		t.Fatal("a unit was started for it")
+		t.Fatal("a unit started without its input")
 	}
 }

@@ -135,9 +135,6 @@ const localFor = 10 * time.Minute
 // result says whose fault that was.
 func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (runnerapi.ResultRequest, bool) {
 	l := j.lease
-	if len(l.Inputs) > 0 || len(l.Outputs) > 0 {
-		return giveBack("unrunnable here: this agent does not fetch inputs or upload outputs", false), false
-	}
 	w.mu.Lock()
 	seen, known := w.local[l.Image]
 	w.mu.Unlock()
@@ -158,10 +155,16 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 		w.local[l.Image] = time.Now()
 		w.mu.Unlock()
 	}
+	if hasData(l) {
+		if res, ok := w.fetchData(ctx, j); !ok {
+			return res, false
+		}
+	}
 	u, err := w.Runtime.Start(ctx, jobunit.Job{
 		JobID: l.LeaseID, LeaseID: l.LeaseID, Attempt: l.Attempt, Image: l.Image, Command: l.Command, Env: env,
 		Cores: l.Claim.Cores, MemoryMiB: l.Claim.MemoryMiB, GPUs: j.gpus, WallClockSeconds: l.WallClockSeconds,
 		Network: l.Network, WorkingDir: l.WorkingDir, ScratchMiB: l.ScratchMiB,
+		Inputs: len(l.Inputs) > 0, Outputs: len(l.Outputs) > 0,
 	})
 	j.unit = u.Name
 	switch {
@@ -298,7 +301,7 @@ func (f *follower) step(ctx context.Context, st *jobrun.Status) bool {
 			w.drop(j)
 			return true
 		}
-		w.finish(ctx, j, w.outcome(j, *st, cancel))
+		w.finish(ctx, j, w.uploadData(ctx, j, w.outcome(j, *st, cancel)))
 		return true
 	}
 	if cancel && !f.stopping {

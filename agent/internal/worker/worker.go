@@ -25,6 +25,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/runmesh/runmesh/agent/internal/jobdata"
 	"github.com/runmesh/runmesh/agent/internal/jobrun"
 	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
@@ -66,6 +67,8 @@ type Worker struct {
 	Dir     string
 	Version string
 	Log     *slog.Logger
+	// Data moves jobs' inputs and outputs (its zero value: the defaults).
+	Data jobdata.Mover
 	// Poll is how often a running job's output is sent (default 1 s).
 	Poll time.Duration
 	// Recheck is how often a running job's unit is read when podman said
@@ -400,6 +403,7 @@ func (w *Worker) drop(j *job) {
 	w.mu.Unlock()
 	os.Remove(w.recordPath(j.paths))
 	os.Remove(j.paths.Log)
+	w.dropData(j)
 	w.signal()
 	w.noteIdle()
 }

@@ -50,8 +50,8 @@ type fakeRuntime struct {
 func newRuntime(t *testing.T) *fakeRuntime {
 	// Apart, as on a host: the survivor check clears the env directory of
 	// files no held job owns.
-	env, logs := t.TempDir(), t.TempDir()
-	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: env, LogDir: logs},
+	env, logs, data := t.TempDir(), t.TempDir(), t.TempDir()
+	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: env, LogDir: logs, DataDir: data},
 		units: map[string]*fakeUnit{}, containers: map[string]jobrun.Container{}, stuck: map[string]bool{}}
 }
 

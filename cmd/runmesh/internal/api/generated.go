@@ -1274,6 +1274,8 @@ type JobClaimInput struct {
 	// (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
 	// must fit in memoryMiB. 0: no /scratch.
 	ScratchMiB int `json:"scratchMiB"`
+	// What the inputs may take on the runner together; required with inputs. An input past it fails the job.
+	DataMiB int `json:"dataMiB"`
 }
 
 // GetCores returns JobClaimInput.Cores, and is useful for accessing the field via an interface.
@@ -1290,6 +1292,9 @@ func (v *JobClaimInput) GetWallClockSeconds() int { return v.WallClockSeconds }
 
 // GetScratchMiB returns JobClaimInput.ScratchMiB, and is useful for accessing the field via an interface.
 func (v *JobClaimInput) GetScratchMiB() int { return v.ScratchMiB }
+
+// GetDataMiB returns JobClaimInput.DataMiB, and is useful for accessing the field via an interface.
+func (v *JobClaimInput) GetDataMiB() int { return v.DataMiB }
 
 // JobEventsJobEventsJobEvent includes the requested fields of the GraphQL type JobEvent.
 type JobEventsJobEventsJobEvent struct {

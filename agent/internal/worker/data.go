@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"os"
+
+	"github.com/runmesh/runmesh/agent/internal/jobdata"
+	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// A job's data: its inputs are fetched before its unit starts, into a
+// directory mounted read-only at /inputs; its outputs are uploaded from
+// the directory mounted at /outputs once it exited 0. Both directories go
+// with the attempt (forget).
+
+func hasData(l runnerapi.Lease) bool { return len(l.Inputs) > 0 || len(l.Outputs) > 0 }
+
+// fetchData makes the attempt's data directories and fetches its inputs.
+// When it cannot, the result says whose fault that was.
+func (w *Worker) fetchData(ctx context.Context, j *job) (runnerapi.ResultRequest, bool) {
+	l, p := j.lease, j.paths
+	if p.Data == "" {
+		return giveBack("unrunnable here: this agent has no data directory for inputs and outputs", false), false
+	}
+	// What an earlier try of this attempt left (a restart mid-fetch).
+	if err := os.RemoveAll(p.Data); err != nil {
+		return giveBack("the job's data directory: "+err.Error(), true), false
+	}
+	if err := os.MkdirAll(p.Outputs, 0o700); err != nil {
+		return giveBack("the job's data directory: "+err.Error(), true), false
+	}
+	// The container's user may be any user of its image, mapped to a
+	// subordinate id: it must be able to write its outputs (the parent
+	// directories stay the runmesh user's own).
+	if err := os.Chmod(p.Outputs, 0o777); err != nil {
+		return giveBack("the job's data directory: "+err.Error(), true), false
+	}
+	budget := &jobdata.Budget{Left: l.DataMiB << 20}
+	recs, err := w.Data.Fetch(ctx, l.Inputs, p.Inputs, budget)
+	if err != nil {
+		return dataFailure(err), false
+	}
+	for _, r := range recs {
+		w.Log.Info("input fetched", "lease_id", l.LeaseID, "attempt", l.Attempt, "name", r.Name, "key", r.Key,
+			"sha256", r.SHA256, "size", r.Size, "etag", r.ETag)
+	}
+	return runnerapi.ResultRequest{}, true
+}
+
+// uploadData uploads the outputs of an attempt that exited 0. One that
+// cannot be uploaded makes the attempt a given-back one, saying why.
+func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultRequest) runnerapi.ResultRequest {
+	l := j.lease
+	if len(l.Outputs) == 0 || res.ExitCode == nil || *res.ExitCode != 0 {
+		return res
+	}
+	recs, err := w.Data.Upload(ctx, l.Outputs, j.paths.Outputs)
+	if err != nil {
+		failed := dataFailure(err)
+		failed.Attempt, failed.ImageDigest, failed.RunnerVersion, failed.PeakMemoryMiB = res.Attempt, res.ImageDigest, res.RunnerVersion, res.PeakMemoryMiB
+		return failed
+	}
+	for _, r := range recs {
+		w.Log.Info("output uploaded", "lease_id", l.LeaseID, "attempt", l.Attempt, "key", r.Key, "sha256", r.SHA256, "size", r.Size, "md5", r.MD5)
+	}
+	return res
+}
+
+// dataFailure is a failed transfer as a result.
+func dataFailure(err error) runnerapi.ResultRequest {
+	var e *jobdata.Error
+	if errors.As(err, &e) {
+		return giveBack(e.Error(), !e.JobFault)
+	}
+	return giveBack(err.Error(), true)
+}
+
+// dropData removes the attempt's inputs and outputs.
+func (w *Worker) dropData(j *job) {
+	if j.paths.Data != "" {
+		if err := os.RemoveAll(j.paths.Data); err != nil {
+			w.Log.Warn("removing a job's data", "lease_id", j.lease.LeaseID, "err", err)
+		}
+	}
+}
