@@ -2,6 +2,8 @@ package controlplane_test
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/internal/s3test"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // withStorage gives the server a real S3 server's bucket.
@@ -136,6 +139,64 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 	info, err := s3.Client.StatObject(ctx, s3.Bucket, "results/r1.txt", minioStatOptions())
 	require.NoError(t, err)
 	require.EqualValues(t, 3, info.Size)
+
+	// The result attests what moved; the server checks the output in the
+	// storage (size, ETag = MD5) before it accepts it.
+	zero := 0
+	md := md5.Sum([]byte("42\n"))
+	inRec := []runnerapi.InputRecord{{Name: "one.csv", Key: "datasets/one.csv", SHA256: strings.Repeat("a", 64), Size: 8, ETag: "e1"},
+		{Name: "two.bin", SHA256: strings.Repeat("b", 64), Size: 5}}
+	outRec := runnerapi.OutputRecord{Key: "results/r1.txt", SHA256: strings.Repeat("c", 64), Size: 3, MD5: hex.EncodeToString(md[:])}
+	r := b.result(t, c, l, runnerapi.ResultRequest{Attempt: 1, ExitCode: &zero, Inputs: inRec, Outputs: []runnerapi.OutputRecord{outRec}})
+	require.Equal(t, http.StatusOK, r.Status, r.Body)
+	got, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state runs { inputs { name key sha256 size etag } outputs { key sha256 size md5 } } } }`, map[string]any{"id": id})
+	require.Empty(t, code)
+	require.Equal(t, "SUCCEEDED", got["job"].(map[string]any)["state"])
+	run := got["job"].(map[string]any)["runs"].([]any)[0].(map[string]any)
+	require.Equal(t, []any{
+		map[string]any{"name": "one.csv", "key": "datasets/one.csv", "sha256": strings.Repeat("a", 64), "size": 8.0, "etag": "e1"},
+		map[string]any{"name": "two.bin", "key": nil, "sha256": strings.Repeat("b", 64), "size": 5.0, "etag": nil},
+	}, run["inputs"])
+	require.Equal(t, []any{map[string]any{"key": "results/r1.txt", "sha256": strings.Repeat("c", 64), "size": 3.0, "md5": hex.EncodeToString(md[:])}}, run["outputs"])
+
+	// A success whose output is not in the storage, or not as uploaded, is
+	// not accepted as one: the attempt is given back, the host's fault.
+	for name, c2 := range map[string]struct {
+		rec  runnerapi.OutputRecord
+		says string
+	}{
+		"not uploaded": {runnerapi.OutputRecord{Key: "results/none", SHA256: outRec.SHA256, Size: 3, MD5: outRec.MD5}, "not in the storage"},
+		"another size": {runnerapi.OutputRecord{Key: "results/r1.txt", SHA256: outRec.SHA256, Size: 4, MD5: outRec.MD5}, "the storage has 3 bytes"},
+		"another md5":  {runnerapi.OutputRecord{Key: "results/r1.txt", SHA256: outRec.SHA256, Size: 3, MD5: strings.Repeat("0", 32)}, "is not the upload's MD5"},
+		"not attested": {runnerapi.OutputRecord{}, "did not attest"},
+	} {
+		key := c2.rec.Key
+		if key == "" {
+			key = "results/unattested"
+		}
+		jid, code := b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
+			in["outputs"] = []map[string]any{out("/outputs/r", key)}
+			in["maxAttempts"] = 1
+		}))
+		require.Empty(t, code, name)
+		// A runner of its own: a host fault holds a runner back a while.
+		_, c, _ := b.approvedRunner(t, measured(0))
+		ls := b.lease(t, c, anyWork(0))
+		require.Len(t, ls, 1, name)
+		req := runnerapi.ResultRequest{Attempt: 1, ExitCode: &zero}
+		if c2.rec.Key != "" {
+			req.Outputs = []runnerapi.OutputRecord{c2.rec}
+		}
+		r := b.result(t, c, ls[0], req)
+		require.Equal(t, http.StatusOK, r.Status, r.Body)
+		got, _ := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state stateReason runs { exitCode hostFault returnReason } } }`, map[string]any{"id": jid})
+		j := got["job"].(map[string]any)
+		require.Equal(t, "FAILED", j["state"], name)
+		run := j["runs"].([]any)[0].(map[string]any)
+		require.Nil(t, run["exitCode"], name)
+		require.Equal(t, true, run["hostFault"], name)
+		require.Contains(t, run["returnReason"], c2.says, name)
+	}
 }
 
 // Without storage, a job may name only URLs its submitter presigned.

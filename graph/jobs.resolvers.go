@@ -172,6 +172,37 @@ func (r *jobRunResolver) RunnerName(ctx context.Context, obj *record.JobRun) (*s
 	return &obj.RunnerName, nil
 }
 
+// Inputs is the resolver for the inputs field.
+func (r *jobRunResolver) Inputs(ctx context.Context, obj *record.JobRun) ([]model.RunInput, error) {
+	out := []model.RunInput{}
+	if obj.Data == nil {
+		return out, nil
+	}
+	for _, in := range obj.Data.Inputs {
+		m := model.RunInput{Name: in.Name, Sha256: in.SHA256, Size: int(in.Size)}
+		if in.Key != "" {
+			m.Key = &in.Key
+		}
+		if in.ETag != "" {
+			m.Etag = &in.ETag
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Outputs is the resolver for the outputs field.
+func (r *jobRunResolver) Outputs(ctx context.Context, obj *record.JobRun) ([]model.RunOutput, error) {
+	out := []model.RunOutput{}
+	if obj.Data == nil {
+		return out, nil
+	}
+	for _, o := range obj.Data.Outputs {
+		out = append(out, model.RunOutput{Key: o.Key, Sha256: o.SHA256, Size: int(o.Size), Md5: o.MD5})
+	}
+	return out, nil
+}
+
 // Data is the resolver for the data field.
 func (r *logChunkResolver) Data(ctx context.Context, obj *record.LogChunk) (string, error) {
 	return strings.ToValidUTF8(string(obj.Data), "\uFFFD"), nil

@@ -212,6 +212,46 @@ type InputRecord struct {
 	ETag string `json:"etag,omitempty"`
 }
 
+var (
+	sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	md5Hex    = regexp.MustCompile(`^[0-9a-f]{32}$`)
+)
+
+// CheckRecords says what is wrong with a result's data records, if
+// anything: a record that could not be true.
+func CheckRecords(ins []InputRecord, outs []OutputRecord) error {
+	if len(ins) > MaxInputs || len(outs) > MaxOutputs {
+		return fmt.Errorf("inputs, outputs: at most %d and %d", MaxInputs, MaxOutputs)
+	}
+	for i, in := range ins {
+		switch {
+		case !fileName.MatchString(in.Name):
+			return fmt.Errorf("inputs[%d].name: not a file name", i)
+		case in.Key != "" && CheckKey(in.Key) != nil:
+			return fmt.Errorf("inputs[%d].key: %v", i, CheckKey(in.Key))
+		case !sha256Hex.MatchString(in.SHA256):
+			return fmt.Errorf("inputs[%d].sha256: 64 lower-case hex digits", i)
+		case in.Size < 0:
+			return fmt.Errorf("inputs[%d].size: not negative", i)
+		case len(in.ETag) > 80 || hasControl(in.ETag) || !utf8.ValidString(in.ETag):
+			return fmt.Errorf("inputs[%d].etag: at most 80 printable bytes", i)
+		}
+	}
+	for i, o := range outs {
+		switch {
+		case CheckKey(o.Key) != nil:
+			return fmt.Errorf("outputs[%d].key: %v", i, CheckKey(o.Key))
+		case !sha256Hex.MatchString(o.SHA256):
+			return fmt.Errorf("outputs[%d].sha256: 64 lower-case hex digits", i)
+		case !md5Hex.MatchString(o.MD5):
+			return fmt.Errorf("outputs[%d].md5: 32 lower-case hex digits", i)
+		case o.Size < 0:
+			return fmt.Errorf("outputs[%d].size: not negative", i)
+		}
+	}
+	return nil
+}
+
 // OutputRecord is what an attempt uploaded of one output.
 type OutputRecord struct {
 	Key    string `json:"key"`

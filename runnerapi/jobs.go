@@ -204,7 +204,16 @@ type ResultRequest struct {
 	PeakMemoryMiB *int64  `json:"peak_memory_mib,omitempty"`
 	ImageDigest   *string `json:"image_digest,omitempty"`
 	RunnerVersion *string `json:"runner_version,omitempty"`
+	// Inputs and Outputs attest what the attempt fetched and uploaded (in
+	// the lease's order; outputs only of an attempt that exited 0).
+	Inputs  []InputRecord  `json:"inputs,omitempty"`
+	Outputs []OutputRecord `json:"outputs,omitempty"`
 }
+
+// MaxResultBodyBytes bounds one result's body (POST /v1/leases/{id}/result)
+// instead of MaxBodyBytes: room for MaxInputs and MaxOutputs records with
+// their keys, however escaped.
+const MaxResultBodyBytes = MaxBodyBytes + (MaxInputs+MaxOutputs)*(6*(MaxKeyBytes+128+80)+256)
 
 // PathResults is where a runner reports several attempts' ends at once.
 const PathResults = "/v1/results"

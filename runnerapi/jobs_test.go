@@ -87,3 +87,39 @@ func TestLeaseAnswersFitWhatRunnersRead(t *testing.T) {
 		t.Logf("max %d: %d full specs, %d bytes of %d", max, spec/MaxJobSpecBytes, len(body), LeaseAnswerBytes(max))
 	}
 }
+
+// A result with the most data records, each at its bounds and escaped at
+// worst, fits MaxResultBodyBytes; CheckRecords refuses records that could
+// not be true.
+func TestAResultWithDataFitsItsBound(t *testing.T) {
+	reason, digest := worst(512), worst(256)
+	r := ResultRequest{Attempt: 1, ReturnReason: &reason, ImageDigest: &digest, RunnerVersion: &digest}
+	for range MaxInputs {
+		r.Inputs = append(r.Inputs, InputRecord{Name: strings.Repeat("n", 128), Key: worst(MaxKeyBytes), SHA256: strings.Repeat("a", 64), Size: math.MaxInt64, ETag: worst(80)})
+	}
+	for range MaxOutputs {
+		r.Outputs = append(r.Outputs, OutputRecord{Key: worst(MaxKeyBytes), SHA256: strings.Repeat("a", 64), Size: math.MaxInt64, MD5: strings.Repeat("b", 32)})
+	}
+	body, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > MaxResultBodyBytes {
+		t.Fatalf("a worst-case result takes %d bytes, over MaxResultBodyBytes (%d)", len(body), MaxResultBodyBytes)
+	}
+	good := OutputRecord{Key: "k", SHA256: strings.Repeat("a", 64), MD5: strings.Repeat("b", 32)}
+	if err := CheckRecords(nil, []OutputRecord{good}); err != nil {
+		t.Fatal(err)
+	}
+	for name, o := range map[string]OutputRecord{
+		"short sha": {Key: "k", SHA256: "abc", MD5: good.MD5}, "upper md5": {Key: "k", SHA256: good.SHA256, MD5: strings.Repeat("B", 32)},
+		"no key": {SHA256: good.SHA256, MD5: good.MD5}, "negative": {Key: "k", SHA256: good.SHA256, MD5: good.MD5, Size: -1},
+	} {
+		if CheckRecords(nil, []OutputRecord{o}) == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if CheckRecords([]InputRecord{{Name: "../x", SHA256: good.SHA256}}, nil) == nil {
+		t.Error("an input named ../x: accepted")
+	}
+}

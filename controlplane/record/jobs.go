@@ -155,6 +155,15 @@ type JobRun struct {
 	PeakMemoryMiB *int64
 	ImageDigest   *string
 	RunnerVersion *string
+	// Data is what the attempt fetched and uploaded, as its result
+	// attested it (nil for jobs without data).
+	Data *RunData
+}
+
+// RunData is an attempt's inputs and outputs, hashed (job_runs.data).
+type RunData struct {
+	Inputs  []runnerapi.InputRecord  `json:"inputs,omitempty"`
+	Outputs []runnerapi.OutputRecord `json:"outputs,omitempty"`
 }
 
 // LogChunk is one stored piece of output.
@@ -223,4 +232,6 @@ type Outcome struct {
 	PeakMemoryMiB *int64
 	ImageDigest   *string // an empty one is none
 	RunnerVersion *string // an empty one is none
+	// Data: what the attempt fetched and uploaded (nil: none).
+	Data *RunData
 }

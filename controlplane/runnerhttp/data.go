@@ -2,9 +2,14 @@ package runnerhttp
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"regexp"
 	"time"
 
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -54,4 +59,57 @@ func (s *Server) presign(ctx context.Context, j record.Job, leaseSeconds int) ([
 		outs = append(outs, runnerapi.LeaseOutput{Path: o.Path, Key: o.Key, URL: sign(true, o.Key)})
 	}
 	return ins, outs
+}
+
+// checkOutputs checks, before the result of an attempt that exited 0 is
+// accepted, that the storage has every output the job names as the runner
+// attested it: the object there (a HEAD), its size the one uploaded, and
+// its ETag the upload's MD5 where the storage gives one in that form. An
+// attempt that fails this is not a success: it ends given back, the host's
+// fault (the job does not run elsewhere for a missing object otherwise). A
+// storage that does not answer is an error: the runner sends the result
+// again later.
+func (s *Server) checkOutputs(ctx context.Context, o *store.Outcome) error {
+	if s.o.Storage == nil || o.ExitCode == nil || *o.ExitCode != 0 {
+		return nil
+	}
+	opts, err := s.o.Store.JobOptionsOf(ctx, o.JobID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && len(opts.Outputs) == 0 {
+		return nil // the finish answers for a job that is not there
+	}
+	if err != nil {
+		return err
+	}
+	var got []runnerapi.OutputRecord
+	if o.Data != nil {
+		got = o.Data.Outputs
+	}
+	reason, err := s.verifyOutputs(ctx, opts.Outputs, got)
+	if err != nil || reason == "" {
+		return err
+	}
+	o.ExitCode, o.ReturnReason, o.HostFault = nil, &reason, true
+	return nil
+}
+
+var md5ETag = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+func (s *Server) verifyOutputs(ctx context.Context, want []runnerapi.JobOutput, got []runnerapi.OutputRecord) (string, error) {
+	for i, w := range want {
+		if i >= len(got) || got[i].Key != w.Key {
+			return fmt.Sprintf("output %s: the runner did not attest its upload", w.Key), nil
+		}
+		obj, err := s.o.Storage.Stat(ctx, w.Key)
+		switch {
+		case errors.Is(err, storage.ErrNoObject):
+			return fmt.Sprintf("output %s: not in the storage", w.Key), nil
+		case err != nil:
+			return "", err
+		case obj.Size != got[i].Size:
+			return fmt.Sprintf("output %s: the storage has %d bytes, the runner uploaded %d", w.Key, obj.Size, got[i].Size), nil
+		case md5ETag.MatchString(obj.ETag) && obj.ETag != got[i].MD5:
+			return fmt.Sprintf("output %s: the storage's ETag %s is not the upload's MD5 %s", w.Key, obj.ETag, got[i].MD5), nil
+		}
+	}
+	return "", nil
 }

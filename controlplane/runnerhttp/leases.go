@@ -276,13 +276,16 @@ func checkResult(req runnerapi.ResultRequest) error {
 			}
 		}
 	}
-	return nil
+	return runnerapi.CheckRecords(req.Inputs, req.Outputs)
 }
 
 func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) store.Outcome {
 	o := store.Outcome{
 		JobID: id, Attempt: req.Attempt, RunnerID: c.runner.ID, ExitCode: req.ExitCode, ReturnReason: req.ReturnReason,
 		HostFault: req.HostFault, OOM: req.OOM, PeakMemoryMiB: req.PeakMemoryMiB, ImageDigest: req.ImageDigest, RunnerVersion: req.RunnerVersion,
+	}
+	if len(req.Inputs) > 0 || len(req.Outputs) > 0 {
+		o.Data = &record.RunData{Inputs: req.Inputs, Outputs: req.Outputs}
 	}
 	if o.RunnerVersion == nil {
 		o.RunnerVersion = &c.runner.AgentVersion
@@ -299,14 +302,19 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req runnerapi.ResultRequest
-	if !decode(w, r, &req) {
+	if !decodeWithin(w, r, &req, runnerapi.MaxResultBodyBytes) {
 		return
 	}
 	if err := checkResult(req); err != nil {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, err.Error())
 		return
 	}
-	done, err := s.finisher.Finish(r.Context(), s.outcome(c, id, req))
+	o := s.outcome(c, id, req)
+	if err := s.checkOutputs(r.Context(), &o); err != nil {
+		s.internal(w, r, "result", err)
+		return
+	}
+	done, err := s.finisher.Finish(r.Context(), o)
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
 		s.stale(w)
@@ -342,6 +350,10 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		outcomes[i] = s.outcome(c, id, res.ResultRequest)
+		if err := s.checkOutputs(r.Context(), &outcomes[i]); err != nil {
+			s.internal(w, r, "results", err)
+			return
+		}
 	}
 	done, err := s.finisher.FinishAll(r.Context(), c.runner.ID, outcomes)
 	if err != nil {

@@ -295,9 +295,11 @@ type ComplexityRoot struct {
 		FinishedAt    func(childComplexity int) int
 		HostFault     func(childComplexity int) int
 		ImageDigest   func(childComplexity int) int
+		Inputs        func(childComplexity int) int
 		Job           func(childComplexity int) int
 		LeasedAt      func(childComplexity int) int
 		OOM           func(childComplexity int) int
+		Outputs       func(childComplexity int) int
 		PeakMemoryMiB func(childComplexity int) int
 		ReturnReason  func(childComplexity int) int
 		RunnerName    func(childComplexity int) int
@@ -420,6 +422,21 @@ type ComplexityRoot struct {
 		Isolated         func(childComplexity int) int
 		SurvivorsChecked func(childComplexity int) int
 		SurvivorsFound   func(childComplexity int) int
+	}
+
+	RunInput struct {
+		Etag   func(childComplexity int) int
+		Key    func(childComplexity int) int
+		Name   func(childComplexity int) int
+		Sha256 func(childComplexity int) int
+		Size   func(childComplexity int) int
+	}
+
+	RunOutput struct {
+		Key    func(childComplexity int) int
+		Md5    func(childComplexity int) int
+		Sha256 func(childComplexity int) int
+		Size   func(childComplexity int) int
 	}
 
 	Runner struct {
@@ -552,6 +569,9 @@ type JobRunResolver interface {
 	Job(ctx context.Context, obj *record.JobRun) (*record.Job, error)
 
 	RunnerName(ctx context.Context, obj *record.JobRun) (*string, error)
+
+	Inputs(ctx context.Context, obj *record.JobRun) ([]model.RunInput, error)
+	Outputs(ctx context.Context, obj *record.JobRun) ([]model.RunOutput, error)
 }
 type LogChunkResolver interface {
 	Data(ctx context.Context, obj *record.LogChunk) (string, error)
@@ -1621,6 +1641,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobRun.ImageDigest(childComplexity), true
+	case "JobRun.inputs":
+		if e.ComplexityRoot.JobRun.Inputs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.Inputs(childComplexity), true
 	case "JobRun.job":
 		if e.ComplexityRoot.JobRun.Job == nil {
 			break
@@ -1639,6 +1665,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobRun.OOM(childComplexity), true
+	case "JobRun.outputs":
+		if e.ComplexityRoot.JobRun.Outputs == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobRun.Outputs(childComplexity), true
 	case "JobRun.peakMemoryMiB":
 		if e.ComplexityRoot.JobRun.PeakMemoryMiB == nil {
 			break
@@ -2328,6 +2360,62 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.RecoveryProof.SurvivorsFound(childComplexity), true
+
+	case "RunInput.etag":
+		if e.ComplexityRoot.RunInput.Etag == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunInput.Etag(childComplexity), true
+	case "RunInput.key":
+		if e.ComplexityRoot.RunInput.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunInput.Key(childComplexity), true
+	case "RunInput.name":
+		if e.ComplexityRoot.RunInput.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunInput.Name(childComplexity), true
+	case "RunInput.sha256":
+		if e.ComplexityRoot.RunInput.Sha256 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunInput.Sha256(childComplexity), true
+	case "RunInput.size":
+		if e.ComplexityRoot.RunInput.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunInput.Size(childComplexity), true
+
+	case "RunOutput.key":
+		if e.ComplexityRoot.RunOutput.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunOutput.Key(childComplexity), true
+	case "RunOutput.md5":
+		if e.ComplexityRoot.RunOutput.Md5 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunOutput.Md5(childComplexity), true
+	case "RunOutput.sha256":
+		if e.ComplexityRoot.RunOutput.Sha256 == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunOutput.Sha256(childComplexity), true
+	case "RunOutput.size":
+		if e.ComplexityRoot.RunOutput.Size == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RunOutput.Size(childComplexity), true
 
 	case "Runner.agentVersion":
 		if e.ComplexityRoot.Runner.AgentVersion == nil {
@@ -3189,6 +3277,28 @@ type JobRun {
   peakMemoryMiB: Int
   imageDigest: String
   runnerVersion: String
+  "What the attempt fetched, as its runner attested it, in the job's order (empty without inputs)."
+  inputs: [RunInput!]!
+  "What it uploaded, each checked against the storage before the result was accepted (empty unless it exited 0)."
+  outputs: [RunOutput!]!
+}
+
+type RunInput {
+  name: String!
+  "The object key, when it was one."
+  key: String
+  sha256: String!
+  size: Int!
+  "The storage's ETag, as it answered the GET."
+  etag: String
+}
+
+type RunOutput {
+  key: String!
+  sha256: String!
+  size: Int!
+  "Its MD5: the ETag the storage gave the object."
+  md5: String!
 }
 
 type Hold {
@@ -4208,6 +4318,10 @@ func (ec *executionContext) childFields_JobRun(ctx context.Context, field graphq
 		return ec.fieldContext_JobRun_imageDigest(ctx, field)
 	case "runnerVersion":
 		return ec.fieldContext_JobRun_runnerVersion(ctx, field)
+	case "inputs":
+		return ec.fieldContext_JobRun_inputs(ctx, field)
+	case "outputs":
+		return ec.fieldContext_JobRun_outputs(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobRun", field.Name)
 }
@@ -4360,6 +4474,36 @@ func (ec *executionContext) childFields_RecoveryProof(ctx context.Context, field
 		return ec.fieldContext_RecoveryProof_at(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type RecoveryProof", field.Name)
+}
+
+func (ec *executionContext) childFields_RunInput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "name":
+		return ec.fieldContext_RunInput_name(ctx, field)
+	case "key":
+		return ec.fieldContext_RunInput_key(ctx, field)
+	case "sha256":
+		return ec.fieldContext_RunInput_sha256(ctx, field)
+	case "size":
+		return ec.fieldContext_RunInput_size(ctx, field)
+	case "etag":
+		return ec.fieldContext_RunInput_etag(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunInput", field.Name)
+}
+
+func (ec *executionContext) childFields_RunOutput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "key":
+		return ec.fieldContext_RunOutput_key(ctx, field)
+	case "sha256":
+		return ec.fieldContext_RunOutput_sha256(ctx, field)
+	case "size":
+		return ec.fieldContext_RunOutput_size(ctx, field)
+	case "md5":
+		return ec.fieldContext_RunOutput_md5(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RunOutput", field.Name)
 }
 
 func (ec *executionContext) childFields_Runner(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -9594,6 +9738,70 @@ func (ec *executionContext) fieldContext_JobRun_runnerVersion(_ context.Context,
 	return graphql.NewScalarFieldContext("JobRun", field, false, false, "String")
 }
 
+func (ec *executionContext) _JobRun_inputs(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_inputs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobRun().Inputs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RunInput) graphql.Marshaler {
+			return ec.marshalNRunInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunInputᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_inputs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRun",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunInput(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobRun_outputs(ctx context.Context, field graphql.CollectedField, obj *record.JobRun) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobRun_outputs(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobRun().Outputs(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RunOutput) graphql.Marshaler {
+			return ec.marshalNRunOutput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunOutputᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobRun_outputs(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobRun",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RunOutput(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _JobRunConnection_edges(ctx context.Context, field graphql.CollectedField, obj *model.JobRunConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -12793,6 +13001,213 @@ func (ec *executionContext) _RecoveryProof_at(ctx context.Context, field graphql
 }
 func (ec *executionContext) fieldContext_RecoveryProof_at(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("RecoveryProof", field, false, false, "Time")
+}
+
+func (ec *executionContext) _RunInput_name(ctx context.Context, field graphql.CollectedField, obj *model.RunInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunInput_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunInput_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunInput_key(ctx context.Context, field graphql.CollectedField, obj *model.RunInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunInput_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunInput_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunInput_sha256(ctx context.Context, field graphql.CollectedField, obj *model.RunInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunInput_sha256(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sha256, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunInput_sha256(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunInput_size(ctx context.Context, field graphql.CollectedField, obj *model.RunInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunInput_size(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Size, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunInput_size(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunInput", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RunInput_etag(ctx context.Context, field graphql.CollectedField, obj *model.RunInput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunInput_etag(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Etag, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_RunInput_etag(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunInput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunOutput_key(ctx context.Context, field graphql.CollectedField, obj *model.RunOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunOutput_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunOutput_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunOutput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunOutput_sha256(ctx context.Context, field graphql.CollectedField, obj *model.RunOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunOutput_sha256(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sha256, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunOutput_sha256(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunOutput", field, false, false, "String")
+}
+
+func (ec *executionContext) _RunOutput_size(ctx context.Context, field graphql.CollectedField, obj *model.RunOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunOutput_size(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Size, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunOutput_size(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunOutput", field, false, false, "Int")
+}
+
+func (ec *executionContext) _RunOutput_md5(ctx context.Context, field graphql.CollectedField, obj *model.RunOutput) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RunOutput_md5(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Md5, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RunOutput_md5(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RunOutput", field, false, false, "String")
 }
 
 func (ec *executionContext) _Runner_id(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
@@ -17799,6 +18214,18 @@ func (ec *executionContext) _JobRun(ctx context.Context, sel ast.SelectionSet, o
 			if out.Values[i] == graphql.RequiredNull {
 				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "inputs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobRun_inputs(ctx, field, obj)
+				})
+		case "outputs":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobRun_outputs(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -18640,6 +19067,107 @@ func (ec *executionContext) _RecoveryProof(ctx context.Context, sel ast.Selectio
 			}
 		case "at":
 			out.Values[i] = ec._RecoveryProof_at(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runInputImplementors = []string{"RunInput"}
+
+func (ec *executionContext) _RunInput(ctx context.Context, sel ast.SelectionSet, obj *model.RunInput) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runInputImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunInput")
+		case "name":
+			out.Values[i] = ec._RunInput_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "key":
+			out.Values[i] = ec._RunInput_key(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		case "sha256":
+			out.Values[i] = ec._RunInput_sha256(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "size":
+			out.Values[i] = ec._RunInput_size(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "etag":
+			out.Values[i] = ec._RunInput_etag(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var runOutputImplementors = []string{"RunOutput"}
+
+func (ec *executionContext) _RunOutput(ctx context.Context, sel ast.SelectionSet, obj *model.RunOutput) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, runOutputImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RunOutput")
+		case "key":
+			out.Values[i] = ec._RunOutput_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sha256":
+			out.Values[i] = ec._RunOutput_sha256(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "size":
+			out.Values[i] = ec._RunOutput_size(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "md5":
+			out.Values[i] = ec._RunOutput_md5(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -20376,6 +20904,46 @@ var (
 		record.RoleOrgMember:     "ORG_MEMBER",
 	}
 )
+
+func (ec *executionContext) marshalNRunInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunInput(ctx context.Context, sel ast.SelectionSet, v model.RunInput) graphql.Marshaler {
+	return ec._RunInput(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRunInput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunInputᚄ(ctx context.Context, sel ast.SelectionSet, v []model.RunInput) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRunInput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunInput(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNRunOutput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunOutput(ctx context.Context, sel ast.SelectionSet, v model.RunOutput) graphql.Marshaler {
+	return ec._RunOutput(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRunOutput2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunOutputᚄ(ctx context.Context, sel ast.SelectionSet, v []model.RunOutput) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRunOutput2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐRunOutput(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
 
 func (ec *executionContext) marshalNRunner2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐRunner(ctx context.Context, sel ast.SelectionSet, v record.Runner) graphql.Marshaler {
 	return ec._Runner(ctx, sel, &v)

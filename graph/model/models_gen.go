@@ -298,6 +298,24 @@ type RecoveryProof struct {
 	At       time.Time `json:"at"`
 }
 
+type RunInput struct {
+	Name string `json:"name"`
+	// The object key, when it was one.
+	Key    *string `json:"key,omitempty"`
+	Sha256 string  `json:"sha256"`
+	Size   int     `json:"size"`
+	// The storage's ETag, as it answered the GET.
+	Etag *string `json:"etag,omitempty"`
+}
+
+type RunOutput struct {
+	Key    string `json:"key"`
+	Sha256 string `json:"sha256"`
+	Size   int    `json:"size"`
+	// Its MD5: the ETag the storage gave the object.
+	Md5 string `json:"md5"`
+}
+
 type RunnerCapacity struct {
 	Hostname string `json:"hostname"`
 	// CPU cores this runner may use (its cgroup's quota, if lower than the host's).

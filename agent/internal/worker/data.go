@@ -45,13 +45,21 @@ func (w *Worker) fetchData(ctx context.Context, j *job) (runnerapi.ResultRequest
 		w.Log.Info("input fetched", "lease_id", l.LeaseID, "attempt", l.Attempt, "name", r.Name, "key", r.Key,
 			"sha256", r.SHA256, "size", r.Size, "etag", r.ETag)
 	}
+	// Written down with the lease: a restarted agent's result attests
+	// them too.
+	j.inputs = recs
+	if err := w.save(j); err != nil {
+		return giveBack("the agent could not write its lease record: "+err.Error(), true), false
+	}
 	return runnerapi.ResultRequest{}, true
 }
 
-// uploadData uploads the outputs of an attempt that exited 0. One that
-// cannot be uploaded makes the attempt a given-back one, saying why.
+// uploadData uploads the outputs of an attempt that exited 0, and puts
+// what was fetched and uploaded in its result. An output that cannot be
+// uploaded makes the attempt a given-back one, saying why.
 func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultRequest) runnerapi.ResultRequest {
 	l := j.lease
+	res.Inputs = j.inputs
 	if len(l.Outputs) == 0 || res.ExitCode == nil || *res.ExitCode != 0 {
 		return res
 	}
@@ -59,8 +67,10 @@ func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultReq
 	if err != nil {
 		failed := dataFailure(err)
 		failed.Attempt, failed.ImageDigest, failed.RunnerVersion, failed.PeakMemoryMiB = res.Attempt, res.ImageDigest, res.RunnerVersion, res.PeakMemoryMiB
+		failed.Inputs = res.Inputs
 		return failed
 	}
+	res.Outputs = recs
 	for _, r := range recs {
 		w.Log.Info("output uploaded", "lease_id", l.LeaseID, "attempt", l.Attempt, "key", r.Key, "sha256", r.SHA256, "size", r.Size, "md5", r.MD5)
 	}

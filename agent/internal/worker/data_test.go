@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +15,8 @@ import (
 
 	"github.com/runmesh/runmesh/runnerapi"
 )
+
+func hashOf(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 
 // storageStub serves GET /in/NAME from files and takes PUT /out/KEY.
 type storageStub struct {
@@ -74,8 +78,17 @@ func TestAJobsDataMoves(t *testing.T) {
 		_, b := api.result(missing)
 		return a && b
 	})
-	if r, _ := api.result(ok); r.ExitCode == nil || *r.ExitCode != 0 || r.ReturnReason != nil {
-		t.Fatalf("result %+v", r)
+	r0, _ := api.result(ok)
+	if r0.ExitCode == nil || *r0.ExitCode != 0 || r0.ReturnReason != nil {
+		t.Fatalf("result %+v", r0)
+	}
+	// The result attests what moved.
+	if len(r0.Inputs) != 1 || r0.Inputs[0].Name != "a.csv" || r0.Inputs[0].Key != "sets/a.csv" || r0.Inputs[0].ETag != "e1" ||
+		r0.Inputs[0].SHA256 != hashOf("input a.csv") || r0.Inputs[0].Size != int64(len("input a.csv")) {
+		t.Fatalf("inputs attested: %+v", r0.Inputs)
+	}
+	if len(r0.Outputs) != 1 || r0.Outputs[0].Key != "res/"+ok || r0.Outputs[0].SHA256 != hashOf("42\n") || r0.Outputs[0].Size != 3 || len(r0.Outputs[0].MD5) != 32 {
+		t.Fatalf("outputs attested: %+v", r0.Outputs)
 	}
 	stub.mu.Lock()
 	got := stub.put["res/"+ok]

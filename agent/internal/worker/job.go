@@ -29,6 +29,7 @@ type job struct {
 	gone     bool
 
 	digest   string
+	inputs   []runnerapi.InputRecord // fetched, for the result
 	peak     uint64
 	log      chunk  // the last chunk sent, or being sent
 	pending  bool   // log was written down but not yet accepted
@@ -50,13 +51,15 @@ type record struct {
 	GPUs   []string        `json:"gpus,omitempty"`
 	Digest string          `json:"digest,omitempty"`
 	Log    chunk           `json:"log"`
+	// Inputs is what was fetched, which the result attests.
+	Inputs []runnerapi.InputRecord `json:"inputs,omitempty"`
 }
 
 func (w *Worker) save(j *job) error {
 	w.mu.Lock()
 	digest := j.digest
 	w.mu.Unlock()
-	b, err := json.Marshal(record{Lease: j.lease, GPUs: j.gpus, Digest: digest, Log: j.log})
+	b, err := json.Marshal(record{Lease: j.lease, GPUs: j.gpus, Digest: digest, Log: j.log, Inputs: j.inputs})
 	if err != nil {
 		return err
 	}
@@ -88,7 +91,7 @@ func (w *Worker) load(j *job) {
 		w.Log.Warn("an adopted job's lease record is unreadable: no new work until it ends", "lease_id", j.lease.LeaseID)
 		return
 	}
-	j.lease, j.gpus, j.digest, j.log = r.Lease, r.GPUs, r.Digest, r.Log
+	j.lease, j.gpus, j.digest, j.log, j.inputs = r.Lease, r.GPUs, r.Digest, r.Log, r.Inputs
 	j.pending = r.Log.Seq >= 0 && r.Log.To > r.Log.From
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"time"
@@ -199,6 +200,13 @@ func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
 	p.PeakMemoryMib = append(p.PeakMemoryMib, peak)
 	p.ImageDigests = append(p.ImageDigests, text(o.ImageDigest))
 	p.RunnerVersions = append(p.RunnerVersions, text(o.RunnerVersion))
+	data := ""
+	if o.Data != nil {
+		if b, err := json.Marshal(o.Data); err == nil {
+			data = string(b)
+		}
+	}
+	p.Data = append(p.Data, data)
 }
 
 // RecordedResult is what an accepted result recorded of its attempt, and

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // ErrStaleAttempt: the report names an attempt the runner no longer holds
@@ -162,9 +164,16 @@ func jobEventFromRow(r dbsqlc.JobEvent) JobEvent {
 }
 
 func jobRunFromRow(r dbsqlc.JobRun) JobRun {
-	return JobRun{JobID: r.JobID, Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
+	run := JobRun{JobID: r.JobID, Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
 		FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
 		PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
+	if len(r.Data) > 0 {
+		var d record.RunData
+		if json.Unmarshal(r.Data, &d) == nil {
+			run.Data = &d
+		}
+	}
+	return run
 }
 
 // The ...ForJobs functions read several jobs' events, runs and logs in one
@@ -217,4 +226,19 @@ func byJob[R, T any](ids []uuid.UUID, rows []R, err error, conv func(R) (uuid.UU
 		out[id] = append(out[id], v)
 	}
 	return out, nil
+}
+
+// JobOptionsOf reads a job's options alone.
+func (s *Querier) JobOptionsOf(ctx context.Context, id uuid.UUID) (JobOptions, error) {
+	raw, err := s.q.JobOptionsOf(ctx, s.db, id)
+	if err != nil {
+		return JobOptions{}, mapErr(err)
+	}
+	var o JobOptions
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &o); err != nil {
+			return JobOptions{}, fmt.Errorf("job %s's options: %w", id, err)
+		}
+	}
+	return o, nil
 }

@@ -182,7 +182,9 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM job_runs WHERE job_id = $1`, held).Scan(&rows))
 	require.Equal(t, 1, rows, "the ended run stays, the open one is gone")
 
-	// Read as before: the ended attempt, then the held one, open.
+	// Read as before, by this version's statements (the newest schema's):
+	// the ended attempt, then the held one, open.
+	migrateThrough(t, pool, len(store.Migrations()))
 	runs, err := s.JobRunsForJobs(ctx, []uuid.UUID{held})
 	require.NoError(t, err)
 	require.Len(t, runs[held], 2)

@@ -304,32 +304,33 @@ WITH done AS (
                     unnest(@available_at::timestamptz[]), unnest(@cancel_requested::boolean[]), unnest(@events::text[]),
                     unnest(@exit_codes::bigint[]), unnest(@return_reasons::text[]), unnest(@host_faults::boolean[]),
                     unnest(@ooms::boolean[]), unnest(@peak_memory_mib::bigint[]), unnest(@image_digests::text[]),
-                    unnest(@runner_versions::text[]))
+                    unnest(@runner_versions::text[]), unnest(@data::text[]))
          AS t (id, attempt, state, state_reason, available_at, cancel_requested, event, exit_code, return_reason,
-               host_fault, oom, peak_memory_mib, image_digest, runner_version)
+               host_fault, oom, peak_memory_mib, image_digest, runner_version, data)
     -- runner_id is set exactly while the job is held (see ClaimJobs).
     WHERE j.id = ANY(@ids::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = @runner_id
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
     RETURNING j.id, j.pool_id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
-              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
+              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version, t.data
 ),
 -- A run an older version wrote at the claim (before migration 0016) is
 -- completed, here as where an attempt ends otherwise, instead of failing
 -- the statement.
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
-                          host_fault, oom, peak_memory_mib, image_digest, runner_version)
+                          host_fault, oom, peak_memory_mib, image_digest, runner_version, data)
     SELECT d.id, d.attempt, @runner_id, (SELECT name FROM runners WHERE id = @runner_id),
            coalesce(d.leased_at, now()), now(),
            nullif(d.exit_code, -9223372036854775808)::int, nullif(d.return_reason, ''), d.host_fault, d.oom,
-           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, '')
+           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, ''),
+           nullif(d.data, '')::jsonb
     FROM done d
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
         host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
-        image_digest = excluded.image_digest, runner_version = excluded.runner_version
+        image_digest = excluded.image_digest, runner_version = excluded.runner_version, data = excluded.data
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -582,10 +583,10 @@ SELECT * FROM job_events WHERE job_id = ANY(@job_ids::uuid[]) ORDER BY job_id, i
 -- Ended attempts are rows of job_runs; the attempt a runner holds now is
 -- read from the job row (see ClaimJobs), still open.
 SELECT r.job_id, r.attempt, r.runner_id, r.runner_name, r.leased_at, r.finished_at, r.exit_code, r.return_reason,
-       r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version
+       r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version, r.data
 FROM job_runs r WHERE r.job_id = ANY(@job_ids::uuid[])
 UNION ALL
-SELECT j.id, j.attempt, ru.id, ru.name, coalesce(j.leased_at, now()), NULL, NULL, NULL, false, false, NULL, NULL, NULL
+SELECT j.id, j.attempt, ru.id, ru.name, coalesce(j.leased_at, now()), NULL, NULL, NULL, false, false, NULL, NULL, NULL, NULL
 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
 WHERE j.id = ANY(@job_ids::uuid[])
   -- An older version (before migration 0016) wrote the run at its claim,
@@ -682,3 +683,7 @@ WHERE state IN ('LEASED', 'RUNNING') AND lease_expires_at > @since::timestamptz;
 SELECT r.job_id, r.exit_code, r.return_reason, j.state FROM job_runs r JOIN jobs j ON j.id = r.job_id
 WHERE (r.job_id, r.attempt) IN (SELECT unnest(@job_ids::uuid[]), unnest(@attempts::int[]))
   AND r.runner_id = @runner_id AND r.finished_at IS NOT NULL AND r.return_reason IS DISTINCT FROM 'lease expired';
+
+-- name: JobOptionsOf :one
+-- A job's options alone (its data, which a result is checked against).
+SELECT options FROM jobs WHERE id = @id;

@@ -490,29 +490,30 @@ WITH done AS (
                     unnest($6::timestamptz[]), unnest($7::boolean[]), unnest($8::text[]),
                     unnest($9::bigint[]), unnest($10::text[]), unnest($11::boolean[]),
                     unnest($12::boolean[]), unnest($13::bigint[]), unnest($14::text[]),
-                    unnest($15::text[]))
+                    unnest($15::text[]), unnest($16::text[]))
          AS t (id, attempt, state, state_reason, available_at, cancel_requested, event, exit_code, return_reason,
-               host_fault, oom, peak_memory_mib, image_digest, runner_version)
+               host_fault, oom, peak_memory_mib, image_digest, runner_version, data)
     -- runner_id is set exactly while the job is held (see ClaimJobs).
     WHERE j.id = ANY($1::uuid[]) AND j.id = t.id AND j.attempt = t.attempt AND j.runner_id = $2
       -- The decision was taken on a read without locks: a cancel since then
       -- makes it stale, and the caller decides again under FOR UPDATE.
       AND j.cancel_requested = t.cancel_requested
     RETURNING j.id, j.pool_id, j.attempt, j.leased_at, j.state, t.state_reason, t.event, t.exit_code, t.return_reason, t.host_fault,
-              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version
+              t.oom, t.peak_memory_mib, t.image_digest, t.runner_version, t.data
 ),
 run_rows AS (
     INSERT INTO job_runs (job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason,
-                          host_fault, oom, peak_memory_mib, image_digest, runner_version)
+                          host_fault, oom, peak_memory_mib, image_digest, runner_version, data)
     SELECT d.id, d.attempt, $2, (SELECT name FROM runners WHERE id = $2),
            coalesce(d.leased_at, now()), now(),
            nullif(d.exit_code, -9223372036854775808)::int, nullif(d.return_reason, ''), d.host_fault, d.oom,
-           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, '')
+           nullif(d.peak_memory_mib, -9223372036854775808), nullif(d.image_digest, ''), nullif(d.runner_version, ''),
+           nullif(d.data, '')::jsonb
     FROM done d
     ON CONFLICT (job_id, attempt) DO UPDATE
     SET finished_at = excluded.finished_at, exit_code = excluded.exit_code, return_reason = excluded.return_reason,
         host_fault = excluded.host_fault, oom = excluded.oom, peak_memory_mib = excluded.peak_memory_mib,
-        image_digest = excluded.image_digest, runner_version = excluded.runner_version
+        image_digest = excluded.image_digest, runner_version = excluded.runner_version, data = excluded.data
 ),
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id, detail)
@@ -537,6 +538,7 @@ type FinishAttemptsParams struct {
 	PeakMemoryMib   []int64
 	ImageDigests    []string
 	RunnerVersions  []string
+	Data            []string
 }
 
 type FinishAttemptsRow struct {
@@ -579,6 +581,7 @@ func (q *Queries) FinishAttempts(ctx context.Context, db DBTX, arg FinishAttempt
 		arg.PeakMemoryMib,
 		arg.ImageDigests,
 		arg.RunnerVersions,
+		arg.Data,
 	)
 	if err != nil {
 		return nil, err
@@ -1136,12 +1139,24 @@ func (q *Queries) JobLogsForJobs(ctx context.Context, db DBTX, arg JobLogsForJob
 	return items, nil
 }
 
+const jobOptionsOf = `-- name: JobOptionsOf :one
+SELECT options FROM jobs WHERE id = $1
+`
+
+// A job's options alone (its data, which a result is checked against).
+func (q *Queries) JobOptionsOf(ctx context.Context, db DBTX, id uuid.UUID) ([]byte, error) {
+	row := db.QueryRow(ctx, jobOptionsOf, id)
+	var options []byte
+	err := row.Scan(&options)
+	return options, err
+}
+
 const jobRunsForJobs = `-- name: JobRunsForJobs :many
 SELECT r.job_id, r.attempt, r.runner_id, r.runner_name, r.leased_at, r.finished_at, r.exit_code, r.return_reason,
-       r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version
+       r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version, r.data
 FROM job_runs r WHERE r.job_id = ANY($1::uuid[])
 UNION ALL
-SELECT j.id, j.attempt, ru.id, ru.name, coalesce(j.leased_at, now()), NULL, NULL, NULL, false, false, NULL, NULL, NULL
+SELECT j.id, j.attempt, ru.id, ru.name, coalesce(j.leased_at, now()), NULL, NULL, NULL, false, false, NULL, NULL, NULL, NULL
 FROM jobs j JOIN runners ru ON ru.id = j.runner_id
 WHERE j.id = ANY($1::uuid[])
   -- An older version (before migration 0016) wrote the run at its claim,
@@ -1175,6 +1190,7 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 			&i.PeakMemoryMib,
 			&i.ImageDigest,
 			&i.RunnerVersion,
+			&i.Data,
 		); err != nil {
 			return nil, err
 		}

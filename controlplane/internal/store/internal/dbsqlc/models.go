@@ -147,6 +147,7 @@ type JobRun struct {
 	PeakMemoryMib *int64
 	ImageDigest   *string
 	RunnerVersion *string
+	Data          []byte
 }
 
 type MaintenanceClock struct {

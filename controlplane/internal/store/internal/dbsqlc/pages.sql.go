@@ -305,7 +305,7 @@ func (q *Queries) RevokeEnrolmentToken(ctx context.Context, db DBTX, arg RevokeE
 }
 
 const runsInScope = `-- name: RunsInScope :many
-SELECT r.job_id, r.attempt, r.runner_id, r.runner_name, r.leased_at, r.finished_at, r.exit_code, r.return_reason, r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version, j.pool_id
+SELECT r.job_id, r.attempt, r.runner_id, r.runner_name, r.leased_at, r.finished_at, r.exit_code, r.return_reason, r.host_fault, r.oom, r.peak_memory_mib, r.image_digest, r.runner_version, r.data, j.pool_id
 FROM job_runs r
 JOIN jobs j ON j.id = r.job_id
 JOIN pools p ON p.id = j.pool_id
@@ -372,6 +372,7 @@ func (q *Queries) RunsInScope(ctx context.Context, db DBTX, arg RunsInScopeParam
 			&i.JobRun.PeakMemoryMib,
 			&i.JobRun.ImageDigest,
 			&i.JobRun.RunnerVersion,
+			&i.JobRun.Data,
 			&i.PoolID,
 		); err != nil {
 			return nil, err
@@ -385,7 +386,7 @@ func (q *Queries) RunsInScope(ctx context.Context, db DBTX, arg RunsInScopeParam
 }
 
 const runsOfRunner = `-- name: RunsOfRunner :many
-SELECT job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version FROM job_runs
+SELECT job_id, attempt, runner_id, runner_name, leased_at, finished_at, exit_code, return_reason, host_fault, oom, peak_memory_mib, image_digest, runner_version, data FROM job_runs
 WHERE runner_id = $1 AND finished_at IS NOT NULL
   AND ($2::timestamptz IS NULL
        OR (finished_at, job_id, attempt) < ($2, $3::uuid, $4::int))
@@ -432,6 +433,7 @@ func (q *Queries) RunsOfRunner(ctx context.Context, db DBTX, arg RunsOfRunnerPar
 			&i.PeakMemoryMib,
 			&i.ImageDigest,
 			&i.RunnerVersion,
+			&i.Data,
 		); err != nil {
 			return nil, err
 		}
