@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/devenv"
@@ -30,6 +31,8 @@ type DevOptions struct {
 	CertLife   time.Duration // runner certificate lifetime
 	Out        io.Writer     // where the human-readable banner goes
 	Log        *slog.Logger
+	// Storage, when its endpoint is set, is the jobs' object storage.
+	Storage storage.Config
 }
 
 // RunDev runs the embedded default: a private PostgreSQL in the state
@@ -62,9 +65,16 @@ func RunDev(ctx context.Context, o DevOptions) error {
 		return err
 	}
 
+	var objects *storage.Store
+	if o.Storage.Enabled() {
+		if objects, err = storage.Open(o.Storage); err != nil {
+			return err
+		}
+	}
 	srv, err := New(Options{
 		Pool: pool, Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults,
 		CA: keys, RunnerAddr: o.RunnerAddr, RunnerNames: runnerNames(runnerHost), RunnerCertLifetime: o.CertLife,
+		Storage: objects,
 	})
 	if err != nil {
 		return err

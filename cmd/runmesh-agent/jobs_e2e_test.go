@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/cmd/internal/e2e"
+	"github.com/runmesh/runmesh/internal/s3test"
 )
 
 // TestJobsInTheSandbox runs the real server on the host and
@@ -26,7 +27,9 @@ func TestJobsInTheSandbox(t *testing.T) {
 
 	// The runner listener is where the cut drill's network namespace can
 	// reach it, and so can the rest of the sandbox.
-	srv := e2e.StartDev(t, serverBin, "--runner-addr", cutNetwork(t, sb))
+	// The jobs' object storage: a real S3 server on loopback.
+	objects := s3test.Start(t, "runmesh-e2e")
+	srv := e2e.StartDev(t, serverBin, append([]string{"--runner-addr", cutNetwork(t, sb)}, storageArgs(t, objects)...)...)
 	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
 	// A short lease: heartbeats every 2 s, and a lost runner's jobs requeue
 	// within about 7 s.
@@ -76,7 +79,8 @@ func TestJobsInTheSandbox(t *testing.T) {
 	}
 	job := func(id string) map[string]any {
 		return srv.GraphQL(t, `query($id: ID!) { job(id: $id) { state stateReason attempt logs
-			runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion } } }`,
+			runs { attempt runnerName leasedAt finishedAt exitCode returnReason hostFault peakMemoryMiB imageDigest runnerVersion
+				inputs { sha256 size etag } outputs { key sha256 size md5 } } } }`,
 			map[string]any{"id": id})["job"].(map[string]any)
 	}
 	waitState := func(id string, within time.Duration, states ...string) map[string]any {
@@ -330,6 +334,10 @@ func TestJobsInTheSandbox(t *testing.T) {
 		fails(openReg+"/runmesh/big:1", "could not be pulled on this host (disk full)", true)
 		sb.must("exec", "mount", "-o", "remount,size=2G", store)
 		ok()
+	})
+
+	t.Run("data: two inputs and an output through presigned URLs, attested; tampered, expired, past the claim, not written", func(t *testing.T) {
+		dataSubtests(t, sb, objects, submit, waitState, busybox)
 	})
 
 	t.Run("SIGTERM drains: running jobs finish, no new work, then the agent exits", func(t *testing.T) {

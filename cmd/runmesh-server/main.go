@@ -245,6 +245,11 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runnerAddr := fs.String("runner-addr", "127.0.0.1:8443", "runner listener (TLS from the dev CA)")
 	certLifetime := fs.Duration("runner-cert-lifetime", 24*time.Hour, "lifetime of runner certificates (short ones show renewal at work)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var st storage.Config
+	fs.StringVar(&st.Endpoint, "storage-endpoint", "", "the jobs' S3-compatible storage (http only on loopback); none by default")
+	fs.StringVar(&st.Bucket, "storage-bucket", "", "its bucket")
+	fs.StringVar(&st.Region, "storage-region", "us-east-1", "its region")
+	fs.StringVar(&st.CredentialsFile, "storage-credentials-file", "", "its access key, in AWS's credentials format (not readable by others)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -262,6 +267,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		CertLife:   *certLifetime,
 		Out:        stdout,
 		Log:        newLogger(stderr, *logLevel),
+		Storage:    st,
 	})
 }
 
