@@ -21,7 +21,7 @@ GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/m
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build playground packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start
+.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build playground packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start bench-data
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -133,7 +133,7 @@ test-packages: ## install, use, upgrade under a running job, remove and purge th
 demo: build ## the whole path on this machine: dev server, an agent in the systemd sandbox, one job (needs root)
 	scripts/demo.sh
 
-bench: bench-pki bench-heartbeat bench-lease bench-start ## every benchmark (each starts its own PostgreSQL and server)
+bench: bench-pki bench-heartbeat bench-lease bench-start bench-data ## every benchmark (each starts its own PostgreSQL and server)
 
 # The benchmarks are a module of their own (bench/), so that River, the peer
 # they compare with, is no dependency of the product.
@@ -150,6 +150,9 @@ chaos: build ## faults under load against two real replicas: a replica killed, P
 
 bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
 	$(BENCH) lease
+
+bench-data: ## a job's input fetch and output upload through the agent's mover vs curl of the same presigned URLs (goal ≥ 0.9)
+	$(BENCH) data
 
 bench-start: build ## lease held → job container running vs plain podman run; the agent's idle RSS and CPU (needs root)
 	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) -C bench build -o $(SANDBOX_DIR)/bin/runmesh-bench ./cmd/runmesh-bench && \

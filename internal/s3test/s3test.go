@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -47,85 +48,118 @@ var buildMu sync.Mutex
 // (a few minutes, once per machine).
 func Binary(t testing.TB) string {
 	t.Helper()
+	bin, err := Build(func(msg string) { t.Log(msg) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Build is Binary for a program: it says what it does through logf.
+func Build(logf func(string)) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	dir := filepath.Join(cache, "runmesh-tools", "versitygw-"+Version)
 	bin := filepath.Join(dir, "versitygw")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	// Test binaries of several packages may ask at once: one builds.
 	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer lock.Close()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if _, err := os.Stat(bin); err == nil {
-		return bin
+		return bin, nil
 	}
-	t.Logf("building versitygw %s into %s (once per machine)", Version, dir)
+	logf(fmt.Sprintf("building versitygw %s into %s (once per machine)", Version, dir))
 	cmd := exec.Command("go", "install", "github.com/versity/versitygw/cmd/versitygw@"+Version)
 	cmd.Dir = os.TempDir() // outside our module: exactly that version
 	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go install versitygw: %v\n%s", err, out)
+		return "", fmt.Errorf("go install versitygw: %v\n%s", err, out)
 	}
-	return bin
+	return bin, nil
 }
 
 // Start runs a server for the test's life, with a bucket named bucket.
 func Start(t testing.TB, bucket string) *Server {
 	t.Helper()
-	bin := Binary(t)
-	s := &Server{Region: "us-east-1", AccessKey: "rmtest" + token(6), SecretKey: token(20), Bucket: bucket, Dir: t.TempDir()}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	logf := func(msg string) { t.Log(msg) }
+	bin, err := Build(logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Addr = ln.Addr().String()
-	ln.Close()
-	log, err := os.Create(filepath.Join(t.TempDir(), "versitygw.log"))
+	log := filepath.Join(t.TempDir(), "versitygw.log")
+	s, stop, err := Run(bin, bucket, t.TempDir(), log)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			if b, err := os.ReadFile(log); err == nil {
+				t.Logf("versitygw:\n%s", b)
+			}
+		}
+	})
+	return s
+}
+
+// Run starts versitygw bin on loopback over dir, with a bucket named
+// bucket and its output in logFile; stop ends it.
+func Run(bin, bucket, dir, logFile string) (s *Server, stop func(), err error) {
+	s = &Server{Region: "us-east-1", AccessKey: "rmtest" + token(6), SecretKey: token(20), Bucket: bucket, Dir: dir}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	s.Addr = ln.Addr().String()
+	ln.Close()
+	log, err := os.Create(logFile)
+	if err != nil {
+		return nil, nil, err
 	}
 	cmd := exec.Command(bin, "--port", s.Addr, "--region", s.Region, "posix", s.Dir)
 	// The credentials by environment, not on the command line.
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		log.Close()
+		return nil, nil, err
 	}
-	t.Cleanup(func() {
+	stop = func() {
 		cmd.Process.Kill()
 		cmd.Wait()
 		log.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(log.Name()); err == nil {
-				t.Logf("versitygw:\n%s", b)
-			}
-		}
-	})
+	}
 	s.Client, err = minio.New(s.Addr, &minio.Options{Creds: credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""), Region: s.Region})
 	if err != nil {
-		t.Fatal(err)
+		stop()
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
 		err = s.Client.MakeBucket(ctx, bucket, minio.MakeBucketOptions{Region: s.Region})
 		if err == nil {
-			return s
+			return s, stop, nil
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("versitygw at %s: the bucket: %v", s.Addr, err)
+			stop()
+			return nil, nil, fmt.Errorf("versitygw at %s: the bucket: %w", s.Addr, err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

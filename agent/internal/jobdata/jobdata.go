@@ -66,6 +66,9 @@ type Error struct {
 
 func (e *Error) Error() string { return e.What + ": " + e.Detail }
 
+// copyBuffer is what one read and write of a transfer moves.
+const copyBuffer = 1 << 20
+
 // Budget is what the job's files may take in all, in bytes; shared by its
 // inputs (and later its outputs). Negative: no bound.
 type Budget struct{ Left int64 }
@@ -119,7 +122,7 @@ func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path stri
 		if budget.Left >= 0 {
 			body = io.LimitReader(resp.Body, budget.Left+1)
 		}
-		n, err := io.Copy(io.MultiWriter(f, h), body)
+		n, err := io.CopyBuffer(io.MultiWriter(f, h), body, make([]byte, copyBuffer))
 		switch {
 		case isNoSpace(err):
 			return false, hostErr(what, err)
@@ -128,7 +131,9 @@ func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path stri
 		case budget.Left >= 0 && n > budget.Left:
 			return false, &Error{What: what, JobFault: true, Detail: fmt.Sprintf("more than the %d bytes the job's claim has left", budget.Left)}
 		}
-		if err := f.Sync(); err != nil {
+		// Not synced: an input lost with the host is fetched again by the
+		// attempt that runs instead.
+		if err := f.Close(); err != nil {
 			return false, hostErr(what, err)
 		}
 		rec = runnerapi.InputRecord{Name: in.Name, Key: in.Key, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n, ETag: strings.Trim(resp.Header.Get("ETag"), `"`)}

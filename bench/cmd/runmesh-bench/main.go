@@ -30,6 +30,8 @@ benchmarks:
   heartbeat  the most runners heartbeating every 10 s with p99 < 100 ms, and the CPU they cost
   lease      queue throughput and submit-to-lease latency, against River on the same PostgreSQL
   start      lease held → job container running, against a plain podman run (inside agent/sandbox)
+  data       a job's input fetch and output upload through the agent's mover, against curl of the same
+             presigned URLs of a real S3 server (versitygw on loopback)
   chaos      faults under load (a replica killed, PostgreSQL restarted and down past the lease, a runner frozen,
              results twice, forged results) against two real replicas; prints what came of every job
 
@@ -65,6 +67,10 @@ func run(args []string, stdout, stderr io.Writer) error {
 		bench = func(out io.Writer) error { return benchStart(ctx, *rounds, *podman, *image, out) }
 	case "lease":
 		bench = leaseFlags(ctx, fs)
+	case "data":
+		rounds := fs.Int("rounds", 5, "measured rounds of each")
+		size := fs.Int64("mib", 512, "the file's size (MiB)")
+		bench = func(out io.Writer) error { return benchData(ctx, *rounds, *size, out) }
 	case "chaos":
 		o := chaosOptions{}
 		fs.StringVar(&o.server, "server", "bin/runmesh-server", "the runmesh-server binary to run")
