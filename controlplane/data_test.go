@@ -55,6 +55,7 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 			}
 			if outputs != nil {
 				in["outputs"] = outputs
+				in["claim"].(map[string]any)["dataMiB"] = 1
 			}
 		}
 	}
@@ -177,6 +178,7 @@ func TestJobDataIsCheckedAndPresignedAtLease(t *testing.T) {
 		jid, code := b.submit(t, b.platform, jobInput(b.poolA.ID, func(in map[string]any) {
 			in["outputs"] = []map[string]any{out("/outputs/r", key)}
 			in["maxAttempts"] = 1
+			in["claim"].(map[string]any)["dataMiB"] = 1
 		}))
 		require.Empty(t, code, name)
 		// A runner of its own: a host fault holds a runner back a while.

@@ -26,7 +26,7 @@ func Fetch(ctx context.Context, url, path string) (string, int64, error) {
 // SHA-256 and size.
 func Upload(ctx context.Context, url, path string) (string, int64, error) {
 	var m jobdata.Mover
-	recs, err := m.Upload(ctx, []runnerapi.LeaseOutput{{Path: runnerapi.OutputsDir + "/" + filepath.Base(path), Key: "k", URL: url}}, filepath.Dir(path))
+	recs, err := m.Upload(ctx, []runnerapi.LeaseOutput{{Path: runnerapi.OutputsDir + "/" + filepath.Base(path), Key: "k", URL: url}}, filepath.Dir(path), &jobdata.Budget{Left: -1})
 	if err != nil {
 		return "", 0, err
 	}

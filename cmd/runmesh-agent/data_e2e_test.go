@@ -90,14 +90,16 @@ func dataSubtests(t *testing.T, sb sandbox, s3 *s3test.Server, submit func(strin
 	fails("an expired URL", withData(inputs(map[string]any{"name": "e", "url": expired}), 1), []string{"true"}, "403")
 	put("in/big.bin", strings.Repeat("x", 2<<20))
 	fails("an input past claim.dataMiB", withData(inputs(map[string]any{"name": "big", "key": "in/big.bin"}), 1), []string{"true"}, "the job's claim has left")
-	missing := withData(map[string]any{"maxAttempts": 1, "outputs": []map[string]any{{"path": "/outputs/none", "key": "out/none"}}}, 0)
+	missing := withData(map[string]any{"maxAttempts": 1, "outputs": []map[string]any{{"path": "/outputs/none", "key": "out/none"}}}, 1)
 	fails("an output not written", missing, []string{"true"}, "did not write it")
+	past := withData(map[string]any{"maxAttempts": 1, "outputs": []map[string]any{{"path": "/outputs/2m", "key": "out/2m"}}}, 1)
+	fails("outputs past claim.dataMiB", past, []string{"sh", "-c", "head -c 2097152 /dev/zero > /outputs/2m"}, "the job's claim has left")
 
 	// kill -9 of the agent as the upload starts (the job's container has
 	// just exited): the restarted agent adopts the ended unit and uploads
 	// again; the object is whole, and the run attests all of it.
 	const size = 256 << 20
-	big := withData(map[string]any{"outputs": []map[string]any{{"path": "/outputs/big.bin", "key": "out/big.bin"}}}, 0)
+	big := withData(map[string]any{"outputs": []map[string]any{{"path": "/outputs/big.bin", "key": "out/big.bin"}}}, 256)
 	id = submit(image, []string{"sh", "-c", "head -c 268435456 /dev/zero > /outputs/big.bin"}, 120, big)
 	unit := "runmesh-job-" + id + "-1.service"
 	e2e.Eventually(t, 60*time.Second, "the job's container exited", func() bool {

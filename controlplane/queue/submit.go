@@ -250,8 +250,8 @@ func checkOptions(o record.JobOptions, c record.Claim) string {
 		return "claim.scratchMiB: not negative"
 	case o.DataMiB < 0 || o.DataMiB > MaxDataMiB:
 		return fmt.Sprintf("claim.dataMiB: 0 to %d", MaxDataMiB)
-	case len(o.Inputs) > 0 && o.DataMiB == 0:
-		return "claim.dataMiB: required with inputs: how many MiB they may take on the runner together"
+	case (len(o.Inputs) > 0 || len(o.Outputs) > 0) && o.DataMiB == 0:
+		return "claim.dataMiB: required with inputs or outputs: how many MiB they may take on the runner together"
 	case o.ScratchMiB > 0 && o.ScratchMiB > c.MemoryMiB:
 		return "claim.scratchMiB: the tmpfs's pages are the job's memory; claim at least as much memory (claim.memoryMiB)"
 	}

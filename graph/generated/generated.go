@@ -3252,7 +3252,7 @@ type JobClaim {
   wallClockSeconds: Int!
   "The size of its /scratch tmpfs (0: none)."
   scratchMiB: Int!
-  "What its inputs may take on the runner together (0: it has none)."
+  "What its inputs and outputs may take on the runner together (0: it has none)."
   dataMiB: Int!
 }
 
@@ -3338,7 +3338,7 @@ input JobClaimInput {
   must fit in memoryMiB. 0: no /scratch.
   """
   scratchMiB: Int! = 0
-  "What the inputs may take on the runner together; required with inputs. An input past it fails the job."
+  "What the inputs and outputs may take on the runner together; required with either. Data past it fails the job."
   dataMiB: Int! = 0
 }
 

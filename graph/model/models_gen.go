@@ -162,7 +162,7 @@ type JobClaim struct {
 	WallClockSeconds int     `json:"wallClockSeconds"`
 	// The size of its /scratch tmpfs (0: none).
 	ScratchMiB int `json:"scratchMiB"`
-	// What its inputs may take on the runner together (0: it has none).
+	// What its inputs and outputs may take on the runner together (0: it has none).
 	DataMiB int `json:"dataMiB"`
 }
 
@@ -175,7 +175,7 @@ type JobClaimInput struct {
 	// (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
 	// must fit in memoryMiB. 0: no /scratch.
 	ScratchMiB int `json:"scratchMiB"`
-	// What the inputs may take on the runner together; required with inputs. An input past it fails the job.
+	// What the inputs and outputs may take on the runner together; required with either. Data past it fails the job.
 	DataMiB int `json:"dataMiB"`
 }
 

@@ -149,20 +149,24 @@ func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path stri
 }
 
 // Upload PUTs each output from root (the directory mounted at /outputs)
-// and returns what it uploaded. A missing output is the job's fault.
-func (m *Mover) Upload(ctx context.Context, outs []runnerapi.LeaseOutput, root string) ([]runnerapi.OutputRecord, error) {
+// and returns what it uploaded. A missing output, or outputs past what the
+// budget has left, are the job's fault.
+func (m *Mover) Upload(ctx context.Context, outs []runnerapi.LeaseOutput, root string, budget *Budget) ([]runnerapi.OutputRecord, error) {
 	var recs []runnerapi.OutputRecord
 	for _, o := range outs {
-		rec, err := m.uploadOne(ctx, o, root)
+		rec, err := m.uploadOne(ctx, o, root, budget)
 		if err != nil {
 			return recs, err
+		}
+		if budget.Left >= 0 {
+			budget.Left -= rec.Size
 		}
 		recs = append(recs, rec)
 	}
 	return recs, nil
 }
 
-func (m *Mover) uploadOne(ctx context.Context, o runnerapi.LeaseOutput, root string) (runnerapi.OutputRecord, error) {
+func (m *Mover) uploadOne(ctx context.Context, o runnerapi.LeaseOutput, root string, budget *Budget) (runnerapi.OutputRecord, error) {
 	what := "output " + o.Path
 	rel, ok := strings.CutPrefix(o.Path, runnerapi.OutputsDir+"/")
 	if !ok || o.URL == "" {
@@ -179,6 +183,9 @@ func (m *Mover) uploadOne(ctx context.Context, o runnerapi.LeaseOutput, root str
 		st, err := f.Stat()
 		if err != nil {
 			return false, hostErr(what, err)
+		}
+		if budget.Left >= 0 && st.Size() > budget.Left {
+			return false, &Error{What: what, JobFault: true, Detail: fmt.Sprintf("%d bytes, more than the %d the job's claim has left", st.Size(), budget.Left)}
 		}
 		sum, md := sha256.New(), md5.New()
 		req, err := exactRequest(ctx, http.MethodPut, o.URL, io.TeeReader(f, io.MultiWriter(sum, md)))

@@ -110,7 +110,7 @@ func TestInputsAndOutputsThroughPresignedURLs(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(root, "sub", "r.txt"), []byte(result), 0o644)
 	outs := []runnerapi.LeaseOutput{{Path: "/outputs/sub/r.txt", Key: "results/r.txt", URL: presign(t, s, http.MethodPut, "results/r.txt", time.Minute)}}
-	orecs, err := m.Upload(ctx, outs, root)
+	orecs, err := m.Upload(ctx, outs, root, &jobdata.Budget{Left: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,13 @@ func TestInputsAndOutputsThroughPresignedURLs(t *testing.T) {
 		t.Fatalf("uploaded %+v; the storage has %+v (%v)", orecs, info, err)
 	}
 	// Not written, or a link out of the directory: the job's.
-	_, err = m.Upload(ctx, []runnerapi.LeaseOutput{{Path: "/outputs/none", Key: "k", URL: outs[0].URL}}, root)
+	// Past the budget left: the job's, and nothing is sent.
+	_, err = m.Upload(ctx, outs, root, &jobdata.Budget{Left: 2})
+	fault(t, err, true, "more than the 2")
+	_, err = m.Upload(ctx, []runnerapi.LeaseOutput{{Path: "/outputs/none", Key: "k", URL: outs[0].URL}}, root, &jobdata.Budget{Left: -1})
 	fault(t, err, true, "did not write it")
 	os.Symlink("/etc/passwd", filepath.Join(root, "link"))
-	_, err = m.Upload(ctx, []runnerapi.LeaseOutput{{Path: "/outputs/link", Key: "k", URL: outs[0].URL}}, root)
+	_, err = m.Upload(ctx, []runnerapi.LeaseOutput{{Path: "/outputs/link", Key: "k", URL: outs[0].URL}}, root, &jobdata.Budget{Left: -1})
 	fault(t, err, true, "symbolic link")
 }
 

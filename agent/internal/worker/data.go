@@ -36,8 +36,7 @@ func (w *Worker) fetchData(ctx context.Context, j *job) (runnerapi.ResultRequest
 	if err := os.Chmod(p.Outputs, 0o777); err != nil {
 		return giveBack("the job's data directory: "+err.Error(), true), false
 	}
-	budget := &jobdata.Budget{Left: l.DataMiB << 20}
-	recs, err := w.Data.Fetch(ctx, l.Inputs, p.Inputs, budget)
+	recs, err := w.Data.Fetch(ctx, l.Inputs, p.Inputs, &jobdata.Budget{Left: l.DataMiB << 20})
 	if err != nil {
 		return dataFailure(err), false
 	}
@@ -63,7 +62,12 @@ func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultReq
 	if len(l.Outputs) == 0 || res.ExitCode == nil || *res.ExitCode != 0 {
 		return res
 	}
-	recs, err := w.Data.Upload(ctx, l.Outputs, j.paths.Outputs)
+	// The claim bounds inputs and outputs together.
+	left := l.DataMiB << 20
+	for _, in := range j.inputs {
+		left -= in.Size
+	}
+	recs, err := w.Data.Upload(ctx, l.Outputs, j.paths.Outputs, &jobdata.Budget{Left: max(left, 0)})
 	if err != nil {
 		failed := dataFailure(err)
 		failed.Attempt, failed.ImageDigest, failed.RunnerVersion, failed.PeakMemoryMiB = res.Attempt, res.ImageDigest, res.RunnerVersion, res.PeakMemoryMiB

@@ -1274,7 +1274,7 @@ type JobClaimInput struct {
 	// (writes past it fail with ENOSPC). Its pages are memory the job uses, so it
 	// must fit in memoryMiB. 0: no /scratch.
 	ScratchMiB int `json:"scratchMiB"`
-	// What the inputs may take on the runner together; required with inputs. An input past it fails the job.
+	// What the inputs and outputs may take on the runner together; required with either. Data past it fails the job.
 	DataMiB int `json:"dataMiB"`
 }
 
