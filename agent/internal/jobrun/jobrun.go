@@ -3,7 +3,7 @@
 // a restarted agent finds its jobs again with Survivors and keeps
 // following them by name.
 //
-// Everything else the agent asks podman (pulls, image inspects, the
+// What else the agent asks podman while it runs (pulls, image inspects, the
 // survivor check's container list, the events that say a job's container
 // died) goes through podman's bindings to the user's podman service; the
 // job's own process is its unit's `podman run`.
