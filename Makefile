@@ -59,7 +59,7 @@ test: ## all tests against a throwaway PostgreSQL (started and stopped here), th
 # seeds run with the tests; `make fuzz` fuzzes each for FUZZTIME (make test:
 # TEST_FUZZTIME), against a throwaway PostgreSQL where it needs one.
 FUZZ_TARGETS = ./controlplane:FuzzRunnerAPI ./graph:FuzzGraphQL ./controlplane/config:FuzzParse \
-	./agent:FuzzLoadConfig ./internal/devenv:FuzzRead ./pki:FuzzParseCSR ./pki:FuzzParseCertificates
+	./agent:FuzzLoadConfig ./internal/devenv:FuzzRead ./pki:FuzzParseCSR ./pki:FuzzParseCertificates ./runnerapi:FuzzParseSelector
 FUZZTIME ?= 60s
 TEST_FUZZTIME ?= 3s
 

@@ -1,0 +1,167 @@
+package runnerapi
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// A label selector, in Kubernetes' syntax: requirements separated by
+// commas, all of which a runner's labels (detected and declared) must
+// meet. `key=value` (or `==`), `key!=value`, `key in (a,b)`,
+// `key notin (a,b)`, `key` (it has the label) and `!key` (it has not).
+// A runner without the label meets `!=` and `notin`, as in Kubernetes.
+
+// Selector operators.
+const (
+	OpEquals    = "="
+	OpNotEquals = "!="
+	OpIn        = "in"
+	OpNotIn     = "notin"
+	OpExists    = "exists"
+	OpNotExists = "!exists"
+)
+
+// Requirement is one term of a selector.
+type Requirement struct {
+	Key    string   `json:"key"`
+	Op     string   `json:"op"`
+	Values []string `json:"values,omitempty"`
+}
+
+// Bounds on a selector.
+const (
+	MaxSelectorBytes        = 4096
+	MaxSelectorRequirements = 32
+	maxSelectorValues       = 64
+)
+
+var (
+	labelKey   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+)
+
+// ParseSelector reads a selector ("" selects every runner).
+func ParseSelector(s string) ([]Requirement, error) {
+	if len(s) > MaxSelectorBytes {
+		return nil, fmt.Errorf("selector: longer than %d bytes", MaxSelectorBytes)
+	}
+	var out []Requirement
+	for rest := strings.TrimSpace(s); rest != ""; {
+		term, tail, err := nextTerm(rest)
+		if err != nil {
+			return nil, fmt.Errorf("selector: %w", err)
+		}
+		r, err := parseTerm(term)
+		if err != nil {
+			return nil, fmt.Errorf("selector: %q: %w", term, err)
+		}
+		out = append(out, r)
+		if len(out) > MaxSelectorRequirements {
+			return nil, fmt.Errorf("selector: more than %d requirements", MaxSelectorRequirements)
+		}
+		rest = tail
+	}
+	return out, nil
+}
+
+// nextTerm cuts the first requirement off s: up to a comma outside
+// parentheses.
+func nextTerm(s string) (term, rest string, err error) {
+	depth := 0
+	for i, c := range s {
+		switch c {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				term, rest = strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
+				if term == "" || rest == "" {
+					return "", "", fmt.Errorf("an empty requirement")
+				}
+				return term, rest, nil
+			}
+		}
+		if depth < 0 || depth > 1 {
+			return "", "", fmt.Errorf("unbalanced parentheses")
+		}
+	}
+	if depth != 0 {
+		return "", "", fmt.Errorf("unbalanced parentheses")
+	}
+	return strings.TrimSpace(s), "", nil
+}
+
+func parseTerm(t string) (Requirement, error) {
+	if k, ok := strings.CutPrefix(t, "!"); ok {
+		return requirement(strings.TrimSpace(k), OpNotExists, nil)
+	}
+	for _, op := range []string{"!=", "==", "="} {
+		if k, v, ok := strings.Cut(t, op); ok {
+			o := op
+			if op == "==" {
+				o = OpEquals
+			}
+			return requirement(strings.TrimSpace(k), o, []string{strings.TrimSpace(v)})
+		}
+	}
+	if i := strings.IndexByte(t, '('); i >= 0 {
+		head, list := strings.Fields(t[:i]), t[i:]
+		if len(head) != 2 || (head[1] != OpIn && head[1] != OpNotIn) || !strings.HasSuffix(list, ")") {
+			return Requirement{}, fmt.Errorf("want KEY in (A,B) or KEY notin (A,B)")
+		}
+		var vals []string
+		for _, v := range strings.Split(list[1:len(list)-1], ",") {
+			vals = append(vals, strings.TrimSpace(v))
+		}
+		return requirement(head[0], head[1], vals)
+	}
+	return requirement(t, OpExists, nil)
+}
+
+func requirement(key, op string, vals []string) (Requirement, error) {
+	if !labelKey.MatchString(key) || len(key) > 317 {
+		return Requirement{}, fmt.Errorf("%q is not a label key", key)
+	}
+	if len(vals) > maxSelectorValues {
+		return Requirement{}, fmt.Errorf("more than %d values", maxSelectorValues)
+	}
+	for _, v := range vals {
+		if !labelValue.MatchString(v) {
+			return Requirement{}, fmt.Errorf("%q is not a label value", v)
+		}
+	}
+	if (op == OpIn || op == OpNotIn) && (len(vals) == 0 || len(vals) == 1 && vals[0] == "") {
+		return Requirement{}, fmt.Errorf("an empty list")
+	}
+	return Requirement{Key: key, Op: op, Values: vals}, nil
+}
+
+// Matches reports whether labels meet every requirement.
+func Matches(reqs []Requirement, labels map[string]string) bool {
+	for _, r := range reqs {
+		v, has := labels[r.Key]
+		var ok bool
+		switch r.Op {
+		case OpEquals:
+			ok = has && v == r.Values[0]
+		case OpNotEquals:
+			ok = !has || v != r.Values[0]
+		case OpIn:
+			ok = has && slices.Contains(r.Values, v)
+		case OpNotIn:
+			ok = !has || !slices.Contains(r.Values, v)
+		case OpExists:
+			ok = has
+		case OpNotExists:
+			ok = !has
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,86 @@
+package runnerapi
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseSelector(t *testing.T) {
+	t.Parallel()
+	got, err := ParseSelector(" runmesh.io/gpu-model = A100 , rack!=r12, zone in (eu-1, eu-2),tier notin (spot), team, !quarantine ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Requirement{
+		{Key: "runmesh.io/gpu-model", Op: OpEquals, Values: []string{"A100"}},
+		{Key: "rack", Op: OpNotEquals, Values: []string{"r12"}},
+		{Key: "zone", Op: OpIn, Values: []string{"eu-1", "eu-2"}},
+		{Key: "tier", Op: OpNotIn, Values: []string{"spot"}},
+		{Key: "team", Op: OpExists},
+		{Key: "quarantine", Op: OpNotExists},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v\nwant %+v", got, want)
+	}
+	if r, err := ParseSelector(""); err != nil || r != nil {
+		t.Fatalf("the empty selector: %v, %v", r, err)
+	}
+	if r, err := ParseSelector("a==b"); err != nil || r[0].Op != OpEquals {
+		t.Fatalf("==: %+v, %v", r, err)
+	}
+	for _, bad := range []string{
+		"a,", ",a", "a,,b", "zone in (a,b", "zone in a,b)", "zone within (a)", "zone in ()", "-bad=x", "a=b c",
+		"a=" + strings.Repeat("v", 64), "Bad.Prefix/key=x", "a in ((b))", strings.Repeat("a,", 40) + "a",
+		strings.Repeat("x", MaxSelectorBytes+1),
+	} {
+		if _, err := ParseSelector(bad); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+func TestMatches(t *testing.T) {
+	t.Parallel()
+	labels := map[string]string{"runmesh.io/gpu-model": "A100", "zone": "eu-1", "team": ""}
+	for sel, want := range map[string]bool{
+		"":                          true,
+		"runmesh.io/gpu-model=A100": true,
+		"runmesh.io/gpu-model=H100": false,
+		"zone in (eu-1,eu-2)":       true,
+		"zone notin (eu-1)":         false,
+		"rack!=r12":                 true, // no such label: it meets !=
+		"rack notin (r12)":          true,
+		"rack":                      false,
+		"!rack":                     true,
+		"team":                      true, // an empty value is a label
+		"team=":                     true,
+		"!team":                     false,
+		"zone in (eu-1), runmesh.io/gpu-model=H100": false,
+	} {
+		reqs, err := ParseSelector(sel)
+		if err != nil {
+			t.Fatalf("%q: %v", sel, err)
+		}
+		if got := Matches(reqs, labels); got != want {
+			t.Errorf("%q: %v, want %v", sel, got, want)
+		}
+	}
+}
+
+func FuzzParseSelector(f *testing.F) {
+	for _, s := range []string{"a=b", "a in (b,c)", "!a", "a,b!=c", "x/y notin (z)"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		reqs, err := ParseSelector(s)
+		if err != nil {
+			return
+		}
+		// What parses is bounded, and matches without panicking.
+		if len(reqs) > MaxSelectorRequirements {
+			t.Fatalf("%d requirements", len(reqs))
+		}
+		Matches(reqs, map[string]string{"a": "b"})
+	})
+}
