@@ -80,8 +80,9 @@ func TestAPullsProgressIsReported(t *testing.T) {
 	w := newWorker(t, rt, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go w.keepImages(ctx)
+	// As Run does: the worker is set up (PoolImages inits it) before the keeper starts.
 	w.PoolImages([]string{"registry.example/big:1"})
+	go w.keepImages(ctx)
 	state := func() runnerapi.ImageState { return w.ImageStates()[0] }
 	eventually(t, "the progress while pulling", func() bool {
 		st := state()
