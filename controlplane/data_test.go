@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,8 +22,8 @@ import (
 
 // withStorage gives the server a real S3 server's bucket.
 func withStorage(t *testing.T, s *s3test.Server) func(*controlplane.Options) {
-	creds := filepath.Join(t.TempDir(), "credentials")
-	require.NoError(t, os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+s.AccessKey+"\naws_secret_access_key = "+s.SecretKey+"\n"), 0o600))
+	creds, err := s.CredentialsFile(t.TempDir())
+	require.NoError(t, err)
 	st, err := storage.Open(storage.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
 	require.NoError(t, err)
 	return func(o *controlplane.Options) { o.Storage = st }

@@ -133,14 +133,16 @@ func CheckInputURL(s string) error {
 	case u.User != nil:
 		return fmt.Errorf("user info in a URL is refused (presign it instead)")
 	case u.Scheme == "https":
-	case u.Scheme == "http" && isLoopbackHost(u.Hostname()):
+	case u.Scheme == "http" && IsLoopbackHost(u.Hostname()):
 	default:
 		return fmt.Errorf("scheme %q: https only (http only to a loopback address)", u.Scheme)
 	}
 	return nil
 }
 
-func isLoopbackHost(h string) bool {
+// IsLoopbackHost: h is localhost or a loopback address (the hosts plain
+// HTTP is allowed to).
+func IsLoopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}

@@ -6,8 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +19,8 @@ import (
 
 // storageArgs gives runmesh-server dev a real S3 server's bucket.
 func storageArgs(t *testing.T, s *s3test.Server) []string {
-	creds := filepath.Join(t.TempDir(), "credentials")
-	require.NoError(t, os.WriteFile(creds, []byte("[default]\naws_access_key_id = "+s.AccessKey+"\naws_secret_access_key = "+s.SecretKey+"\n"), 0o600))
+	creds, err := s.CredentialsFile(t.TempDir())
+	require.NoError(t, err)
 	return []string{"--storage-endpoint", s.Endpoint(), "--storage-bucket", s.Bucket, "--storage-region", s.Region, "--storage-credentials-file", creds}
 }
 

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Version is the only config file version this binary reads.
@@ -232,10 +233,4 @@ func (c *Config) DatabaseURL() (string, error) {
 	return u, nil
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func isLoopback(host string) bool { return runnerapi.IsLoopbackHost(host) }

@@ -18,6 +18,8 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // Config is `storage:` in server.yaml.
@@ -64,7 +66,7 @@ func (c Config) Check() error {
 		return fmt.Errorf("storage.endpoint: %q is not an http(s) URL", c.Endpoint)
 	case u.Path != "" && u.Path != "/", u.RawQuery != "", u.User != nil:
 		return fmt.Errorf("storage.endpoint: %q: only scheme, host and port (the bucket goes in storage.bucket)", c.Endpoint)
-	case u.Scheme == "http" && !isLoopback(u.Hostname()):
+	case u.Scheme == "http" && !runnerapi.IsLoopbackHost(u.Hostname()):
 		return fmt.Errorf("storage.endpoint: %q: plain http only on a loopback address", c.Endpoint)
 	case c.Bucket == "":
 		return errors.New("storage.bucket: required with storage.endpoint")
@@ -72,14 +74,6 @@ func (c Config) Check() error {
 		return errors.New("storage.credentials_file: required with storage.endpoint")
 	}
 	return nil
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Store presigns URLs for the bucket's objects and checks what was

@@ -19,9 +19,8 @@ import (
 
 func open(t *testing.T, s *s3test.Server) *storage.Store {
 	t.Helper()
-	creds := filepath.Join(t.TempDir(), "credentials")
-	body := "[default]\naws_access_key_id = " + s.AccessKey + "\naws_secret_access_key = " + s.SecretKey + "\n"
-	if err := os.WriteFile(creds, []byte(body), 0o600); err != nil {
+	creds, err := s.CredentialsFile(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
 	st, err := storage.Open(storage.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})

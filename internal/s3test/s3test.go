@@ -39,6 +39,14 @@ type Server struct {
 	Client *minio.Client
 }
 
+// CredentialsFile writes the server's credentials in AWS's shared format
+// (what storage.credentials_file names) into dir, mode 0600.
+func (s *Server) CredentialsFile(dir string) (string, error) {
+	path := filepath.Join(dir, "s3-credentials")
+	body := "[default]\naws_access_key_id = " + s.AccessKey + "\naws_secret_access_key = " + s.SecretKey + "\n"
+	return path, os.WriteFile(path, []byte(body), 0o600)
+}
+
 // Endpoint is the server's URL.
 func (s *Server) Endpoint() string { return "http://" + s.Addr }
 
