@@ -26,6 +26,8 @@ func TestLoadIsStrict(t *testing.T) {
 		"version: 2\n":               "invalid setting version",
 		"version: 1\nwork_dri: /x\n": "field work_dri not found",
 		"version: 1\nlabels: {runmesh.io/gpu.count: '64'}\n": "invalid setting labels",
+		"version: 1\nlabels: {rack: 'row 12'}\n":             "is not a label value",
+		"version: 1\nlabels: {'rack name': r1}\n":            "is not a label key",
 		"version: 1\nmetrics: {listen: nonsense}\n":          "invalid setting metrics.listen",
 		"version: 1\npodman: podman\n":                       `invalid setting podman: "podman" is not an absolute path`,
 		"version: 1\nkinds: []\n":                            "invalid setting kinds: 1 to 16 job kinds",

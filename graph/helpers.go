@@ -215,6 +215,7 @@ func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 		Options: record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB), DataMiB: int64(c.DataMiB),
 			Inputs: jobInputs(in.Inputs), Outputs: jobOutputs(in.Outputs)},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
+		Selector: deref(in.Selector),
 	}
 }
 

@@ -109,6 +109,15 @@ func (r *jobResolver) WorkingDir(ctx context.Context, obj *record.Job) (*string,
 	return &obj.Options.WorkingDir, nil
 }
 
+// Selector is the resolver for the selector field.
+func (r *jobResolver) Selector(ctx context.Context, obj *record.Job) (*string, error) {
+	if len(obj.Options.Selector) == 0 {
+		return nil, nil
+	}
+	s := runnerapi.FormatSelector(obj.Options.Selector)
+	return &s, nil
+}
+
 // Events is the resolver for the events field.
 func (r *jobResolver) Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error) {
 	p, err := pageOf(listEvents, first, after, maxPage)

@@ -165,3 +165,65 @@ func Matches(reqs []Requirement, labels map[string]string) bool {
 	}
 	return true
 }
+
+// FormatSelector writes requirements back in the selector syntax,
+// canonically: what ParseSelector reads as the same requirements.
+func FormatSelector(reqs []Requirement) string {
+	terms := make([]string, len(reqs))
+	for i, r := range reqs {
+		switch r.Op {
+		case OpExists:
+			terms[i] = r.Key
+		case OpNotExists:
+			terms[i] = "!" + r.Key
+		case OpIn, OpNotIn:
+			terms[i] = r.Key + " " + r.Op + " (" + strings.Join(r.Values, ",") + ")"
+		default:
+			terms[i] = r.Key + r.Op + strings.Join(r.Values, "")
+		}
+	}
+	return strings.Join(terms, ",")
+}
+
+// EqualSelectors compares two parsed selectors, term by term.
+func EqualSelectors(a, b []Requirement) bool {
+	return slices.EqualFunc(a, b, func(x, y Requirement) bool {
+		return x.Key == y.Key && x.Op == y.Op && slices.Equal(x.Values, y.Values)
+	})
+}
+
+// CheckLabel says why a selector could not name a label with this key and
+// value (nil: one can).
+func CheckLabel(key, value string) error {
+	if !labelKey.MatchString(key) || len(key) > 317 {
+		return fmt.Errorf("%q is not a label key (a DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.')", key)
+	}
+	if !labelValue.MatchString(value) {
+		return fmt.Errorf("%q is not a label value (up to 63 letters, digits, '-', '_' or '.', a letter or digit at each end)", value)
+	}
+	return nil
+}
+
+// AsLabelValue makes a detected fact (a GPU's model name, say) a label
+// value a selector can name: each run of other characters becomes one
+// '-', with a letter or digit at each end, at most 63 characters.
+func AsLabelValue(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, c := range s {
+		ok := c < 0x80 && (c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-')
+		switch {
+		case ok:
+			b.WriteRune(c)
+			dash = false
+		case !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	out := b.String()
+	if len(out) > 63 {
+		out = out[:63]
+	}
+	return strings.TrimFunc(out, func(c rune) bool { return c == '-' || c == '.' || c == '_' })
+}

@@ -82,5 +82,46 @@ func FuzzParseSelector(f *testing.F) {
 			t.Fatalf("%d requirements", len(reqs))
 		}
 		Matches(reqs, map[string]string{"a": "b"})
+		// Written back, it reads as the same selector (a job shows it so).
+		again, err := ParseSelector(FormatSelector(reqs))
+		if err != nil || !EqualSelectors(reqs, again) {
+			t.Fatalf("%q written as %q reads as %v (%v)", s, FormatSelector(reqs), again, err)
+		}
 	})
+}
+
+func TestFormatSelectorReadsBack(t *testing.T) {
+	for in, want := range map[string]string{
+		" a == b , c in ( d , e ) ,!f": "a=b,c in (d,e),!f",
+		"x.io/y notin (z),w!=v,u":      "x.io/y notin (z),w!=v,u",
+		"a=":                           "a=",
+		"":                             "",
+	} {
+		reqs, err := ParseSelector(in)
+		if err != nil || FormatSelector(reqs) != want {
+			t.Fatalf("%q: written %q (%v), want %q", in, FormatSelector(reqs), err, want)
+		}
+		if again, err := ParseSelector(want); err != nil || !EqualSelectors(reqs, again) {
+			t.Fatalf("%q reads back as %v (%v)", want, again, err)
+		}
+	}
+}
+
+func TestAsLabelValueIsOneASelectorCanName(t *testing.T) {
+	for in, want := range map[string]string{
+		"NVIDIA H200":                  "NVIDIA-H200",
+		"Mock NVIDIA A100-SXM4-40GB":   "Mock-NVIDIA-A100-SXM4-40GB",
+		"  (weird)  name!! ":           "weird-name",
+		"535.104.05":                   "535.104.05",
+		strings.Repeat("a", 70) + "b": strings.Repeat("a", 63),
+		"ü":                            "",
+	} {
+		got := AsLabelValue(in)
+		if got != want {
+			t.Fatalf("%q: got %q, want %q", in, got, want)
+		}
+		if err := CheckLabel("k", got); err != nil {
+			t.Fatalf("%q: %v", in, err)
+		}
+	}
 }

@@ -139,7 +139,7 @@ func (a *app) runnerEventsCommand() *cobra.Command {
 
 func (a *app) submitJobCommand() *cobra.Command {
 	var in api.SubmitJobInput
-	var pool, key, workdir string
+	var pool, key, workdir, selector string
 	var wall time.Duration
 	var env, inputs, inputURLs, outputs []string
 	var wait bool
@@ -157,7 +157,7 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 			if err != nil {
 				return err
 			}
-			in.PoolId, in.Command, in.IdempotencyKey, in.WorkingDir = id, args, opt(key), opt(workdir)
+			in.PoolId, in.Command, in.IdempotencyKey, in.WorkingDir, in.Selector = id, args, opt(key), opt(workdir), opt(selector)
 			in.Claim.WallClockSeconds = int(wall.Seconds())
 			in.Env = in.Env[:0]
 			for _, name := range env {
@@ -198,6 +198,7 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 	f.IntVar(&in.MaxAttempts, "max-attempts", 3, "attempts before it fails")
 	f.StringVar(&key, "idempotency-key", "", "the same key in the same pool returns the same job")
 	f.StringVar(&in.Kind, "kind", "default", "the kind of runner it needs")
+	f.StringVar(&selector, "selector", "", "which runners may take it, by their labels: 'zone=a,gpu in (a100,h100),!spot'")
 	f.StringArrayVar(&env, "env", nil, "pass this variable with its value from this environment (repeatable)")
 	f.BoolVar(&wait, "wait", false, "follow the job and exit with its exit code")
 	f.StringArrayVar(&inputs, "input", nil, "NAME=KEY: the storage's object KEY as /inputs/NAME (repeatable)")

@@ -29,6 +29,9 @@ type Submission struct {
 	MaxAttempts    int
 	IdempotencyKey *string
 	Kind           string
+	// Selector is a label selector in Kubernetes' syntax, as given ("":
+	// any runner); the job keeps it parsed, in its options.
+	Selector string
 }
 
 // EnvVar is one environment variable of a submission.
@@ -146,8 +149,14 @@ func check(in Submission) (store.NewJob, string) {
 		}
 		env[e.Name] = e.Value
 	}
+	options := in.Options
+	selector, err := runnerapi.ParseSelector(in.Selector)
+	if err != nil {
+		return store.NewJob{}, err.Error()
+	}
+	options.Selector = selector
 	return store.NewJob{
-		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim, Options: in.Options,
+		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim, Options: options,
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
 	}, ""
 }

@@ -60,6 +60,9 @@ type JobOptions struct {
 	Outputs []runnerapi.JobOutput `json:"outputs,omitempty"`
 	// DataMiB bounds the inputs' bytes on the runner (claim.dataMiB).
 	DataMiB int64 `json:"data_mib,omitempty"`
+	// Selector is the label selector a runner's labels must meet, parsed
+	// (runnerapi.ParseSelector); the claim reads it as options->'selector'.
+	Selector []runnerapi.Requirement `json:"selector,omitempty"`
 }
 
 // IsZero: the options are what most jobs have (stored as NULL).
@@ -68,7 +71,7 @@ func (o JobOptions) IsZero() bool { return o.Equal(JobOptions{}) }
 // Equal compares two jobs' options.
 func (o JobOptions) Equal(p JobOptions) bool {
 	return o.Network == p.Network && o.WorkingDir == p.WorkingDir && o.ScratchMiB == p.ScratchMiB && o.DataMiB == p.DataMiB &&
-		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs)
+		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs) && runnerapi.EqualSelectors(o.Selector, p.Selector)
 }
 
 // Job is a unit of work in a pool.
@@ -215,7 +218,12 @@ type ClaimRequest struct {
 	MaxHeld int
 	// UnavailableImages: no job naming one of these is leased.
 	UnavailableImages []string
-	Now               *time.Time // nil: the database's clock
+	// WaitSeconds is how long the runner will wait for work if this claim
+	// finds none: while it waits, a job it would take and that strands
+	// less on it than on another runner is left to it. Zero: it will not
+	// wait.
+	WaitSeconds int
+	Now         *time.Time // nil: the database's clock
 }
 
 // Outcome is how an attempt ended, as its runner reports it.

@@ -69,6 +69,8 @@ type RunnerCapacity struct {
 	// GPUFaults are the faults the server holds against the runner's GPUs
 	// (never nil): each such GPU is out of placement until cleared.
 	GPUFaults []runnerapi.GPUFault
+	// Kinds are the job kinds it asked for last (nil before it asked).
+	Kinds []string
 	// Recovery is the agent's latest recovery proof (nil before one came).
 	Recovery   *runnerapi.RecoveryProof
 	RecoveryAt *time.Time

@@ -52,7 +52,7 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	sub := s.o.Listener.Subscribe(store.ChannelJobs)
 	defer sub.Close()
-	proof, err := s.o.Store.TouchWorkRequest(ctx, c.runner.ID)
+	proof, err := s.o.Store.TouchWorkRequest(ctx, c.runner.ID, req.Kinds)
 	if err != nil {
 		s.internal(w, r, "leases", err)
 		return
@@ -66,10 +66,11 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	leaseSeconds := fleet.LeaseSeconds(c.runner, s.o.DefaultLeaseSeconds)
-	deadline := time.NewTimer(time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second)
+	wait := time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second
+	deadline, until := time.NewTimer(wait), time.Now().Add(wait)
 	defer deadline.Stop()
 	for ctx.Err() == nil { // no claim for a request already gone
-		jobs, err := s.claim(ctx, c, req)
+		jobs, err := s.claim(ctx, c, req, int(math.Ceil(time.Until(until).Seconds())))
 		if err != nil {
 			s.internal(w, r, "leases", err)
 			return
@@ -118,15 +119,16 @@ func waitForWork(ctx context.Context, notes <-chan string, deadline <-chan time.
 // claimTimeout bounds a claim that no longer follows its request.
 const claimTimeout = 30 * time.Second
 
-// claim leases what fits the request. It runs to its end even when the
+// claim leases what fits the request; waitSeconds is how long the request
+// will wait for work if it finds none. It runs to its end even when the
 // request ends meanwhile: a claim cancelled while it commits could lease
 // jobs that nobody hears of. deliver gives back what cannot be handed over.
-func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest) ([]store.Job, error) {
+func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest, waitSeconds int) ([]store.Job, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	return s.o.Queue.Claim(ctx, record.ClaimRequest{
 		RunnerID: c.runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: s.o.DefaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
-		MaxHeld: runnerapi.MaxHeldLeases, UnavailableImages: req.UnavailableImages,
+		MaxHeld: runnerapi.MaxHeldLeases, UnavailableImages: req.UnavailableImages, WaitSeconds: max(waitSeconds, 0),
 		Free:    record.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: record.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)

@@ -234,6 +234,7 @@ type ComplexityRoot struct {
 		Pool            func(childComplexity int) int
 		Priority        func(childComplexity int) int
 		Runs            func(childComplexity int) int
+		Selector        func(childComplexity int) int
 		State           func(childComplexity int) int
 		StateReason     func(childComplexity int) int
 		SubmittedAt     func(childComplexity int) int
@@ -455,6 +456,7 @@ type ComplexityRoot struct {
 		Holds            func(childComplexity int, includeEnded bool) int
 		ID               func(childComplexity int) int
 		Images           func(childComplexity int) int
+		Kinds            func(childComplexity int) int
 		Labels           func(childComplexity int) int
 		LastHeartbeatAt  func(childComplexity int) int
 		Name             func(childComplexity int) int
@@ -560,6 +562,7 @@ type JobResolver interface {
 	Inputs(ctx context.Context, obj *record.Job) ([]model.JobInput, error)
 	Outputs(ctx context.Context, obj *record.Job) ([]model.JobOutput, error)
 	WorkingDir(ctx context.Context, obj *record.Job) (*string, error)
+	Selector(ctx context.Context, obj *record.Job) (*string, error)
 
 	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
 	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
@@ -648,6 +651,7 @@ type RunnerResolver interface {
 	Capacity(ctx context.Context, obj *record.Runner) (*model.RunnerCapacity, error)
 	Gpus(ctx context.Context, obj *record.Runner) ([]model.GPU, error)
 	Labels(ctx context.Context, obj *record.Runner) ([]model.Label, error)
+
 	Health(ctx context.Context, obj *record.Runner) ([]model.HealthCondition, error)
 	Quarantined(ctx context.Context, obj *record.Runner) (bool, error)
 
@@ -1428,6 +1432,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.Runs(childComplexity), true
+	case "Job.selector":
+		if e.ComplexityRoot.Job.Selector == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Selector(childComplexity), true
 	case "Job.state":
 		if e.ComplexityRoot.Job.State == nil {
 			break
@@ -2512,6 +2522,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Runner.Images(childComplexity), true
+	case "Runner.kinds":
+		if e.ComplexityRoot.Runner.Kinds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Runner.Kinds(childComplexity), true
 	case "Runner.labels":
 		if e.ComplexityRoot.Runner.Labels == nil {
 			break
@@ -3221,6 +3237,8 @@ type Job {
   outputs: [JobOutput!]!
   "Its container's working directory; null: the image's."
   workingDir: String
+  "The label selector runners must match, as written canonically (null: any runner of the pool)."
+  selector: String
   priority: Int!
   maxAttempts: Int!
   """
@@ -3368,6 +3386,14 @@ input SubmitJobInput {
   inputs: [JobInputInput!]
   "Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64."
   outputs: [JobOutputInput!]
+  """
+  Which runners may take it, by their labels (Runner.labels, detected and declared), in Kubernetes'
+  syntax: requirements separated by commas, all of which must hold: ` + "`" + `key=value` + "`" + `, ` + "`" + `key!=value` + "`" + `,
+  ` + "`" + `key in (a,b)` + "`" + `, ` + "`" + `key notin (a,b)` + "`" + `, ` + "`" + `key` + "`" + ` (has the label), ` + "`" + `!key` + "`" + ` (has not). A runner without the
+  label meets ` + "`" + `!=` + "`" + ` and ` + "`" + `notin` + "`" + `. At most 32 requirements, 4096 bytes. When no approved runner of the
+  pool matches, the job is BLOCKED and stateReason says so.
+  """
+  selector: String
 }
 
 input JobInputInput {
@@ -3637,7 +3663,10 @@ type Runner {
   capacity: RunnerCapacity!
   "Its GPUs with their latest metrics."
   gpus: [GPU!]!
+  "Detected and declared: what job selectors (SubmitJobInput.selector) are matched against."
   labels: [Label!]!
+  "The job kinds it asked for work of, last time (null before it asked)."
+  kinds: [String!]
   "The agent's health, as a list of named conditions."
   health: [HealthCondition!]!
   "Quarantined runners take no work until an administrator clears them."
@@ -4168,6 +4197,8 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_outputs(ctx, field)
 	case "workingDir":
 		return ec.fieldContext_Job_workingDir(ctx, field)
+	case "selector":
+		return ec.fieldContext_Job_selector(ctx, field)
 	case "priority":
 		return ec.fieldContext_Job_priority(ctx, field)
 	case "maxAttempts":
@@ -4544,6 +4575,8 @@ func (ec *executionContext) childFields_Runner(ctx context.Context, field graphq
 		return ec.fieldContext_Runner_gpus(ctx, field)
 	case "labels":
 		return ec.fieldContext_Runner_labels(ctx, field)
+	case "kinds":
+		return ec.fieldContext_Runner_kinds(ctx, field)
 	case "health":
 		return ec.fieldContext_Runner_health(ctx, field)
 	case "quarantined":
@@ -8520,6 +8553,29 @@ func (ec *executionContext) _Job_workingDir(ctx context.Context, field graphql.C
 	)
 }
 func (ec *executionContext) fieldContext_Job_workingDir(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
+}
+
+func (ec *executionContext) _Job_selector(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_selector(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Selector(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_selector(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
 }
 
@@ -13687,6 +13743,29 @@ func (ec *executionContext) fieldContext_Runner_labels(_ context.Context, field 
 	return fc, nil
 }
 
+func (ec *executionContext) _Runner_kinds(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Runner_kinds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Kinds, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalOString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Runner_kinds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Runner", field, false, false, "String")
+}
+
 func (ec *executionContext) _Runner_health(ctx context.Context, field graphql.CollectedField, obj *record.Runner) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -16354,7 +16433,7 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 		asMap["network"] = false
 	}
 
-	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir", "inputs", "outputs"}
+	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir", "inputs", "outputs", "selector"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -16452,6 +16531,13 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 				return it, err
 			}
 			it.Outputs = data
+		case "selector":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("selector"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Selector = data
 		}
 	}
 	return it, nil
@@ -17716,6 +17802,12 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_workingDir(ctx, field, obj)
+				})
+		case "selector":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_selector(ctx, field, obj)
 				})
 		case "priority":
 			out.Values[i] = ec._Job_priority(ctx, field, obj)
@@ -19299,6 +19391,11 @@ func (ec *executionContext) _Runner(ctx context.Context, sel ast.SelectionSet, o
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Runner_labels(ctx, field, obj)
 				})
+		case "kinds":
+			out.Values[i] = ec._Runner_kinds(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
 		case "health":
 			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
 				true, true,

@@ -388,6 +388,12 @@ type SubmitJobInput struct {
 	Inputs []JobInputInput `json:"inputs,omitempty"`
 	// Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64.
 	Outputs []JobOutputInput `json:"outputs,omitempty"`
+	// Which runners may take it, by their labels (Runner.labels, detected and declared), in Kubernetes'
+	// syntax: requirements separated by commas, all of which must hold: `key=value`, `key!=value`,
+	// `key in (a,b)`, `key notin (a,b)`, `key` (has the label), `!key` (has not). A runner without the
+	// label meets `!=` and `notin`. At most 32 requirements, 4096 bytes. When no approved runner of the
+	// pool matches, the job is BLOCKED and stateReason says so.
+	Selector *string `json:"selector,omitempty"`
 }
 
 type Subscription struct {

@@ -42,9 +42,13 @@ func (c *Collector) Measure() (runnerapi.Capacity, error) {
 
 // CheckDeclared refuses declared labels that would pass for detected ones.
 func CheckDeclared(declared map[string]string) error {
-	for k := range declared {
+	for k, v := range declared {
 		if strings.HasPrefix(k, DetectedPrefix) {
 			return fmt.Errorf("label %q: keys under %s are detected by the agent and cannot be declared", k, DetectedPrefix)
+		}
+		// A label no job selector could name would be of no use.
+		if err := runnerapi.CheckLabel(k, v); err != nil {
+			return fmt.Errorf("label %q: %w", k, err)
 		}
 	}
 	return nil
@@ -57,9 +61,10 @@ func labels(c runnerapi.Capacity, declared map[string]string) []runnerapi.Label 
 		DetectedPrefix + "gpu.count": strconv.Itoa(len(c.GPUs)),
 	}
 	if c.DriverVersion != "" {
-		detected[DetectedPrefix+"gpu.driver"] = c.DriverVersion
+		detected[DetectedPrefix+"gpu.driver"] = runnerapi.AsLabelValue(c.DriverVersion)
 	}
-	if model := gpuModel(c.GPUs); model != "" {
+	// As a label value a selector can name: "NVIDIA H200" is NVIDIA-H200.
+	if model := runnerapi.AsLabelValue(gpuModel(c.GPUs)); model != "" {
 		detected[DetectedPrefix+"gpu.model"] = model
 	}
 	var out []runnerapi.Label

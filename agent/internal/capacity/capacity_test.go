@@ -277,5 +277,5 @@ func TestDeclaredLabelsNeverPassForDetectedOnes(t *testing.T) {
 	}
 	require.Equal(t, runnerapi.Label{Key: "runmesh.io/gpu.count", Value: "8", Source: "detected"}, labels["runmesh.io/gpu.count"])
 	require.Equal(t, runnerapi.Label{Key: "rack", Value: "r12", Source: "declared"}, labels["rack"])
-	require.Equal(t, "Mock NVIDIA A100-SXM4-40GB", labels["runmesh.io/gpu.model"].Value)
+	require.Equal(t, "Mock-NVIDIA-A100-SXM4-40GB", labels["runmesh.io/gpu.model"].Value, "a value a selector can name")
 }

@@ -72,3 +72,6 @@ func (s *Querier) ConnForTest(ctx context.Context) interface {
 } {
 	return s.db
 }
+
+// ClaimedJob is claimedJob, for TestClaimedJobHasEveryColumn.
+var ClaimedJob = claimedJob

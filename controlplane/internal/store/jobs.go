@@ -401,18 +401,39 @@ func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job
 		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
 		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
 		MaxSpecBytes: specBytes, MaxHeld: maxHeld, UnavailableImages: nonNil(c.UnavailableImages),
+		WaitSeconds: int32(min(c.WaitSeconds, math.MaxInt32)),
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
 	out := make([]Job, len(rows))
 	payloads := make([]string, len(rows))
+	stoppedAsking := false
 	for i, row := range rows {
-		out[i], payloads[i] = jobFromRow(dbsqlc.Job(row)), row.ID.String()
+		out[i], payloads[i] = jobFromRow(claimedJob(row)), row.ID.String()
+		stoppedAsking = stoppedAsking || row.StoppedAsking
 	}
 	s.countJobEvents("LEASED", len(rows))
 	s.notifyJobChanges(payloads...)
+	if stoppedAsking {
+		// The runner no longer waits: jobs that others left to it and it
+		// did not take are theirs again.
+		s.notifyAfterCommit(ChannelJobs, out[0].PoolID.String())
+	}
 	return out, nil
+}
+
+// claimedJob is the job row of a claim's answer (the row less the claim's
+// own column; TestClaimedJobHasEveryColumn keeps the two alike).
+func claimedJob(r dbsqlc.ClaimJobsRow) dbsqlc.Job {
+	return dbsqlc.Job{
+		ID: r.ID, PoolID: r.PoolID, SubmittedBy: r.SubmittedBy, Image: r.Image, Command: r.Command, Env: r.Env,
+		Cores: r.Cores, MemoryMib: r.MemoryMib, Gpus: r.Gpus, WallClockSeconds: r.WallClockSeconds, Priority: r.Priority,
+		MaxAttempts: r.MaxAttempts, IdempotencyKey: r.IdempotencyKey, Kind: r.Kind, State: r.State, StateReason: r.StateReason,
+		Attempt: r.Attempt, RunnerID: r.RunnerID, LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt,
+		CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt, Undelivered: r.Undelivered,
+		LeasedAt: r.LeasedAt, LeaseHeardAt: r.LeaseHeardAt, OrganisationID: r.OrganisationID, Options: r.Options,
+	}
 }
 
 // ClaimJob leases the best job that fits, if any (false when none does).
@@ -424,11 +445,12 @@ func (s *Querier) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, erro
 	return jobs[0], true, nil
 }
 
-// TouchWorkRequest records that the runner asked for work and returns its
-// latest recovery proof (nil before its agent sent one). One statement,
-// which writes at most every 30 seconds a runner (see the query).
-func (s *Querier) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID) (*runnerapi.RecoveryProof, error) {
-	doc, err := s.q.TouchWorkRequest(ctx, s.db, runnerID)
+// TouchWorkRequest records that the runner asked for work of these kinds
+// and returns its latest recovery proof (nil before its agent sent one).
+// One statement, which writes at most every 30 seconds a runner, or when
+// its kinds change (see the query).
+func (s *Querier) TouchWorkRequest(ctx context.Context, runnerID uuid.UUID, kinds []string) (*runnerapi.RecoveryProof, error) {
+	doc, err := s.q.TouchWorkRequest(ctx, s.db, dbsqlc.TouchWorkRequestParams{ID: runnerID, Kinds: nonNil(kinds)})
 	if err != nil {
 		return nil, mapErr(err)
 	}

@@ -701,15 +701,15 @@ func TestTouchWorkRequestWritesAtMostEvery30Seconds(t *testing.T) {
 		require.NotNil(t, got.LastWorkRequestAt)
 		return *got.LastWorkRequestAt
 	}
-	_, err := b.store.TouchWorkRequest(ctx, r)
+	_, err := b.store.TouchWorkRequest(ctx, r, []string{"default"})
 	require.NoError(t, err)
 	first := seen()
-	_, err = b.store.TouchWorkRequest(ctx, r)
+	_, err = b.store.TouchWorkRequest(ctx, r, []string{"default"})
 	require.NoError(t, err)
 	require.Equal(t, first, seen(), "a second request within 30 s writes nothing")
 	_, err = b.db.Exec(ctx, `UPDATE runners SET last_work_request_at = now() - interval '31 seconds' WHERE id = $1`, r)
 	require.NoError(t, err)
-	_, err = b.store.TouchWorkRequest(ctx, r)
+	_, err = b.store.TouchWorkRequest(ctx, r, []string{"default"})
 	require.NoError(t, err)
 	require.WithinDuration(t, time.Now(), seen(), 10*time.Second, "an older record is rewritten")
 }

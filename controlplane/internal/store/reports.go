@@ -22,7 +22,7 @@ func runnerReports(r dbsqlc.Runner) (RunnerCapacity, error) {
 		AgentVersion: r.AgentVersion, LastHeartbeatAt: r.LastHeartbeatAt, LastWorkRequestAt: r.LastWorkRequestAt,
 		Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy),
 		QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
-		FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits, RecoveryAt: r.RecoveryAt,
+		FailuresInARow: int(r.FailuresInARow), EnforcesLimits: r.EnforcesLimits, RecoveryAt: r.RecoveryAt, Kinds: r.Kinds,
 	}
 	if err := decodeDocument(r.Capacity, &c.Capacity); err != nil {
 		return c, fmt.Errorf("read runner %s: stored capacity: %w", r.ID, err)

@@ -47,7 +47,7 @@ func TestAMalformedStoredRecoveryProofFailsTheRead(t *testing.T) {
 	require.NoError(t, b.store.RecordRecovery(ctx, id, []byte(`{"isolated": "yes"}`)))
 	want := "read runner " + id.String() + ": stored recovery proof: "
 	requireReadsFail(t, b, id, want)
-	proof, err := b.store.TouchWorkRequest(ctx, id)
+	proof, err := b.store.TouchWorkRequest(ctx, id, []string{"default"})
 	require.ErrorContains(t, err, want)
 	require.Nil(t, proof)
 }

@@ -6,12 +6,14 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // DefaultMaintenanceBatch is how many rows one maintenance statement takes
@@ -150,22 +152,13 @@ type Blocked struct {
 func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int) (Blocked, error) {
 	var res Blocked
 	err := s.atomically(ctx, func(tx *Tx) error {
-		var rows []dbsqlc.Job
-		var err error
-		if since.IsZero() {
-			rows, err = tx.q.Unplaceable(ctx, tx.db, batchOr(max))
-		} else {
-			rows, err = tx.q.UnplaceableSince(ctx, tx.db, dbsqlc.UnplaceableSinceParams{After: uuidV7Bound(since), MaxRows: batchOr(max)})
-		}
+		rows, err := unplaceable(ctx, tx, since, batchOr(max))
 		if err != nil {
 			return mapErr(err)
 		}
 		res.Cut = len(rows) == int(batchOr(max))
-		for _, row := range rows {
-			reason := fmt.Sprintf("no approved runner of the pool could ever hold %.4g cores, %d MiB and %d GPUs", row.Cores, row.MemoryMib, row.Gpus)
-			if row.MemoryMib > 0 {
-				reason += " (a memory claim needs a runner that enforces memory limits, unless the pool allows otherwise)"
-			}
+		for _, u := range rows {
+			row, reason := u.job, u.reason()
 			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobBlocked), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
@@ -180,6 +173,53 @@ func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int
 		return Blocked{}, fmt.Errorf("block unplaceable jobs: %w", err)
 	}
 	return res, nil
+}
+
+// unplaceableJob is a queued job no runner of its pool could ever hold,
+// and which of the rules no runner passes.
+type unplaceableJob struct {
+	job        dbsqlc.Job
+	kindOK     bool // some runner runs its kind
+	selectorOK bool // one of those has the labels it selects
+}
+
+func unplaceable(ctx context.Context, tx *Tx, since time.Time, max int32) ([]unplaceableJob, error) {
+	var out []unplaceableJob
+	if since.IsZero() {
+		rows, err := tx.q.Unplaceable(ctx, tx.db, max)
+		for _, r := range rows {
+			out = append(out, unplaceableJob{r.Job, r.KindOk, r.SelectorOk})
+		}
+		return out, err
+	}
+	rows, err := tx.q.UnplaceableSince(ctx, tx.db, dbsqlc.UnplaceableSinceParams{After: uuidV7Bound(since), MaxRows: max})
+	for _, r := range rows {
+		out = append(out, unplaceableJob{r.Job, r.KindOk, r.SelectorOk})
+	}
+	return out, err
+}
+
+// reason says why the job is BLOCKED: the first rule, in the claim's
+// order, that no runner of its pool passes.
+func (u unplaceableJob) reason() string {
+	j := u.job
+	var o JobOptions
+	_ = json.Unmarshal(j.Options, &o) // NULL (no options) leaves it zero
+	switch {
+	case !u.kindOK:
+		return fmt.Sprintf("no approved runner of the pool runs jobs of kind %q", j.Kind)
+	case !u.selectorOK:
+		return fmt.Sprintf("no approved runner of the pool that runs kind %q matches its selector %s",
+			j.Kind, runnerapi.FormatSelector(o.Selector))
+	}
+	reason := fmt.Sprintf("no approved runner of the pool could ever hold %.4g cores, %d MiB and %d GPUs", j.Cores, j.MemoryMib, j.Gpus)
+	if len(o.Selector) > 0 {
+		reason += " and match its selector " + runnerapi.FormatSelector(o.Selector)
+	}
+	if j.MemoryMib > 0 {
+		reason += " (a memory claim needs a runner that enforces memory limits, unless the pool allows otherwise)"
+	}
+	return reason
 }
 
 // UnblockPlaceable moves up to max BLOCKED jobs that some approved runner
@@ -201,7 +241,7 @@ func (s *Querier) UnblockPlaceable(ctx context.Context, max int) (int, error) {
 			}
 			n++
 			pools[row.PoolID] = true
-			if err := tx.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it was approved"); err != nil {
+			if err := tx.jobEvent(ctx, row.ID, "UNBLOCKED", int(row.Attempt), nil, "a runner that could hold it is in the pool now"); err != nil {
 				return err
 			}
 		}

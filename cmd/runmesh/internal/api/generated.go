@@ -1357,6 +1357,8 @@ type JobJob struct {
 	Network bool `json:"network"`
 	// Its container's working directory; null: the image's.
 	WorkingDir *string `json:"workingDir"`
+	// The label selector runners must match, as written canonically (null: any runner of the pool).
+	Selector *string `json:"selector"`
 	// Files it reads, fetched into /inputs before it starts.
 	Inputs []JobJobInputsJobInput `json:"inputs"`
 	// Files it writes under /outputs, uploaded after it exits.
@@ -1408,6 +1410,9 @@ func (v *JobJob) GetNetwork() bool { return v.Network }
 
 // GetWorkingDir returns JobJob.WorkingDir, and is useful for accessing the field via an interface.
 func (v *JobJob) GetWorkingDir() *string { return v.WorkingDir }
+
+// GetSelector returns JobJob.Selector, and is useful for accessing the field via an interface.
+func (v *JobJob) GetSelector() *string { return v.Selector }
 
 // GetInputs returns JobJob.Inputs, and is useful for accessing the field via an interface.
 func (v *JobJob) GetInputs() []JobJobInputsJobInput { return v.Inputs }
@@ -2914,7 +2919,10 @@ type RunnerRunner struct {
 	Gpus []RunnerRunnerGpusGPU `json:"gpus"`
 	// What it has of its pool's images (Pool.images), as its last heartbeat said.
 	Images []RunnerRunnerImagesRunnerImage `json:"images"`
-	Labels []RunnerRunnerLabelsLabel       `json:"labels"`
+	// Detected and declared: what job selectors (SubmitJobInput.selector) are matched against.
+	Labels []RunnerRunnerLabelsLabel `json:"labels"`
+	// The job kinds it asked for work of, last time (null before it asked).
+	Kinds []string `json:"kinds"`
 	// The agent's health, as a list of named conditions.
 	Health []RunnerRunnerHealthHealthCondition `json:"health"`
 	// What its jobs and holds take.
@@ -2997,6 +3005,9 @@ func (v *RunnerRunner) GetImages() []RunnerRunnerImagesRunnerImage { return v.Im
 
 // GetLabels returns RunnerRunner.Labels, and is useful for accessing the field via an interface.
 func (v *RunnerRunner) GetLabels() []RunnerRunnerLabelsLabel { return v.Labels }
+
+// GetKinds returns RunnerRunner.Kinds, and is useful for accessing the field via an interface.
+func (v *RunnerRunner) GetKinds() []string { return v.Kinds }
 
 // GetHealth returns RunnerRunner.Health, and is useful for accessing the field via an interface.
 func (v *RunnerRunner) GetHealth() []RunnerRunnerHealthHealthCondition { return v.Health }
@@ -3723,6 +3734,12 @@ type SubmitJobInput struct {
 	Inputs []JobInputInput `json:"inputs"`
 	// Files the job writes under /outputs, each uploaded to an object key after it exits. At most 64.
 	Outputs []JobOutputInput `json:"outputs"`
+	// Which runners may take it, by their labels (Runner.labels, detected and declared), in Kubernetes'
+	// syntax: requirements separated by commas, all of which must hold: `key=value`, `key!=value`,
+	// `key in (a,b)`, `key notin (a,b)`, `key` (has the label), `!key` (has not). A runner without the
+	// label meets `!=` and `notin`. At most 32 requirements, 4096 bytes. When no approved runner of the
+	// pool matches, the job is BLOCKED and stateReason says so.
+	Selector *string `json:"selector"`
 }
 
 // GetPoolId returns SubmitJobInput.PoolId, and is useful for accessing the field via an interface.
@@ -3763,6 +3780,9 @@ func (v *SubmitJobInput) GetInputs() []JobInputInput { return v.Inputs }
 
 // GetOutputs returns SubmitJobInput.Outputs, and is useful for accessing the field via an interface.
 func (v *SubmitJobInput) GetOutputs() []JobOutputInput { return v.Outputs }
+
+// GetSelector returns SubmitJobInput.Selector, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetSelector() *string { return v.Selector }
 
 // SubmitJobResponse is returned by SubmitJob on success.
 type SubmitJobResponse struct {
@@ -5263,6 +5283,7 @@ query Job ($id: ID!) {
 		}
 		network
 		workingDir
+		selector
 		inputs {
 			name
 			key
@@ -6195,6 +6216,7 @@ query Runner ($id: ID!) {
 			value
 			source
 		}
+		kinds
 		health {
 			name
 			ok

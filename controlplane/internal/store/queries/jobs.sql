@@ -135,7 +135,7 @@ UPDATE jobs SET cancel_requested = true WHERE id = @id;
 -- locked. Its run is written when the attempt ends; until then the job row
 -- is the record of it (runner, attempt, leased_at).
 WITH r AS (
-    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
+    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits, ru.labels,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, @default_lease_seconds::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
     WHERE ru.id = @runner_id AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
@@ -161,6 +161,32 @@ room AS (
            least(r.gpus_healthy - booked.gpus - held.gpus, @free_gpus::int) AS gpus
     FROM r, booked, held
 ),
+-- What one job may take here: the room, within the largest job the runner
+-- asked for. A runner that cannot enforce memory limits, in a pool that
+-- does not allow that, takes no memory claim: its memory bound is 0.
+bounds AS (
+    SELECT least(room.gpus, @max_gpus::int) AS gpus, least(room.cores, @max_cores::float8) AS cores,
+           CASE WHEN r.enforces_limits OR r.allow_unenforced_memory THEN least(room.memory_mib, @max_memory_mib::bigint) ELSE 0 END
+               AS memory_mib
+    FROM r, room
+),
+-- The runners of the pool waiting for work now (asking, written below by
+-- their own claims) that have less room than this one, GPUs first, then
+-- cores, then memory (then the id, so that two alike agree): a job one of
+-- them would take is left to it, since it strands less there. Read once,
+-- not for each job.
+better AS MATERIALIZED (
+    SELECT o.labels, (o.asking->>'max_gpus')::int AS gpus, (o.asking->>'max_cores')::float8 AS cores,
+           (o.asking->>'max_memory_mib')::bigint AS memory_mib,
+           ARRAY(SELECT jsonb_array_elements_text(o.asking->'kinds')) AS kinds,
+           ARRAY(SELECT jsonb_array_elements_text(o.asking->'unavailable')) AS unavailable
+    FROM runners o, r, room
+    WHERE o.pool_id = r.pool_id AND o.id <> r.id AND o.asking IS NOT NULL
+      AND (o.asking->>'until')::float8 > extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now()))
+      AND o.status = 'APPROVED' AND o.quarantined_at IS NULL AND NOT o.draining AND o.retired_at IS NULL
+      AND ((o.asking->>'gpus')::int, (o.asking->>'cores')::float8, (o.asking->>'memory_mib')::bigint, o.id)
+          < (room.gpus, room.cores, room.memory_mib, r.id)
+),
 candidates AS (
     SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
            octet_length(j.image) + octet_length(j.command::text) + octet_length(j.env::text) AS spec_bytes
@@ -170,15 +196,11 @@ candidates AS (
     -- it read and sorted the whole queue.
     -- The bounds on GPUs, memory, cores and backoff are scalars too, so
     -- the index itself passes over jobs that do not fit or must wait
-    -- (migration 0018) instead of the rows being fetched to be refused. A
-    -- runner that cannot enforce memory limits, in a pool that does not
-    -- allow that, takes no memory claim: its memory bound is 0.
+    -- (migration 0018) instead of the rows being fetched to be refused.
     WHERE j.pool_id = (SELECT pool_id FROM r) AND j.state = 'QUEUED'
-      AND j.gpus <= (SELECT least(room.gpus, @max_gpus::int) FROM room)
-      AND j.memory_mib <= (SELECT CASE WHEN r.enforces_limits OR r.allow_unenforced_memory
-                                       THEN least(room.memory_mib, @max_memory_mib::bigint) ELSE 0 END
-                           FROM r, room)
-      AND j.cores <= (SELECT least(room.cores, @max_cores::float8) FROM room)
+      AND j.gpus <= (SELECT gpus FROM bounds)
+      AND j.memory_mib <= (SELECT memory_mib FROM bounds)
+      AND j.cores <= (SELECT cores FROM bounds)
       AND j.available_at <= coalesce(sqlc.narg('now')::timestamptz, now())
       -- Kinds as a range the index checks (exact for one kind, as most
       -- runners run), then exactly on the row. An = ANY on an index column
@@ -191,6 +213,15 @@ candidates AS (
       -- refused): checked on the row, after the index; an empty list
       -- (nearly always) costs nothing.
       AND (cardinality(@unavailable_images::text[]) = 0 OR j.image <> ALL(@unavailable_images::text[]))
+      -- The job's label selector, against this runner's labels (on the
+      -- row too; a job without one, nearly every job, costs a NULL test).
+      AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', (SELECT labels FROM r)))
+      -- Left to a waiting runner that strands less and would take it.
+      AND NOT EXISTS (
+          SELECT 1 FROM better b
+          WHERE j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
+            AND (cardinality(b.unavailable) = 0 OR j.image <> ALL(b.unavailable))
+            AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', b.labels)))
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
     LIMIT least(sqlc.arg(max_jobs)::int, greatest(sqlc.arg(max_held)::int - (SELECT held FROM booked), 0))
@@ -221,18 +252,41 @@ leased AS (
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
+),
+-- A claim that finds nothing, for a runner that will wait for work (and
+-- may hold more), records that it waits: until when, its room and its
+-- bounds (see better). One that leases, or that will not wait, clears it;
+-- a runner that was not waiting and leases writes nothing here.
+asked AS (
+    UPDATE runners o
+    SET asking = CASE WHEN NOT EXISTS (SELECT 1 FROM leased) AND @wait_seconds::int > 0 AND booked.held < sqlc.arg(max_held)::int
+        THEN jsonb_build_object(
+            'until', extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now())) + @wait_seconds::int,
+            'gpus', room.gpus, 'cores', room.cores, 'memory_mib', room.memory_mib,
+            'max_gpus', bounds.gpus, 'max_cores', bounds.cores, 'max_memory_mib', bounds.memory_mib,
+            'kinds', to_jsonb(@kinds::text[]), 'unavailable', to_jsonb(@unavailable_images::text[])) END
+    FROM r, room, bounds, booked
+    WHERE o.id = r.id
+      AND (o.asking IS NOT NULL OR (NOT EXISTS (SELECT 1 FROM leased) AND @wait_seconds::int > 0 AND booked.held < sqlc.arg(max_held)::int))
+    RETURNING o.id
 )
-SELECT * FROM leased ORDER BY priority DESC, submitted_at, id; -- best first, as the claim ranked them
+-- stopped_asking: the runner was waiting and has now leased jobs. Others
+-- may have passed over a job for it that it has now no room for, so
+-- ClaimJobs wakes the pool's waiting runners to claim again.
+SELECT l.*, EXISTS (SELECT 1 FROM asked) AS stopped_asking
+FROM leased l ORDER BY l.priority DESC, l.submitted_at, l.id; -- best first, as the claim ranked them
 
 -- name: TouchWorkRequest :one
--- Records that the runner asked for work and returns its recovery proof.
--- The time is a hint for takingWork (asked within three minutes), so it is
--- rewritten only once it is 30 seconds old: most requests for work write
--- nothing and wait for no WAL flush. (The SELECT sees the row as the
--- statement began; the UPDATE does not change the proof.)
+-- Records that the runner asked for work, and for which kinds, and returns
+-- its recovery proof. The time is a hint for takingWork (asked within
+-- three minutes), so it is rewritten only once it is 30 seconds old, or
+-- when the kinds changed: most requests for work write nothing and wait
+-- for no WAL flush. (The SELECT sees the row as the statement began; the
+-- UPDATE does not change the proof.)
 WITH touched AS (
-    UPDATE runners t SET last_work_request_at = now()
-    WHERE t.id = @id AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds')
+    UPDATE runners t SET last_work_request_at = now(), kinds = @kinds::text[]
+    WHERE t.id = @id AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds'
+                          OR t.kinds IS DISTINCT FROM @kinds::text[])
 )
 SELECT r.recovery FROM runners r WHERE r.id = @id;
 
@@ -391,14 +445,24 @@ FOR UPDATE OF j SKIP LOCKED;
 
 -- name: Unplaceable :many
 -- Queued jobs that no approved runner of their pool could ever hold, even
--- empty (runmesh_placement, migration 0015): BLOCKED, with the reason. A
--- pool with no approved runner at all blocks nothing: one may come.
-SELECT j.* FROM jobs j
+-- empty (runmesh_placement, migrations 0015 and 0027): none that runs
+-- their kind (a runner that has not asked for work yet may run any), has
+-- the labels their selector asks for, and has room for their claim.
+-- BLOCKED, with the reason, which kind_ok and selector_ok tell: whether
+-- some runner has the kind, and whether one of those matches. A pool
+-- with no approved runner at all blocks nothing: one may come.
+SELECT sqlc.embed(j),
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds)))
+           AS kind_ok,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+                 AND runmesh_selects(j.options->'selector', a.labels)) AS selector_ok
+FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
   AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
@@ -406,12 +470,18 @@ FOR UPDATE OF j SKIP LOCKED;
 -- name: UnplaceableSince :many
 -- Unplaceable, for the jobs submitted after the id given only: walked from
 -- there along the primary key, not through the whole queue.
-SELECT j.* FROM jobs j
+SELECT sqlc.embed(j),
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds)))
+           AS kind_ok,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+                 AND runmesh_selects(j.options->'selector', a.labels)) AS selector_ok
+FROM jobs j
 WHERE j.id > @after::uuid AND j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
   AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 ORDER BY j.id
 LIMIT @max_rows
@@ -424,7 +494,8 @@ WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
 LIMIT @max_rows
 FOR UPDATE OF j SKIP LOCKED;
 

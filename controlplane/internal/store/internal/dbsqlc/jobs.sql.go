@@ -14,7 +14,7 @@ import (
 
 const claimJobs = `-- name: ClaimJobs :many
 WITH r AS (
-    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits,
+    SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits, ru.labels,
            p.allow_unenforced_memory, coalesce(p.lease_seconds, $1::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
     WHERE ru.id = $2 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
@@ -35,6 +35,24 @@ room AS (
            least(r.gpus_healthy - booked.gpus - held.gpus, $6::int) AS gpus
     FROM r, booked, held
 ),
+bounds AS (
+    SELECT least(room.gpus, $7::int) AS gpus, least(room.cores, $8::float8) AS cores,
+           CASE WHEN r.enforces_limits OR r.allow_unenforced_memory THEN least(room.memory_mib, $9::bigint) ELSE 0 END
+               AS memory_mib
+    FROM r, room
+),
+better AS MATERIALIZED (
+    SELECT o.labels, (o.asking->>'max_gpus')::int AS gpus, (o.asking->>'max_cores')::float8 AS cores,
+           (o.asking->>'max_memory_mib')::bigint AS memory_mib,
+           ARRAY(SELECT jsonb_array_elements_text(o.asking->'kinds')) AS kinds,
+           ARRAY(SELECT jsonb_array_elements_text(o.asking->'unavailable')) AS unavailable
+    FROM runners o, r, room
+    WHERE o.pool_id = r.pool_id AND o.id <> r.id AND o.asking IS NOT NULL
+      AND (o.asking->>'until')::float8 > extract(epoch FROM coalesce($3::timestamptz, now()))
+      AND o.status = 'APPROVED' AND o.quarantined_at IS NULL AND NOT o.draining AND o.retired_at IS NULL
+      AND ((o.asking->>'gpus')::int, (o.asking->>'cores')::float8, (o.asking->>'memory_mib')::bigint, o.id)
+          < (room.gpus, room.cores, room.memory_mib, r.id)
+),
 candidates AS (
     SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
            octet_length(j.image) + octet_length(j.command::text) + octet_length(j.env::text) AS spec_bytes
@@ -44,15 +62,11 @@ candidates AS (
     -- it read and sorted the whole queue.
     -- The bounds on GPUs, memory, cores and backoff are scalars too, so
     -- the index itself passes over jobs that do not fit or must wait
-    -- (migration 0018) instead of the rows being fetched to be refused. A
-    -- runner that cannot enforce memory limits, in a pool that does not
-    -- allow that, takes no memory claim: its memory bound is 0.
+    -- (migration 0018) instead of the rows being fetched to be refused.
     WHERE j.pool_id = (SELECT pool_id FROM r) AND j.state = 'QUEUED'
-      AND j.gpus <= (SELECT least(room.gpus, $7::int) FROM room)
-      AND j.memory_mib <= (SELECT CASE WHEN r.enforces_limits OR r.allow_unenforced_memory
-                                       THEN least(room.memory_mib, $8::bigint) ELSE 0 END
-                           FROM r, room)
-      AND j.cores <= (SELECT least(room.cores, $9::float8) FROM room)
+      AND j.gpus <= (SELECT gpus FROM bounds)
+      AND j.memory_mib <= (SELECT memory_mib FROM bounds)
+      AND j.cores <= (SELECT cores FROM bounds)
       AND j.available_at <= coalesce($3::timestamptz, now())
       -- Kinds as a range the index checks (exact for one kind, as most
       -- runners run), then exactly on the row. An = ANY on an index column
@@ -65,6 +79,15 @@ candidates AS (
       -- refused): checked on the row, after the index; an empty list
       -- (nearly always) costs nothing.
       AND (cardinality($11::text[]) = 0 OR j.image <> ALL($11::text[]))
+      -- The job's label selector, against this runner's labels (on the
+      -- row too; a job without one, nearly every job, costs a NULL test).
+      AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', (SELECT labels FROM r)))
+      -- Left to a waiting runner that strands less and would take it.
+      AND NOT EXISTS (
+          SELECT 1 FROM better b
+          WHERE j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
+            AND (cardinality(b.unavailable) = 0 OR j.image <> ALL(b.unavailable))
+            AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', b.labels)))
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
     LIMIT least($12::int, greatest($13::int - (SELECT held FROM booked), 0))
@@ -92,8 +115,22 @@ leased AS (
 event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
+),
+asked AS (
+    UPDATE runners o
+    SET asking = CASE WHEN NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int
+        THEN jsonb_build_object(
+            'until', extract(epoch FROM coalesce($3::timestamptz, now())) + $15::int,
+            'gpus', room.gpus, 'cores', room.cores, 'memory_mib', room.memory_mib,
+            'max_gpus', bounds.gpus, 'max_cores', bounds.cores, 'max_memory_mib', bounds.memory_mib,
+            'kinds', to_jsonb($10::text[]), 'unavailable', to_jsonb($11::text[])) END
+    FROM r, room, bounds, booked
+    WHERE o.id = r.id
+      AND (o.asking IS NOT NULL OR (NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int))
+    RETURNING o.id
 )
-SELECT id, pool_id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, state, state_reason, attempt, runner_id, lease_expires_at, available_at, cancel_requested, submitted_at, finished_at, undelivered, leased_at, lease_heard_at, organisation_id, options FROM leased ORDER BY priority DESC, submitted_at, id
+SELECT l.id, l.pool_id, l.submitted_by, l.image, l.command, l.env, l.cores, l.memory_mib, l.gpus, l.wall_clock_seconds, l.priority, l.max_attempts, l.idempotency_key, l.kind, l.state, l.state_reason, l.attempt, l.runner_id, l.lease_expires_at, l.available_at, l.cancel_requested, l.submitted_at, l.finished_at, l.undelivered, l.leased_at, l.lease_heard_at, l.organisation_id, l.options, EXISTS (SELECT 1 FROM asked) AS stopped_asking
+FROM leased l ORDER BY l.priority DESC, l.submitted_at, l.id
 `
 
 type ClaimJobsParams struct {
@@ -104,13 +141,14 @@ type ClaimJobsParams struct {
 	FreeMemoryMib       int64
 	FreeGpus            int32
 	MaxGpus             int32
-	MaxMemoryMib        int64
 	MaxCores            float64
+	MaxMemoryMib        int64
 	Kinds               []string
 	UnavailableImages   []string
 	MaxJobs             int32
 	MaxHeld             int32
 	MaxSpecBytes        int64
+	WaitSeconds         int32
 }
 
 type ClaimJobsRow struct {
@@ -142,6 +180,7 @@ type ClaimJobsRow struct {
 	LeaseHeardAt     *time.Time
 	OrganisationID   uuid.NullUUID
 	Options          []byte
+	StoppedAsking    bool
 }
 
 // Leases the best queued jobs that fit the runner, together, in one
@@ -167,9 +206,24 @@ type ClaimJobsRow struct {
 // states too let the planner AND the jobs_runner and jobs_leases indexes
 // as bitmaps, which read every dead entry since the last vacuum (thousands
 // in a busy minute) instead of skipping those an index scan marked dead.
+// What one job may take here: the room, within the largest job the runner
+// asked for. A runner that cannot enforce memory limits, in a pool that
+// does not allow that, takes no memory claim: its memory bound is 0.
+// The runners of the pool waiting for work now (asking, written below by
+// their own claims) that have less room than this one, GPUs first, then
+// cores, then memory (then the id, so that two alike agree): a job one of
+// them would take is left to it, since it strands less there. Read once,
+// not for each job.
 // The jobs are found by their ids as an array, a primary key probe each.
 // Joined to fitting instead, a plan made while the table was empty walked
 // the whole table once for each job.
+// A claim that finds nothing, for a runner that will wait for work (and
+// may hold more), records that it waits: until when, its room and its
+// bounds (see better). One that leases, or that will not wait, clears it;
+// a runner that was not waiting and leases writes nothing here.
+// stopped_asking: the runner was waiting and has now leased jobs. Others
+// may have passed over a job for it that it has now no room for, so
+// ClaimJobs wakes the pool's waiting runners to claim again.
 func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := db.Query(ctx, claimJobs,
 		arg.DefaultLeaseSeconds,
@@ -179,13 +233,14 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.FreeMemoryMib,
 		arg.FreeGpus,
 		arg.MaxGpus,
-		arg.MaxMemoryMib,
 		arg.MaxCores,
+		arg.MaxMemoryMib,
 		arg.Kinds,
 		arg.UnavailableImages,
 		arg.MaxJobs,
 		arg.MaxHeld,
 		arg.MaxSpecBytes,
+		arg.WaitSeconds,
 	)
 	if err != nil {
 		return nil, err
@@ -223,6 +278,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 			&i.LeaseHeardAt,
 			&i.OrganisationID,
 			&i.Options,
+			&i.StoppedAsking,
 		); err != nil {
 			return nil, err
 		}
@@ -2082,20 +2138,27 @@ func (q *Queries) TimedOutJobs(ctx context.Context, db DBTX, arg TimedOutJobsPar
 const touchWorkRequest = `-- name: TouchWorkRequest :one
 
 WITH touched AS (
-    UPDATE runners t SET last_work_request_at = now()
-    WHERE t.id = $1 AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds')
+    UPDATE runners t SET last_work_request_at = now(), kinds = $2::text[]
+    WHERE t.id = $1 AND (t.last_work_request_at IS NULL OR t.last_work_request_at < now() - interval '30 seconds'
+                          OR t.kinds IS DISTINCT FROM $2::text[])
 )
 SELECT r.recovery FROM runners r WHERE r.id = $1
 `
 
+type TouchWorkRequestParams struct {
+	ID    uuid.UUID
+	Kinds []string
+}
+
 // best first, as the claim ranked them
-// Records that the runner asked for work and returns its recovery proof.
-// The time is a hint for takingWork (asked within three minutes), so it is
-// rewritten only once it is 30 seconds old: most requests for work write
-// nothing and wait for no WAL flush. (The SELECT sees the row as the
-// statement began; the UPDATE does not change the proof.)
-func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, id uuid.UUID) ([]byte, error) {
-	row := db.QueryRow(ctx, touchWorkRequest, id)
+// Records that the runner asked for work, and for which kinds, and returns
+// its recovery proof. The time is a hint for takingWork (asked within
+// three minutes), so it is rewritten only once it is 30 seconds old, or
+// when the kinds changed: most requests for work write nothing and wait
+// for no WAL flush. (The SELECT sees the row as the statement began; the
+// UPDATE does not change the proof.)
+func (q *Queries) TouchWorkRequest(ctx context.Context, db DBTX, arg TouchWorkRequestParams) ([]byte, error) {
+	row := db.QueryRow(ctx, touchWorkRequest, arg.ID, arg.Kinds)
 	var recovery []byte
 	err := row.Scan(&recovery)
 	return recovery, err
@@ -2107,7 +2170,8 @@ WHERE j.state = 'BLOCKED'
   AND EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
@@ -2208,58 +2272,76 @@ func (q *Queries) UnfinishedJobCounts(ctx context.Context, db DBTX) ([]Unfinishe
 }
 
 const unplaceable = `-- name: Unplaceable :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds)))
+           AS kind_ok,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+                 AND runmesh_selects(j.options->'selector', a.labels)) AS selector_ok
+FROM jobs j
 WHERE j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
   AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 LIMIT $1
 FOR UPDATE OF j SKIP LOCKED
 `
 
+type UnplaceableRow struct {
+	Job        Job
+	KindOk     bool
+	SelectorOk bool
+}
+
 // Queued jobs that no approved runner of their pool could ever hold, even
-// empty (runmesh_placement, migration 0015): BLOCKED, with the reason. A
-// pool with no approved runner at all blocks nothing: one may come.
-func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Job, error) {
+// empty (runmesh_placement, migrations 0015 and 0027): none that runs
+// their kind (a runner that has not asked for work yet may run any), has
+// the labels their selector asks for, and has room for their claim.
+// BLOCKED, with the reason, which kind_ok and selector_ok tell: whether
+// some runner has the kind, and whether one of those matches. A pool
+// with no approved runner at all blocks nothing: one may come.
+func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]UnplaceableRow, error) {
 	rows, err := db.Query(ctx, unplaceable, maxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []UnplaceableRow
 	for rows.Next() {
-		var i Job
+		var i UnplaceableRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
-			&i.State,
-			&i.StateReason,
-			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
-			&i.FinishedAt,
-			&i.Undelivered,
-			&i.LeasedAt,
-			&i.LeaseHeardAt,
-			&i.OrganisationID,
-			&i.Options,
+			&i.Job.ID,
+			&i.Job.PoolID,
+			&i.Job.SubmittedBy,
+			&i.Job.Image,
+			&i.Job.Command,
+			&i.Job.Env,
+			&i.Job.Cores,
+			&i.Job.MemoryMib,
+			&i.Job.Gpus,
+			&i.Job.WallClockSeconds,
+			&i.Job.Priority,
+			&i.Job.MaxAttempts,
+			&i.Job.IdempotencyKey,
+			&i.Job.Kind,
+			&i.Job.State,
+			&i.Job.StateReason,
+			&i.Job.Attempt,
+			&i.Job.RunnerID,
+			&i.Job.LeaseExpiresAt,
+			&i.Job.AvailableAt,
+			&i.Job.CancelRequested,
+			&i.Job.SubmittedAt,
+			&i.Job.FinishedAt,
+			&i.Job.Undelivered,
+			&i.Job.LeasedAt,
+			&i.Job.LeaseHeardAt,
+			&i.Job.OrganisationID,
+			&i.Job.Options,
+			&i.KindOk,
+			&i.SelectorOk,
 		); err != nil {
 			return nil, err
 		}
@@ -2272,12 +2354,18 @@ func (q *Queries) Unplaceable(ctx context.Context, db DBTX, maxRows int32) ([]Jo
 }
 
 const unplaceableSince = `-- name: UnplaceableSince :many
-SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options FROM jobs j
+SELECT j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds)))
+           AS kind_ok,
+       EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+                 AND runmesh_selects(j.options->'selector', a.labels)) AS selector_ok
+FROM jobs j
 WHERE j.id > $1::uuid AND j.state = 'QUEUED'
   AND NOT EXISTS (
       SELECT 1 FROM runmesh_placement a
       WHERE a.pool_id = j.pool_id AND j.cores <= a.cores AND j.memory_mib <= a.memory_mib AND j.gpus <= a.gpu_count
-        AND (j.memory_mib = 0 OR a.memory_ok))
+        AND (j.memory_mib = 0 OR a.memory_ok) AND (a.kinds IS NULL OR j.kind = ANY(a.kinds))
+        AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', a.labels)))
   AND EXISTS (SELECT 1 FROM runmesh_placement a WHERE a.pool_id = j.pool_id)
 ORDER BY j.id
 LIMIT $2
@@ -2289,46 +2377,54 @@ type UnplaceableSinceParams struct {
 	MaxRows int32
 }
 
+type UnplaceableSinceRow struct {
+	Job        Job
+	KindOk     bool
+	SelectorOk bool
+}
+
 // Unplaceable, for the jobs submitted after the id given only: walked from
 // there along the primary key, not through the whole queue.
-func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg UnplaceableSinceParams) ([]Job, error) {
+func (q *Queries) UnplaceableSince(ctx context.Context, db DBTX, arg UnplaceableSinceParams) ([]UnplaceableSinceRow, error) {
 	rows, err := db.Query(ctx, unplaceableSince, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []Job
+	var items []UnplaceableSinceRow
 	for rows.Next() {
-		var i Job
+		var i UnplaceableSinceRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.PoolID,
-			&i.SubmittedBy,
-			&i.Image,
-			&i.Command,
-			&i.Env,
-			&i.Cores,
-			&i.MemoryMib,
-			&i.Gpus,
-			&i.WallClockSeconds,
-			&i.Priority,
-			&i.MaxAttempts,
-			&i.IdempotencyKey,
-			&i.Kind,
-			&i.State,
-			&i.StateReason,
-			&i.Attempt,
-			&i.RunnerID,
-			&i.LeaseExpiresAt,
-			&i.AvailableAt,
-			&i.CancelRequested,
-			&i.SubmittedAt,
-			&i.FinishedAt,
-			&i.Undelivered,
-			&i.LeasedAt,
-			&i.LeaseHeardAt,
-			&i.OrganisationID,
-			&i.Options,
+			&i.Job.ID,
+			&i.Job.PoolID,
+			&i.Job.SubmittedBy,
+			&i.Job.Image,
+			&i.Job.Command,
+			&i.Job.Env,
+			&i.Job.Cores,
+			&i.Job.MemoryMib,
+			&i.Job.Gpus,
+			&i.Job.WallClockSeconds,
+			&i.Job.Priority,
+			&i.Job.MaxAttempts,
+			&i.Job.IdempotencyKey,
+			&i.Job.Kind,
+			&i.Job.State,
+			&i.Job.StateReason,
+			&i.Job.Attempt,
+			&i.Job.RunnerID,
+			&i.Job.LeaseExpiresAt,
+			&i.Job.AvailableAt,
+			&i.Job.CancelRequested,
+			&i.Job.SubmittedAt,
+			&i.Job.FinishedAt,
+			&i.Job.Undelivered,
+			&i.Job.LeasedAt,
+			&i.Job.LeaseHeardAt,
+			&i.Job.OrganisationID,
+			&i.Job.Options,
+			&i.KindOk,
+			&i.SelectorOk,
 		); err != nil {
 			return nil, err
 		}

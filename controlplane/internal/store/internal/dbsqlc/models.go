@@ -179,6 +179,8 @@ type RunmeshPlacement struct {
 	MemoryMib int64
 	GpuCount  int32
 	MemoryOk  *bool
+	Labels    []byte
+	Kinds     []string
 }
 
 type Runner struct {
@@ -214,4 +216,7 @@ type Runner struct {
 	Recovery          []byte
 	RecoveryAt        *time.Time
 	GpuFaults         []byte
+	Labels            []byte
+	Kinds             []string
+	Asking            []byte
 }
