@@ -109,12 +109,12 @@ func TestFormatSelectorReadsBack(t *testing.T) {
 
 func TestAsLabelValueIsOneASelectorCanName(t *testing.T) {
 	for in, want := range map[string]string{
-		"NVIDIA H200":                  "NVIDIA-H200",
-		"Mock NVIDIA A100-SXM4-40GB":   "Mock-NVIDIA-A100-SXM4-40GB",
-		"  (weird)  name!! ":           "weird-name",
-		"535.104.05":                   "535.104.05",
+		"NVIDIA H200":                 "NVIDIA-H200",
+		"Mock NVIDIA A100-SXM4-40GB":  "Mock-NVIDIA-A100-SXM4-40GB",
+		"  (weird)  name!! ":          "weird-name",
+		"535.104.05":                  "535.104.05",
 		strings.Repeat("a", 70) + "b": strings.Repeat("a", 63),
-		"ü":                            "",
+		"ü":                           "",
 	} {
 		got := AsLabelValue(in)
 		if got != want {
