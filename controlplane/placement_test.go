@@ -66,7 +66,7 @@ func TestAJobGoesToTheWaitingRunnerThatStrandsLeast(t *testing.T) {
 	smallID, small, _ := b.approvedRunner(t, measured(2))
 	bigID, big, _ := b.approvedRunner(t, measured(8))
 	asking := func(id string) bool {
-		return b.count(t, "SELECT count(*) FROM runners WHERE id = $1 AND asking IS NOT NULL", id) == 1
+		return b.count(t, "SELECT count(*) FROM runner_waits WHERE runner_id = $1", id) == 1
 	}
 	got := make(chan string, 2)
 	wait := func(c *http.Client, name string) {

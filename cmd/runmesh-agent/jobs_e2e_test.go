@@ -47,6 +47,8 @@ func TestJobsInTheSandbox(t *testing.T) {
 
 	runnerID := sb.installAgent(t, srv, cliBin, agentBin, "sandbox-01", `metrics:
   listen: "off"
+labels:
+  zone: sandbox
 `)
 
 	recovery := func() map[string]any {
@@ -338,6 +340,10 @@ func TestJobsInTheSandbox(t *testing.T) {
 
 	t.Run("data: two inputs and an output through presigned URLs, attested; tampered, expired, past the claim, not written", func(t *testing.T) {
 		dataSubtests(t, sb, objects, submit, waitState, busybox)
+	})
+
+	t.Run("placement by labels: a selector the runner meets runs; one none meets, or a kind none runs, is BLOCKED, saying why", func(t *testing.T) {
+		placementSubtests(t, srv, runnerID, submit, waitState, busybox)
 	})
 
 	t.Run("SIGTERM drains: running jobs finish, no new work, then the agent exits", func(t *testing.T) {

@@ -414,12 +414,13 @@ func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job
 		stoppedAsking = stoppedAsking || row.StoppedAsking
 	}
 	s.countJobEvents("LEASED", len(rows))
-	s.notifyJobChanges(payloads...)
+	notes := map[string][]string{ChannelJobChanges: payloads}
 	if stoppedAsking {
 		// The runner no longer waits: jobs that others left to it and it
-		// did not take are theirs again.
-		s.notifyAfterCommit(ChannelJobs, out[0].PoolID.String())
+		// did not take are theirs again. (One statement with the changes.)
+		notes[ChannelJobs] = []string{out[0].PoolID.String()}
 	}
+	s.notifyAllAfterCommit(notes)
 	return out, nil
 }
 

@@ -247,38 +247,77 @@ func TestLessStrandedComparesGPUsThenCoresThenMemory(t *testing.T) {
 	}
 }
 
-// A waiting runner that leases wakes its pool: others may have passed
-// over a job for it that it took no room for.
+// A waiting runner that leases wakes its pool when runners with more room
+// wait: they may have passed over a job for it that it took no room for.
 func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b := jobsSetup(t)
-	r := b.runner(t, 8, 65536, 0)
-	_, ok, err := b.store.ClaimJob(ctx, waiting(r))
-	require.NoError(t, err)
-	require.False(t, ok)
+	r, big := b.runner(t, 8, 65536, 0), b.runner(t, 64, 65536, 0)
+	for _, id := range []uuid.UUID{big, r} {
+		_, ok, err := b.store.ClaimJob(ctx, waiting(id))
+		require.NoError(t, err)
+		require.False(t, ok)
+	}
 	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 
 	l := listening(ctx, b.db)
 	work := l.Subscribe(store.ChannelJobs)
 	defer work.Close()
-	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
+	_, ok, err := b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
 	require.True(t, ok)
 	wakesPool(t, work, b.pool.ID)
 
+	quiet := func(why string) {
+		t.Helper()
+		select {
+		case p := <-work.C:
+			t.Fatalf("a wake-up (%q) from a runner that %s", p, why)
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
 	// Not waiting before, it wakes nobody.
 	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 	drain(work)
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
 	require.True(t, ok)
-	select {
-	case p := <-work.C:
-		t.Fatalf("a wake-up (%q) from a runner that was not waiting", p)
-	case <-time.After(300 * time.Millisecond):
+	quiet("was not waiting")
+
+	// Waiting, with nobody of more room waiting, it wakes nobody either.
+	_, err = b.db.Exec(ctx, `DELETE FROM runner_waits WHERE runner_id = $1`, big)
+	require.NoError(t, err)
+	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
+	require.NoError(t, err)
+	require.False(t, ok)
+	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	drain(work)
+	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	quiet("nobody waited for")
+}
+
+// Runners with as much room strand as much: neither waits for the other.
+func TestRunnersAlikeDoNotWaitForEachOther(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	one, two := b.runner(t, 8, 65536, 2), b.runner(t, 8, 65536, 2)
+	for _, id := range []uuid.UUID{one, two} {
+		_, ok, err := b.store.ClaimJob(ctx, waiting(id))
+		require.NoError(t, err)
+		require.False(t, ok)
 	}
+	j := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	// Each would be first by some order of ids: the later one asks.
+	later := max(one.String(), two.String())
+	got, ok, err := b.store.ClaimJob(ctx, waiting(uuid.MustParse(later)))
+	require.NoError(t, err)
+	require.True(t, ok, "the other, alike, waits too")
+	require.Equal(t, j.ID, got.ID)
 }
 
 func drain(s *store.Subscription) {

@@ -211,6 +211,26 @@ func (s *Querier) notifyAfterCommit(channel string, payloads ...string) {
 }
 
 // notifyJobChanges announces that jobs changed (their ids).
+// notifyAllAfterCommit is notifyAfterCommit for several channels at once:
+// outside a transaction, one statement for all of them.
+func (s *Querier) notifyAllAfterCommit(notes map[string][]string) {
+	for ch, payloads := range notes {
+		if len(payloads) == 0 {
+			delete(notes, ch)
+		}
+	}
+	if len(notes) == 0 {
+		return // nothing to say: no round trip
+	}
+	if s.tx == nil {
+		s.sh.send(notes)
+		return
+	}
+	for ch, payloads := range notes {
+		s.notifyAfterCommit(ch, payloads...)
+	}
+}
+
 func (s *Querier) notifyJobChanges(ids ...string) {
 	s.notifyAfterCommit(ChannelJobChanges, ids...)
 }

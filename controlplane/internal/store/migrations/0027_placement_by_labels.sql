@@ -36,13 +36,31 @@ ALTER TABLE runners
     ADD COLUMN labels jsonb GENERATED ALWAYS AS (runmesh_labels(capacity)) STORED,
     -- The job kinds the runner asked for last (NULL until it asks): the
     -- blocked check's, since a runner names its kinds in each request.
-    ADD COLUMN kinds  text[],
-    -- While the runner waits for work (a long poll that found none): until
-    -- when, the room it has (what would be stranded) and the bounds its
-    -- claim takes jobs within. Another runner's claim passes over a job
-    -- that a waiting runner with less room would take (it strands less),
-    -- so that runner gets it. NULL while it is not waiting.
-    ADD COLUMN asking jsonb;
+    ADD COLUMN kinds  text[];
+
+-- The runners waiting for work now (a long poll whose claim found none):
+-- until when, the room each has (what a job would leave stranded there)
+-- and the bounds its claim takes jobs within. Another runner's claim
+-- passes over a job that a waiting runner with less room would take, so
+-- that runner gets it. Written by the claims themselves: an empty claim
+-- records its runner here, one that leases (or will not wait) removes it.
+-- Unlogged: what it says lasts seconds, and a claim that finds nothing
+-- writes no WAL for it, so it waits for no flush; a crash empties it,
+-- which only means that nobody is waiting.
+CREATE UNLOGGED TABLE runner_waits (
+    runner_id      uuid             PRIMARY KEY,
+    pool_id        uuid             NOT NULL,
+    until          timestamptz      NOT NULL,
+    gpus           integer          NOT NULL,
+    cores          double precision NOT NULL,
+    memory_mib     bigint           NOT NULL,
+    max_gpus       integer          NOT NULL,
+    max_cores      double precision NOT NULL,
+    max_memory_mib bigint           NOT NULL,
+    kinds          text[]           NOT NULL,
+    unavailable    text[]           NOT NULL
+);
+CREATE INDEX runner_waits_pool ON runner_waits (pool_id);
 
 -- runmesh_placement (0015) with the runners' labels and kinds, for the
 -- blocked check's kind and selector rules.

@@ -170,22 +170,17 @@ bounds AS (
                AS memory_mib
     FROM r, room
 ),
--- The runners of the pool waiting for work now (asking, written below by
--- their own claims) that have less room than this one, GPUs first, then
--- cores, then memory (then the id, so that two alike agree): a job one of
--- them would take is left to it, since it strands less there. Read once,
--- not for each job.
+-- The runners of the pool waiting for work now (runner_waits, written
+-- below by their own claims) that have less room than this one, GPUs
+-- first, then cores, then memory: a job one of them would take is left to
+-- it, since it strands less there. Runners with as much room as this one
+-- strand as much: none waits for another. Read once, not for each job.
 better AS MATERIALIZED (
-    SELECT o.labels, (o.asking->>'max_gpus')::int AS gpus, (o.asking->>'max_cores')::float8 AS cores,
-           (o.asking->>'max_memory_mib')::bigint AS memory_mib,
-           ARRAY(SELECT jsonb_array_elements_text(o.asking->'kinds')) AS kinds,
-           ARRAY(SELECT jsonb_array_elements_text(o.asking->'unavailable')) AS unavailable
-    FROM runners o, r, room
-    WHERE o.pool_id = r.pool_id AND o.id <> r.id AND o.asking IS NOT NULL
-      AND (o.asking->>'until')::float8 > extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now()))
+    SELECT o.labels, w.max_gpus AS gpus, w.max_cores AS cores, w.max_memory_mib AS memory_mib, w.kinds, w.unavailable
+    FROM runner_waits w JOIN runners o ON o.id = w.runner_id, r, room
+    WHERE w.pool_id = r.pool_id AND w.runner_id <> r.id AND w.until > coalesce(sqlc.narg('now')::timestamptz, now())
       AND o.status = 'APPROVED' AND o.quarantined_at IS NULL AND NOT o.draining AND o.retired_at IS NULL
-      AND ((o.asking->>'gpus')::int, (o.asking->>'cores')::float8, (o.asking->>'memory_mib')::bigint, o.id)
-          < (room.gpus, room.cores, room.memory_mib, r.id)
+      AND (w.gpus, w.cores, w.memory_mib) < (room.gpus, room.cores, room.memory_mib)
 ),
 candidates AS (
     SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
@@ -255,25 +250,32 @@ event_rows AS (
 ),
 -- A claim that finds nothing, for a runner that will wait for work (and
 -- may hold more), records that it waits: until when, its room and its
--- bounds (see better). One that leases, or that will not wait, clears it;
--- a runner that was not waiting and leases writes nothing here.
-asked AS (
-    UPDATE runners o
-    SET asking = CASE WHEN NOT EXISTS (SELECT 1 FROM leased) AND @wait_seconds::int > 0 AND booked.held < sqlc.arg(max_held)::int
-        THEN jsonb_build_object(
-            'until', extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now())) + @wait_seconds::int,
-            'gpus', room.gpus, 'cores', room.cores, 'memory_mib', room.memory_mib,
-            'max_gpus', bounds.gpus, 'max_cores', bounds.cores, 'max_memory_mib', bounds.memory_mib,
-            'kinds', to_jsonb(@kinds::text[]), 'unavailable', to_jsonb(@unavailable_images::text[])) END
+-- bounds (see better). One that leases, or will not wait, removes it.
+waits AS (
+    INSERT INTO runner_waits (runner_id, pool_id, until, gpus, cores, memory_mib, max_gpus, max_cores, max_memory_mib, kinds, unavailable)
+    SELECT r.id, r.pool_id, coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @wait_seconds::int),
+           room.gpus, room.cores, room.memory_mib, bounds.gpus, bounds.cores, bounds.memory_mib, @kinds::text[], @unavailable_images::text[]
     FROM r, room, bounds, booked
-    WHERE o.id = r.id
-      AND (o.asking IS NOT NULL OR (NOT EXISTS (SELECT 1 FROM leased) AND @wait_seconds::int > 0 AND booked.held < sqlc.arg(max_held)::int))
-    RETURNING o.id
+    WHERE NOT EXISTS (SELECT 1 FROM leased) AND @wait_seconds::int > 0 AND booked.held < sqlc.arg(max_held)::int
+    ON CONFLICT (runner_id) DO UPDATE
+    SET until = excluded.until, gpus = excluded.gpus, cores = excluded.cores, memory_mib = excluded.memory_mib,
+        max_gpus = excluded.max_gpus, max_cores = excluded.max_cores, max_memory_mib = excluded.max_memory_mib,
+        kinds = excluded.kinds, unavailable = excluded.unavailable
+),
+stopped AS (
+    DELETE FROM runner_waits w
+    WHERE w.runner_id = @runner_id
+      AND (EXISTS (SELECT 1 FROM leased) OR @wait_seconds::int <= 0 OR (SELECT held FROM booked) >= sqlc.arg(max_held)::int)
+    RETURNING w.runner_id, w.pool_id, w.gpus, w.cores, w.memory_mib
 )
--- stopped_asking: the runner was waiting and has now leased jobs. Others
--- may have passed over a job for it that it has now no room for, so
--- ClaimJobs wakes the pool's waiting runners to claim again.
-SELECT l.*, EXISTS (SELECT 1 FROM asked) AS stopped_asking
+-- stopped_asking: the runner was waiting and has now leased jobs, and
+-- runners with more room wait: they may have passed over a job for it
+-- that it has no room for now, so ClaimJobs wakes the pool's waiting
+-- runners to claim again.
+SELECT l.*, EXISTS (
+    SELECT 1 FROM stopped s JOIN runner_waits w ON w.pool_id = s.pool_id
+    WHERE w.runner_id <> s.runner_id AND w.until > coalesce(sqlc.narg('now')::timestamptz, now())
+      AND (w.gpus, w.cores, w.memory_mib) > (s.gpus, s.cores, s.memory_mib)) AS stopped_asking
 FROM leased l ORDER BY l.priority DESC, l.submitted_at, l.id; -- best first, as the claim ranked them
 
 -- name: TouchWorkRequest :one

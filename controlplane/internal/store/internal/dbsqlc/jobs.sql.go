@@ -15,19 +15,19 @@ import (
 const claimJobs = `-- name: ClaimJobs :many
 WITH r AS (
     SELECT ru.id, ru.pool_id, ru.cores, ru.memory_mib, ru.gpus_healthy, ru.enforces_limits, ru.labels,
-           p.allow_unenforced_memory, coalesce(p.lease_seconds, $1::int) AS lease_seconds
+           p.allow_unenforced_memory, coalesce(p.lease_seconds, $2::int) AS lease_seconds
     FROM runners ru JOIN pools p ON p.id = ru.pool_id
-    WHERE ru.id = $2 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
+    WHERE ru.id = $3 AND ru.status = 'APPROVED' AND ru.quarantined_at IS NULL
       AND NOT ru.draining AND ru.retired_at IS NULL
 ),
 booked AS (
     SELECT coalesce(sum(cores), 0)::float8 AS cores, coalesce(sum(memory_mib), 0)::bigint AS memory_mib,
            coalesce(sum(gpus), 0)::int AS gpus, count(*)::int AS held
-    FROM jobs WHERE runner_id = $2
+    FROM jobs WHERE runner_id = $3
 ),
 held AS (
     SELECT coalesce(sum(gpus), 0)::int AS gpus FROM gpu_holds
-    WHERE runner_id = $2 AND released_at IS NULL AND until > coalesce($3::timestamptz, now())
+    WHERE runner_id = $3 AND released_at IS NULL AND until > coalesce($1::timestamptz, now())
 ),
 room AS (
     SELECT least(r.cores - booked.cores, $4::float8) AS cores,
@@ -42,16 +42,11 @@ bounds AS (
     FROM r, room
 ),
 better AS MATERIALIZED (
-    SELECT o.labels, (o.asking->>'max_gpus')::int AS gpus, (o.asking->>'max_cores')::float8 AS cores,
-           (o.asking->>'max_memory_mib')::bigint AS memory_mib,
-           ARRAY(SELECT jsonb_array_elements_text(o.asking->'kinds')) AS kinds,
-           ARRAY(SELECT jsonb_array_elements_text(o.asking->'unavailable')) AS unavailable
-    FROM runners o, r, room
-    WHERE o.pool_id = r.pool_id AND o.id <> r.id AND o.asking IS NOT NULL
-      AND (o.asking->>'until')::float8 > extract(epoch FROM coalesce($3::timestamptz, now()))
+    SELECT o.labels, w.max_gpus AS gpus, w.max_cores AS cores, w.max_memory_mib AS memory_mib, w.kinds, w.unavailable
+    FROM runner_waits w JOIN runners o ON o.id = w.runner_id, r, room
+    WHERE w.pool_id = r.pool_id AND w.runner_id <> r.id AND w.until > coalesce($1::timestamptz, now())
       AND o.status = 'APPROVED' AND o.quarantined_at IS NULL AND NOT o.draining AND o.retired_at IS NULL
-      AND ((o.asking->>'gpus')::int, (o.asking->>'cores')::float8, (o.asking->>'memory_mib')::bigint, o.id)
-          < (room.gpus, room.cores, room.memory_mib, r.id)
+      AND (w.gpus, w.cores, w.memory_mib) < (room.gpus, room.cores, room.memory_mib)
 ),
 candidates AS (
     SELECT j.id, j.cores, j.memory_mib, j.gpus, j.priority, j.submitted_at,
@@ -67,7 +62,7 @@ candidates AS (
       AND j.gpus <= (SELECT gpus FROM bounds)
       AND j.memory_mib <= (SELECT memory_mib FROM bounds)
       AND j.cores <= (SELECT cores FROM bounds)
-      AND j.available_at <= coalesce($3::timestamptz, now())
+      AND j.available_at <= coalesce($1::timestamptz, now())
       -- Kinds as a range the index checks (exact for one kind, as most
       -- runners run), then exactly on the row. An = ANY on an index column
       -- after the first lets PostgreSQL plan an unordered scan and sort
@@ -106,8 +101,8 @@ fitting AS (
 leased AS (
     UPDATE jobs j
     SET state = 'LEASED', attempt = j.attempt + 1, runner_id = r.id, state_reason = '',
-        leased_at = coalesce($3::timestamptz, now()), lease_heard_at = NULL,
-        lease_expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => r.lease_seconds)
+        leased_at = coalesce($1::timestamptz, now()), lease_heard_at = NULL,
+        lease_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => r.lease_seconds)
     FROM r
     WHERE j.id = ANY(ARRAY(SELECT id FROM fitting))
     RETURNING j.id, j.pool_id, j.submitted_by, j.image, j.command, j.env, j.cores, j.memory_mib, j.gpus, j.wall_clock_seconds, j.priority, j.max_attempts, j.idempotency_key, j.kind, j.state, j.state_reason, j.attempt, j.runner_id, j.lease_expires_at, j.available_at, j.cancel_requested, j.submitted_at, j.finished_at, j.undelivered, j.leased_at, j.lease_heard_at, j.organisation_id, j.options
@@ -116,27 +111,34 @@ event_rows AS (
     INSERT INTO job_events (job_id, type, attempt, runner_id)
     SELECT l.id, 'LEASED', l.attempt, l.runner_id FROM leased l
 ),
-asked AS (
-    UPDATE runners o
-    SET asking = CASE WHEN NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int
-        THEN jsonb_build_object(
-            'until', extract(epoch FROM coalesce($3::timestamptz, now())) + $15::int,
-            'gpus', room.gpus, 'cores', room.cores, 'memory_mib', room.memory_mib,
-            'max_gpus', bounds.gpus, 'max_cores', bounds.cores, 'max_memory_mib', bounds.memory_mib,
-            'kinds', to_jsonb($10::text[]), 'unavailable', to_jsonb($11::text[])) END
+waits AS (
+    INSERT INTO runner_waits (runner_id, pool_id, until, gpus, cores, memory_mib, max_gpus, max_cores, max_memory_mib, kinds, unavailable)
+    SELECT r.id, r.pool_id, coalesce($1::timestamptz, now()) + make_interval(secs => $15::int),
+           room.gpus, room.cores, room.memory_mib, bounds.gpus, bounds.cores, bounds.memory_mib, $10::text[], $11::text[]
     FROM r, room, bounds, booked
-    WHERE o.id = r.id
-      AND (o.asking IS NOT NULL OR (NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int))
-    RETURNING o.id
+    WHERE NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int
+    ON CONFLICT (runner_id) DO UPDATE
+    SET until = excluded.until, gpus = excluded.gpus, cores = excluded.cores, memory_mib = excluded.memory_mib,
+        max_gpus = excluded.max_gpus, max_cores = excluded.max_cores, max_memory_mib = excluded.max_memory_mib,
+        kinds = excluded.kinds, unavailable = excluded.unavailable
+),
+stopped AS (
+    DELETE FROM runner_waits w
+    WHERE w.runner_id = $3
+      AND (EXISTS (SELECT 1 FROM leased) OR $15::int <= 0 OR (SELECT held FROM booked) >= $13::int)
+    RETURNING w.runner_id, w.pool_id, w.gpus, w.cores, w.memory_mib
 )
-SELECT l.id, l.pool_id, l.submitted_by, l.image, l.command, l.env, l.cores, l.memory_mib, l.gpus, l.wall_clock_seconds, l.priority, l.max_attempts, l.idempotency_key, l.kind, l.state, l.state_reason, l.attempt, l.runner_id, l.lease_expires_at, l.available_at, l.cancel_requested, l.submitted_at, l.finished_at, l.undelivered, l.leased_at, l.lease_heard_at, l.organisation_id, l.options, EXISTS (SELECT 1 FROM asked) AS stopped_asking
+SELECT l.id, l.pool_id, l.submitted_by, l.image, l.command, l.env, l.cores, l.memory_mib, l.gpus, l.wall_clock_seconds, l.priority, l.max_attempts, l.idempotency_key, l.kind, l.state, l.state_reason, l.attempt, l.runner_id, l.lease_expires_at, l.available_at, l.cancel_requested, l.submitted_at, l.finished_at, l.undelivered, l.leased_at, l.lease_heard_at, l.organisation_id, l.options, EXISTS (
+    SELECT 1 FROM stopped s JOIN runner_waits w ON w.pool_id = s.pool_id
+    WHERE w.runner_id <> s.runner_id AND w.until > coalesce($1::timestamptz, now())
+      AND (w.gpus, w.cores, w.memory_mib) > (s.gpus, s.cores, s.memory_mib)) AS stopped_asking
 FROM leased l ORDER BY l.priority DESC, l.submitted_at, l.id
 `
 
 type ClaimJobsParams struct {
+	Now                 *time.Time
 	DefaultLeaseSeconds int32
 	RunnerID            uuid.UUID
-	Now                 *time.Time
 	FreeCores           float64
 	FreeMemoryMib       int64
 	FreeGpus            int32
@@ -209,26 +211,26 @@ type ClaimJobsRow struct {
 // What one job may take here: the room, within the largest job the runner
 // asked for. A runner that cannot enforce memory limits, in a pool that
 // does not allow that, takes no memory claim: its memory bound is 0.
-// The runners of the pool waiting for work now (asking, written below by
-// their own claims) that have less room than this one, GPUs first, then
-// cores, then memory (then the id, so that two alike agree): a job one of
-// them would take is left to it, since it strands less there. Read once,
-// not for each job.
+// The runners of the pool waiting for work now (runner_waits, written
+// below by their own claims) that have less room than this one, GPUs
+// first, then cores, then memory: a job one of them would take is left to
+// it, since it strands less there. Runners with as much room as this one
+// strand as much: none waits for another. Read once, not for each job.
 // The jobs are found by their ids as an array, a primary key probe each.
 // Joined to fitting instead, a plan made while the table was empty walked
 // the whole table once for each job.
 // A claim that finds nothing, for a runner that will wait for work (and
 // may hold more), records that it waits: until when, its room and its
-// bounds (see better). One that leases, or that will not wait, clears it;
-// a runner that was not waiting and leases writes nothing here.
-// stopped_asking: the runner was waiting and has now leased jobs. Others
-// may have passed over a job for it that it has now no room for, so
-// ClaimJobs wakes the pool's waiting runners to claim again.
+// bounds (see better). One that leases, or will not wait, removes it.
+// stopped_asking: the runner was waiting and has now leased jobs, and
+// runners with more room wait: they may have passed over a job for it
+// that it has no room for now, so ClaimJobs wakes the pool's waiting
+// runners to claim again.
 func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) ([]ClaimJobsRow, error) {
 	rows, err := db.Query(ctx, claimJobs,
+		arg.Now,
 		arg.DefaultLeaseSeconds,
 		arg.RunnerID,
-		arg.Now,
 		arg.FreeCores,
 		arg.FreeMemoryMib,
 		arg.FreeGpus,

@@ -218,5 +218,18 @@ type Runner struct {
 	GpuFaults         []byte
 	Labels            []byte
 	Kinds             []string
-	Asking            []byte
+}
+
+type RunnerWait struct {
+	RunnerID     uuid.UUID
+	PoolID       uuid.UUID
+	Until        time.Time
+	Gpus         int32
+	Cores        float64
+	MemoryMib    int64
+	MaxGpus      int32
+	MaxCores     float64
+	MaxMemoryMib int64
+	Kinds        []string
+	Unavailable  []string
 }

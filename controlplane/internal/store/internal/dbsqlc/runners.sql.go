@@ -84,7 +84,7 @@ func (q *Queries) CreateEnrolmentToken(ctx context.Context, db DBTX, arg CreateE
 const createRunner = `-- name: CreateRunner :one
 INSERT INTO runners (pool_id, name, public_key, fingerprint, csr, enrolment_token_id)
 VALUES ($1, $2, $3, $4, $5, $6)
-RETURNING id, pool_id, name, status, status_reason, public_key, fingerprint, csr, enrolment_token_id, enrolled_at, decided_at, decided_by, agent_version, last_heartbeat_at, last_work_request_at, capacity, gpus, health, cores, memory_mib, gpu_count, gpus_healthy, inventory, quarantined_at, quarantine_reason, draining, retired_at, failures_in_a_row, enforces_limits, recovery, recovery_at, gpu_faults, labels, kinds, asking
+RETURNING id, pool_id, name, status, status_reason, public_key, fingerprint, csr, enrolment_token_id, enrolled_at, decided_at, decided_by, agent_version, last_heartbeat_at, last_work_request_at, capacity, gpus, health, cores, memory_mib, gpu_count, gpus_healthy, inventory, quarantined_at, quarantine_reason, draining, retired_at, failures_in_a_row, enforces_limits, recovery, recovery_at, gpu_faults, labels, kinds
 `
 
 type CreateRunnerParams struct {
@@ -141,7 +141,6 @@ func (q *Queries) CreateRunner(ctx context.Context, db DBTX, arg CreateRunnerPar
 		&i.GpuFaults,
 		&i.Labels,
 		&i.Kinds,
-		&i.Asking,
 	)
 	return i, err
 }
@@ -165,7 +164,7 @@ func (q *Queries) GetCertificate(ctx context.Context, db DBTX, serial string) (C
 }
 
 const getRunner = `-- name: GetRunner :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, r.asking, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -222,7 +221,6 @@ func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (
 		&i.Runner.GpuFaults,
 		&i.Runner.Labels,
 		&i.Runner.Kinds,
-		&i.Runner.Asking,
 		&i.OrganisationID,
 		&i.PoolLeaseSeconds,
 		&i.PoolImages,
@@ -231,7 +229,7 @@ func (q *Queries) GetRunner(ctx context.Context, db DBTX, arg GetRunnerParams) (
 }
 
 const getRunnerForUpdate = `-- name: GetRunnerForUpdate :one
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, r.asking, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE r.id = $1
   AND ($2::boolean OR p.organisation_id = $3::uuid)
@@ -294,7 +292,6 @@ func (q *Queries) GetRunnerForUpdate(ctx context.Context, db DBTX, arg GetRunner
 		&i.Runner.GpuFaults,
 		&i.Runner.Labels,
 		&i.Runner.Kinds,
-		&i.Runner.Asking,
 		&i.OrganisationID,
 		&i.PoolLeaseSeconds,
 		&i.PoolImages,
@@ -435,7 +432,7 @@ func (q *Queries) LatestRunnerCertificate(ctx context.Context, db DBTX, runnerID
 }
 
 const listRunners = `-- name: ListRunners :many
-SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, r.asking, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
+SELECT r.id, r.pool_id, r.name, r.status, r.status_reason, r.public_key, r.fingerprint, r.csr, r.enrolment_token_id, r.enrolled_at, r.decided_at, r.decided_by, r.agent_version, r.last_heartbeat_at, r.last_work_request_at, r.capacity, r.gpus, r.health, r.cores, r.memory_mib, r.gpu_count, r.gpus_healthy, r.inventory, r.quarantined_at, r.quarantine_reason, r.draining, r.retired_at, r.failures_in_a_row, r.enforces_limits, r.recovery, r.recovery_at, r.gpu_faults, r.labels, r.kinds, p.organisation_id, p.lease_seconds AS pool_lease_seconds, p.images AS pool_images
 FROM runners r JOIN pools p ON p.id = r.pool_id
 WHERE ($1::boolean OR p.organisation_id = $2::uuid)
   AND ($3::uuid IS NULL OR r.pool_id = $3)
@@ -523,7 +520,6 @@ func (q *Queries) ListRunners(ctx context.Context, db DBTX, arg ListRunnersParam
 			&i.Runner.GpuFaults,
 			&i.Runner.Labels,
 			&i.Runner.Kinds,
-			&i.Runner.Asking,
 			&i.OrganisationID,
 			&i.PoolLeaseSeconds,
 			&i.PoolImages,
