@@ -147,6 +147,10 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 		"--memory-mib", "64", "--scratch-mib", "16", "--", "true")
 	require.Regexp(t, `(?s)network: true.*workingDir: /scratch/run`, b.ok("job", netted))
 	require.Contains(t, b.ok("job", netted), "scratchMiB: 16")
+	selected := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--selector", "zone in (a, b), !spot", "--", "true")
+	require.Contains(t, b.ok("job", selected), "selector: zone in (a,b),!spot")
+	_, _, err = b.cli("", "submit-job", "--pool", "gpu", "--image", "busybox", "--selector", "zone in ()", "--", "true")
+	require.ErrorContains(t, err, `selector: "zone in ()": an empty list`)
 	// A presigned URL comes from the environment, and is shown without its signature.
 	b.env["DATA_URL"] = "https://data.example.com/set.bin?X-Amz-Signature=s3cretsig"
 	data := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--input-url", "set.bin=DATA_URL", "--data-mib", "8", "--", "true")
