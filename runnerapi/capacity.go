@@ -278,7 +278,7 @@ func checkLabels(labels []Label) error {
 		if l.Key == "" {
 			return fmt.Errorf("labels[%d].key: missing", i)
 		}
-		if err := CheckText(fmt.Sprintf("labels[%d].key", i), l.Key, 128); err != nil {
+		if err := CheckText(fmt.Sprintf("labels[%d].key", i), l.Key, MaxLabelKeyBytes); err != nil {
 			return err
 		}
 		if err := CheckText(fmt.Sprintf("labels[%d].value", i), l.Value, 256); err != nil {

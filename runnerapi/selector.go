@@ -37,10 +37,35 @@ const (
 	maxSelectorValues       = 64
 )
 
+// MaxLabelKeyBytes is the longest label key: a DNS prefix of up to 253
+// bytes, '/', and a name of up to 63.
+const MaxLabelKeyBytes = 253 + 1 + 63
+
 var (
-	labelKey   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	labelValue = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	labelPrefix = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
+	labelName   = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	labelValue  = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
 )
+
+// checkKey says why key is not a label key, as Kubernetes has them.
+func checkKey(key string) error {
+	prefix, name, scoped := strings.Cut(key, "/")
+	if !scoped {
+		prefix, name = "", key
+	}
+	if !labelName.MatchString(name) || scoped && (len(prefix) > 253 || !labelPrefix.MatchString(prefix)) {
+		return fmt.Errorf("%q is not a label key (an optional DNS name and '/', then up to 63 letters, digits, '-', '_' or '.', a letter or digit at each end)", key)
+	}
+	return nil
+}
+
+// checkValue says why value is not a label value.
+func checkValue(value string) error {
+	if !labelValue.MatchString(value) {
+		return fmt.Errorf("%q is not a label value (up to 63 letters, digits, '-', '_' or '.', a letter or digit at each end)", value)
+	}
+	return nil
+}
 
 // ParseSelector reads a selector ("" selects every runner).
 func ParseSelector(s string) ([]Requirement, error) {
@@ -63,6 +88,9 @@ func ParseSelector(s string) ([]Requirement, error) {
 		}
 		rest = tail
 	}
+	// Every term must hold, in any order: kept by key, as Kubernetes does,
+	// so that one selector written two ways reads back as one.
+	slices.SortStableFunc(out, func(a, b Requirement) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -122,20 +150,26 @@ func parseTerm(t string) (Requirement, error) {
 	return requirement(t, OpExists, nil)
 }
 
+// requirement checks one term. The values of a list are kept sorted and
+// each once, as a set: `in (b,a,b)` is `in (a,b)`.
 func requirement(key, op string, vals []string) (Requirement, error) {
-	if !labelKey.MatchString(key) || len(key) > 317 {
-		return Requirement{}, fmt.Errorf("%q is not a label key", key)
+	if err := checkKey(key); err != nil {
+		return Requirement{}, err
 	}
 	if len(vals) > maxSelectorValues {
 		return Requirement{}, fmt.Errorf("more than %d values", maxSelectorValues)
 	}
 	for _, v := range vals {
-		if !labelValue.MatchString(v) {
-			return Requirement{}, fmt.Errorf("%q is not a label value", v)
+		if err := checkValue(v); err != nil {
+			return Requirement{}, err
 		}
 	}
-	if (op == OpIn || op == OpNotIn) && (len(vals) == 0 || len(vals) == 1 && vals[0] == "") {
-		return Requirement{}, fmt.Errorf("an empty list")
+	if op == OpIn || op == OpNotIn {
+		if len(vals) == 0 || len(vals) == 1 && vals[0] == "" {
+			return Requirement{}, fmt.Errorf("an empty list")
+		}
+		slices.Sort(vals)
+		vals = slices.Compact(vals)
 	}
 	return Requirement{Key: key, Op: op, Values: vals}, nil
 }
@@ -167,7 +201,9 @@ func Matches(reqs []Requirement, labels map[string]string) bool {
 }
 
 // FormatSelector writes requirements back in the selector syntax,
-// canonically: what ParseSelector reads as the same requirements.
+// canonically (terms by key, a list's values sorted, each once, as
+// ParseSelector keeps them): what ParseSelector reads as the same
+// requirements.
 func FormatSelector(reqs []Requirement) string {
 	terms := make([]string, len(reqs))
 	for i, r := range reqs {
@@ -195,13 +231,10 @@ func EqualSelectors(a, b []Requirement) bool {
 // CheckLabel says why a selector could not name a label with this key and
 // value (nil: one can).
 func CheckLabel(key, value string) error {
-	if !labelKey.MatchString(key) || len(key) > 317 {
-		return fmt.Errorf("%q is not a label key (a DNS prefix and '/', then up to 63 letters, digits, '-', '_' or '.')", key)
+	if err := checkKey(key); err != nil {
+		return err
 	}
-	if !labelValue.MatchString(value) {
-		return fmt.Errorf("%q is not a label value (up to 63 letters, digits, '-', '_' or '.', a letter or digit at each end)", value)
-	}
-	return nil
+	return checkValue(value)
 }
 
 // AsLabelValue makes a detected fact (a GPU's model name, say) a label

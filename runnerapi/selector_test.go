@@ -12,13 +12,14 @@ func TestParseSelector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// By key, as every term must hold in any order.
 	want := []Requirement{
-		{Key: "runmesh.io/gpu-model", Op: OpEquals, Values: []string{"A100"}},
-		{Key: "rack", Op: OpNotEquals, Values: []string{"r12"}},
-		{Key: "zone", Op: OpIn, Values: []string{"eu-1", "eu-2"}},
-		{Key: "tier", Op: OpNotIn, Values: []string{"spot"}},
-		{Key: "team", Op: OpExists},
 		{Key: "quarantine", Op: OpNotExists},
+		{Key: "rack", Op: OpNotEquals, Values: []string{"r12"}},
+		{Key: "runmesh.io/gpu-model", Op: OpEquals, Values: []string{"A100"}},
+		{Key: "team", Op: OpExists},
+		{Key: "tier", Op: OpNotIn, Values: []string{"spot"}},
+		{Key: "zone", Op: OpIn, Values: []string{"eu-1", "eu-2"}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
@@ -29,10 +30,21 @@ func TestParseSelector(t *testing.T) {
 	if r, err := ParseSelector("a==b"); err != nil || r[0].Op != OpEquals {
 		t.Fatalf("==: %+v, %v", r, err)
 	}
+	if r, err := ParseSelector("z in (b,a,b), z notin (c)"); err != nil || !reflect.DeepEqual(r, []Requirement{
+		{Key: "z", Op: OpIn, Values: []string{"a", "b"}}, {Key: "z", Op: OpNotIn, Values: []string{"c"}}}) {
+		t.Fatalf("a list is a set; one key's terms keep their order: %+v, %v", r, err)
+	}
+	long := strings.Repeat("d", 63)
+	if _, err := ParseSelector(strings.Repeat(long+".", 3) + long[:61] + "/" + long + "=x"); err != nil {
+		t.Fatalf("the longest key: %v", err)
+	}
 	for _, bad := range []string{
 		"a,", ",a", "a,,b", "zone in (a,b", "zone in a,b)", "zone within (a)", "zone in ()", "-bad=x", "a=b c",
 		"a=" + strings.Repeat("v", 64), "Bad.Prefix/key=x", "a in ((b))", strings.Repeat("a,", 40) + "a",
 		strings.Repeat("x", MaxSelectorBytes+1),
+		long + "d.io/a",                                // a DNS label of 64
+		strings.Repeat(long+".", 3) + long[:62] + "/a", // a prefix of 254
+		"a/b/c", "/a", "a/", "A.io/b",
 	} {
 		if _, err := ParseSelector(bad); err == nil {
 			t.Errorf("%q: accepted", bad)
@@ -93,7 +105,8 @@ func FuzzParseSelector(f *testing.F) {
 func TestFormatSelectorReadsBack(t *testing.T) {
 	for in, want := range map[string]string{
 		" a == b , c in ( d , e ) ,!f": "a=b,c in (d,e),!f",
-		"x.io/y notin (z),w!=v,u":      "x.io/y notin (z),w!=v,u",
+		"x.io/y notin (z),w!=v,u":      "u,w!=v,x.io/y notin (z)",
+		"zone in (b,a,b),a":            "a,zone in (a,b)",
 		"a=":                           "a=",
 		"":                             "",
 	} {
@@ -123,5 +136,26 @@ func TestAsLabelValueIsOneASelectorCanName(t *testing.T) {
 		if err := CheckLabel("k", got); err != nil {
 			t.Fatalf("%q: %v", in, err)
 		}
+	}
+}
+
+// Every label an agent may declare (CheckLabel) is one the server takes in
+// a capacity report: the two agree on the longest key.
+func TestADeclarableLabelIsOneTheServerTakes(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("d", 63)
+	key := strings.Repeat(long+".", 3) + long[:61] + "/" + long // a prefix of 253
+	if len(key) != MaxLabelKeyBytes {
+		t.Fatalf("the longest key is %d bytes, not %d", len(key), MaxLabelKeyBytes)
+	}
+	if err := CheckLabel(key, "v"); err != nil {
+		t.Fatal(err)
+	}
+	c := Capacity{Host: HostCapacity{Cores: 1, MemoryMiB: 1024}, GPUs: []GPU{}, Labels: []Label{{Key: key, Value: "v", Source: LabelDeclared}}}
+	if err := CheckCapacity(c); err != nil {
+		t.Fatalf("the server refuses it: %v", err)
+	}
+	if err := CheckLabel(key+"d", "v"); err == nil {
+		t.Fatal("a key of more than 63 after its prefix: accepted")
 	}
 }

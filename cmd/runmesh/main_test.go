@@ -148,7 +148,7 @@ func TestEveryCommandAgainstTheRealAPI(t *testing.T) {
 	require.Regexp(t, `(?s)network: true.*workingDir: /scratch/run`, b.ok("job", netted))
 	require.Contains(t, b.ok("job", netted), "scratchMiB: 16")
 	selected := b.field("submitJob.id", "submit-job", "--pool", "gpu", "--image", "busybox", "--selector", "zone in (a, b), !spot", "--", "true")
-	require.Contains(t, b.ok("job", selected), "selector: zone in (a,b),!spot")
+	require.Contains(t, b.ok("job", selected), "selector: '!spot,zone in (a,b)'")
 	_, _, err = b.cli("", "submit-job", "--pool", "gpu", "--image", "busybox", "--selector", "zone in ()", "--", "true")
 	require.ErrorContains(t, err, `selector: "zone in ()": an empty list`)
 	// A presigned URL comes from the environment, and is shown without its signature.

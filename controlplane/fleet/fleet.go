@@ -27,6 +27,7 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 		gpus = []runnerapi.GPU{}
 	}
 	c.GPUs = nil
+	c.Labels = nameable(c.Labels)
 	capJSON, err := json.Marshal(c)
 	if err != nil {
 		return store.ReportedCapacity{}, fmt.Errorf("encode capacity: %w", err)
@@ -45,6 +46,23 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 		Capacity: capJSON, GPUs: gpuJSON, Cores: c.Host.Cores, MemoryMiB: c.Host.MemoryMiB,
 		GPUCount: len(gpus), GPUsHealthy: healthy, EnforcesMemory: c.Limits != nil && c.Limits.Memory,
 	}, nil
+}
+
+// nameable is labels with each detected value as one a selector can
+// name. Agents make them so themselves; earlier ones reported the facts as
+// found ("NVIDIA H200" for NVIDIA-H200), which no selector could match.
+func nameable(labels []runnerapi.Label) []runnerapi.Label {
+	if labels == nil {
+		return nil
+	}
+	out := make([]runnerapi.Label, len(labels))
+	for i, l := range labels {
+		if l.Source == runnerapi.LabelDetected {
+			l.Value = runnerapi.AsLabelValue(l.Value)
+		}
+		out[i] = l
+	}
+	return out
 }
 
 // InventoryOf is the inventory of a runner as it stands: what an

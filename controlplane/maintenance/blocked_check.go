@@ -42,9 +42,10 @@ type blockedCheckTestSignals struct {
 func (ts *blockedCheckTestSignals) init() { ts.checked.init() }
 
 type blockedCheckPass struct {
-	Whole     bool // it read the whole queue, not only recent jobs
-	Blocked   store.Blocked
-	Unblocked int
+	Whole       bool // it read the whole queue, not only recent jobs
+	Blocked     store.Blocked
+	Unblocked   int
+	WaitsPruned int // rows of waits long ended, dropped
 }
 
 // NewBlockedCheck returns a blocked check over s; Start starts it.
@@ -77,7 +78,14 @@ func (c *BlockedCheck) check(ctx context.Context) {
 		failed(ctx, c.log, "checking for blocked jobs", err)
 		return
 	}
-	c.testSignals.checked.signal(blockedCheckPass{Whole: since.IsZero(), Blocked: blocked, Unblocked: unblocked})
+	// The waits the claims record, with the placement they steer: those
+	// of runners that stopped asking without a word are dropped here.
+	pruned, err := c.store.PruneWaits(ctx)
+	if err != nil {
+		failed(ctx, c.log, "dropping ended waits", err)
+		return
+	}
+	c.testSignals.checked.signal(blockedCheckPass{Whole: since.IsZero(), Blocked: blocked, Unblocked: unblocked, WaitsPruned: pruned})
 	if blocked.Blocked+unblocked > 0 {
 		c.log.Info("checked for blocked jobs", "blocked", blocked.Blocked, "unblocked", unblocked, "whole_queue", since.IsZero())
 	}
@@ -86,8 +94,9 @@ func (c *BlockedCheck) check(ctx context.Context) {
 // placeabilityChecks paces the blocked check. Reading every queued job
 // costs in proportion to the queue, so most checks read only the jobs
 // submitted since the last one, and every wholeEvery one reads them all: a
-// job already queued can become unplaceable only when the fleet shrinks,
-// which that catches within minutes.
+// job already queued becomes unplaceable only when the fleet changes (a
+// runner leaves, or its labels or kinds change), which that catches within
+// minutes.
 type placeabilityChecks struct {
 	checkedBefore time.Time // jobs submitted before this have been checked
 	sinceWhole    int

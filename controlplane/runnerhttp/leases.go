@@ -79,13 +79,19 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 			s.deliver(w, r, c, jobs, leaseSeconds)
 			return
 		}
-		switch waitForWork(ctx, sub.C, deadline.C, c.runner.PoolID.String()) {
-		case waitGone:
-			return
-		case waitTimedOut:
+		// waitGone: the request ended, and so does the loop.
+		if waitForWork(ctx, sub.C, deadline.C, c.runner.PoolID.String()) == waitTimedOut {
 			writeJSON(w, http.StatusOK, runnerapi.LeaseResponse{Leases: []runnerapi.Lease{}})
 			return
 		}
+	}
+	// Gone while it waited: the runner waits no longer, and runners that
+	// left jobs to it may take them. (A wait that timed out ended when its
+	// claim said it would; the runner, asking again at once, rewrites it.)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
+	defer cancel()
+	if err := s.o.Store.StopWaiting(ctx, c.runner.ID); err != nil {
+		s.o.Log.Warn("a runner that stopped asking is taken as waiting until its wait ends", "runner", c.runner.ID, "err", err)
 	}
 }
 

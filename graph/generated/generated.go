@@ -3237,7 +3237,7 @@ type Job {
   outputs: [JobOutput!]!
   "Its container's working directory; null: the image's."
   workingDir: String
-  "The label selector runners must match, as written canonically (null: any runner of the pool)."
+  "The label selector runners must match, written canonically: terms by key, a list's values sorted and each once (null: any runner of the pool)."
   selector: String
   priority: Int!
   maxAttempts: Int!

@@ -60,8 +60,8 @@ func labels(c runnerapi.Capacity, declared map[string]string) []runnerapi.Label 
 		DetectedPrefix + "os":        runtime.GOOS,
 		DetectedPrefix + "gpu.count": strconv.Itoa(len(c.GPUs)),
 	}
-	if c.DriverVersion != "" {
-		detected[DetectedPrefix+"gpu.driver"] = runnerapi.AsLabelValue(c.DriverVersion)
+	if driver := runnerapi.AsLabelValue(c.DriverVersion); driver != "" {
+		detected[DetectedPrefix+"gpu.driver"] = driver
 	}
 	// As a label value a selector can name: "NVIDIA H200" is NVIDIA-H200.
 	if model := runnerapi.AsLabelValue(gpuModel(c.GPUs)); model != "" {

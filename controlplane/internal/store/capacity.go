@@ -111,21 +111,30 @@ func (s *Querier) ClearGPUFault(ctx context.Context, id uuid.UUID, gpuUUID strin
 }
 
 // SetDraining drains a runner (no new work) or lets it take work again.
+// A drained runner waits for work no longer.
 func (s *Querier) SetDraining(ctx context.Context, id uuid.UUID, draining bool) error {
-	if err := s.q.SetRunnerDraining(ctx, s.db, dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}); err != nil {
-		return mapErr(err)
-	}
-	s.runnerChanged(ChannelRunnerStatus, id.String())
-	return nil
+	return s.atomically(ctx, func(tx *Tx) error {
+		if err := tx.q.SetRunnerDraining(ctx, tx.db, dbsqlc.SetRunnerDrainingParams{ID: id, Draining: draining}); err != nil {
+			return mapErr(err)
+		}
+		tx.runnerChanged(ChannelRunnerStatus, id.String())
+		if draining {
+			return tx.StopWaiting(ctx, id)
+		}
+		return nil
+	})
 }
 
-// Retire marks a runner retired (and draining).
+// Retire marks a runner retired (and draining); it waits for work no
+// longer.
 func (s *Querier) Retire(ctx context.Context, id uuid.UUID) error {
-	if err := s.q.RetireRunner(ctx, s.db, id); err != nil {
-		return mapErr(err)
-	}
-	s.runnerChanged(ChannelRunnerStatus, id.String())
-	return nil
+	return s.atomically(ctx, func(tx *Tx) error {
+		if err := tx.q.RetireRunner(ctx, tx.db, id); err != nil {
+			return mapErr(err)
+		}
+		tx.runnerChanged(ChannelRunnerStatus, id.String())
+		return tx.StopWaiting(ctx, id)
+	})
 }
 
 // ClearQuarantine lifts a quarantine, taking inventory as the new baseline.

@@ -90,11 +90,16 @@ func TestTheSQLMatcherAgreesWithMatches(t *testing.T) {
 	check := func(reqs []runnerapi.Requirement, labels map[string]string) {
 		sel, err := json.Marshal(reqs)
 		require.NoError(t, err)
-		lab, err := json.Marshal(labels)
+		// As a capacity report has them, read as the runners' column is.
+		var c runnerapi.Capacity
+		for k, v := range labels {
+			c.Labels = append(c.Labels, runnerapi.Label{Key: k, Value: v, Source: runnerapi.LabelDeclared})
+		}
+		capacity, err := json.Marshal(c)
 		require.NoError(t, err)
 		var got bool
-		require.NoError(t, b.db.QueryRow(ctx, `SELECT runmesh_selects($1::jsonb, $2::jsonb)`, sel, lab).Scan(&got))
-		require.Equal(t, runnerapi.Matches(reqs, labels), got, "selector %s, labels %s", sel, lab)
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT runmesh_selects($1::jsonb, runmesh_labels($2::jsonb))`, sel, capacity).Scan(&got))
+		require.Equal(t, runnerapi.Matches(reqs, labels), got, "selector %s, capacity %s", sel, capacity)
 	}
 	for range 400 {
 		var reqs []runnerapi.Requirement
@@ -102,7 +107,7 @@ func TestTheSQLMatcherAgreesWithMatches(t *testing.T) {
 			r := runnerapi.Requirement{Key: keys[rnd.IntN(len(keys))], Op: ops[rnd.IntN(len(ops))]}
 			switch r.Op {
 			case runnerapi.OpEquals, runnerapi.OpNotEquals:
-				r.Values = []string{values[rnd.IntN(2)]}
+				r.Values = []string{values[rnd.IntN(len(values))]}
 			case runnerapi.OpIn, runnerapi.OpNotIn:
 				r.Values = []string{values[rnd.IntN(2)], values[rnd.IntN(3)]}
 			}
@@ -121,6 +126,27 @@ func TestTheSQLMatcherAgreesWithMatches(t *testing.T) {
 	require.True(t, *got, "no selector selects every runner")
 	require.NoError(t, b.db.QueryRow(ctx, `SELECT runmesh_selects('[{"key":"a","op":"~"}]', '{"a":"1"}')`).Scan(&got))
 	require.False(t, *got, "an operator it does not know meets nothing")
+
+	for capacity, want := range map[string]string{
+		`{}`:                         `{}`,
+		`{"labels": {"a": "1"}}`:     `{}`,
+		`{"labels": [{"key": "a"}]}`: `{"a": ""}`,
+		`{"labels": [{"key": 1}, {"key": "b", "value": "2"}]}`: `{"b": "2"}`,
+	} {
+		var same bool
+		require.NoError(t, b.db.QueryRow(ctx, `SELECT runmesh_labels($1::jsonb) = $2::jsonb`, capacity, want).Scan(&same))
+		require.True(t, same, "%s reads as %s", capacity, want)
+	}
+}
+
+// waitFor has each runner claim and find nothing: each waits for work.
+func (b jobsBundle) waitFor(t *testing.T, runners ...uuid.UUID) {
+	t.Helper()
+	for _, id := range runners {
+		_, ok, err := b.store.ClaimJob(context.Background(), waiting(id))
+		require.NoError(t, err)
+		require.False(t, ok, "nothing to claim yet")
+	}
 }
 
 // waiting is a claim of a runner that will wait for work.
@@ -230,11 +256,7 @@ func TestLessStrandedComparesGPUsThenCoresThenMemory(t *testing.T) {
 			b := jobsSetup(t)
 			p := b.runner(t, tc.preferred[0], int64(tc.preferred[1]), int(tc.preferred[2]))
 			o := b.runner(t, tc.other[0], int64(tc.other[1]), int(tc.other[2]))
-			for _, r := range []uuid.UUID{p, o} {
-				_, ok, err := b.store.ClaimJob(ctx, waiting(r))
-				require.NoError(t, err)
-				require.False(t, ok)
-			}
+			b.waitFor(t, p, o)
 			j := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 			_, ok, err := b.store.ClaimJob(ctx, waiting(o))
 			require.NoError(t, err)
@@ -255,11 +277,7 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	defer cancel()
 	b := jobsSetup(t)
 	r, big := b.runner(t, 8, 65536, 0), b.runner(t, 64, 65536, 0)
-	for _, id := range []uuid.UUID{big, r} {
-		_, ok, err := b.store.ClaimJob(ctx, waiting(id))
-		require.NoError(t, err)
-		require.False(t, ok)
-	}
+	b.waitFor(t, big, r)
 	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 
 	l := listening(ctx, b.db)
@@ -306,11 +324,7 @@ func TestRunnersAlikeDoNotWaitForEachOther(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	one, two := b.runner(t, 8, 65536, 2), b.runner(t, 8, 65536, 2)
-	for _, id := range []uuid.UUID{one, two} {
-		_, ok, err := b.store.ClaimJob(ctx, waiting(id))
-		require.NoError(t, err)
-		require.False(t, ok)
-	}
+	b.waitFor(t, one, two)
 	j := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 	// Each would be first by some order of ids: the later one asks.
 	later := max(one.String(), two.String())

@@ -210,7 +210,6 @@ func (s *Querier) notifyAfterCommit(channel string, payloads ...string) {
 	s.tx.mu.Unlock()
 }
 
-// notifyJobChanges announces that jobs changed (their ids).
 // notifyAllAfterCommit is notifyAfterCommit for several channels at once:
 // outside a transaction, one statement for all of them.
 func (s *Querier) notifyAllAfterCommit(notes map[string][]string) {
@@ -231,6 +230,7 @@ func (s *Querier) notifyAllAfterCommit(notes map[string][]string) {
 	}
 }
 
+// notifyJobChanges announces that jobs changed (their ids).
 func (s *Querier) notifyJobChanges(ids ...string) {
 	s.notifyAfterCommit(ChannelJobChanges, ids...)
 }

@@ -1357,7 +1357,7 @@ type JobJob struct {
 	Network bool `json:"network"`
 	// Its container's working directory; null: the image's.
 	WorkingDir *string `json:"workingDir"`
-	// The label selector runners must match, as written canonically (null: any runner of the pool).
+	// The label selector runners must match, written canonically: terms by key, a list's values sorted and each once (null: any runner of the pool).
 	Selector *string `json:"selector"`
 	// Files it reads, fetched into /inputs before it starts.
 	Inputs []JobJobInputsJobInput `json:"inputs"`
