@@ -14,16 +14,23 @@ func holdFromRow(r dbsqlc.GpuHold) Hold {
 		CreatedBy: uuidPtr(r.CreatedBy), CreatedAt: r.CreatedAt, ReleasedAt: r.ReleasedAt}
 }
 
-// CreateHold holds gpus GPUs of a runner inside scope.
+// CreateHold holds gpus GPUs of a runner inside scope. If the runner waits
+// for work, it waits with less room now: its wait ends (StopWaiting), and
+// it records the room it has at its next claim.
 func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
-	if _, err := s.Runner(ctx, scope, runnerID); err != nil {
-		return Hold{}, err
-	}
-	row, err := s.q.CreateHold(ctx, s.db, dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
-	if err != nil {
-		return Hold{}, mapErr(err)
-	}
-	return holdFromRow(row), nil
+	var out Hold
+	err := s.atomically(ctx, func(tx *Tx) error {
+		if _, err := tx.Runner(ctx, scope, runnerID); err != nil {
+			return err
+		}
+		row, err := tx.q.CreateHold(ctx, tx.db, dbsqlc.CreateHoldParams{RunnerID: runnerID, Gpus: int32(gpus), Reason: reason, Until: until, CreatedBy: nullUUID(by)})
+		if err != nil {
+			return mapErr(err)
+		}
+		out = holdFromRow(row)
+		return tx.StopWaiting(ctx, runnerID)
+	})
+	return out, err
 }
 
 // ReleaseHold ends a hold on a runner inside scope.

@@ -93,6 +93,16 @@ func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *
 		}
 		out[r.ID] = o
 	}
+	for _, r := range rows {
+		if r.Changed {
+			// Quarantined, or a GPU out of placement: whatever room it
+			// waits with is not what it had. (Rare: most batches cost no
+			// statement here.) The heartbeats are stored whatever this
+			// answers: a wait left in place ends by itself, within a
+			// long poll, and claims pass over a quarantined runner's.
+			_ = s.StopWaiting(ctx, r.ID)
+		}
+	}
 	return out, nil
 }
 

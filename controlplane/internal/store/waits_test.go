@@ -9,11 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-// A runner that stops waiting without work (its request went away, or it
-// was drained or retired) no longer keeps jobs from runners with more
-// room, and wakes those that wait.
+// A runner that stops waiting without work (its request went away, it was
+// drained or retired), or whose room shrank while it waited, no longer
+// keeps jobs from runners with more room, and wakes those that wait.
 func TestARunnerThatStopsWaitingLetsGoOfWhatWasLeftToIt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -23,13 +24,22 @@ func TestARunnerThatStopsWaitingLetsGoOfWhatWasLeftToIt(t *testing.T) {
 		{"its request ended", func(s *store.Store, r uuid.UUID) error { return s.StopWaiting(context.Background(), r) }},
 		{"drained", func(s *store.Store, r uuid.UUID) error { return s.SetDraining(context.Background(), r, true) }},
 		{"retired", func(s *store.Store, r uuid.UUID) error { return s.Retire(context.Background(), r) }},
+		{"a hold on a GPU of its", func(s *store.Store, r uuid.UUID) error {
+			_, err := s.CreateHold(context.Background(), record.AllOrganisations(), r, 1, "maintenance", time.Now().Add(time.Hour), nil)
+			return err
+		}},
+		{"quarantined by its heartbeat", func(s *store.Store, r uuid.UUID) error {
+			_, err := s.RecordHeartbeats(context.Background(), []store.Heartbeat{{RunnerID: r, Drift: "a GPU is gone", Health: []byte(`[]`),
+				ReportedCapacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: 8, MemoryMiB: 65536, GPUCount: 2, GPUsHealthy: 2}}}, nil)
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			b := jobsSetup(t)
-			small, big := b.runner(t, 8, 65536, 0), b.runner(t, 64, 65536, 0)
+			small, big := b.runner(t, 8, 65536, 2), b.runner(t, 8, 65536, 8)
 			b.waitFor(t, big, small)
 			j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 			_, ok, err := b.store.ClaimJob(ctx, waiting(big))

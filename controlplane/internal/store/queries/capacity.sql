@@ -57,7 +57,7 @@ RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draini
            AND r.quarantined_at = coalesce(sqlc.narg('now')::timestamptz, now())
            OR v.new_gpu_faults IS NOT NULL)::boolean AS changed
 )
-SELECT u.id, u.quarantined, u.draining, u.gpu_faults
+SELECT u.id, u.quarantined, u.draining, u.gpu_faults, u.changed
 FROM updated u
 LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.changed) n ON true;
 

@@ -171,7 +171,7 @@ RETURNING r.id, (r.quarantined_at IS NOT NULL)::boolean AS quarantined, r.draini
            AND r.quarantined_at = coalesce($1::timestamptz, now())
            OR v.new_gpu_faults IS NOT NULL)::boolean AS changed
 )
-SELECT u.id, u.quarantined, u.draining, u.gpu_faults
+SELECT u.id, u.quarantined, u.draining, u.gpu_faults, u.changed
 FROM updated u
 LEFT JOIN LATERAL (SELECT pg_notify('runmesh_runner_status', u.id::text) WHERE u.changed) n ON true
 `
@@ -186,6 +186,7 @@ type RecordHeartbeatsRow struct {
 	Quarantined bool
 	Draining    bool
 	GpuFaults   []byte
+	Changed     bool
 }
 
 // One statement for a batch of heartbeats, passed as one JSON array. Each
@@ -209,6 +210,7 @@ func (q *Queries) RecordHeartbeats(ctx context.Context, db DBTX, arg RecordHeart
 			&i.Quarantined,
 			&i.Draining,
 			&i.GpuFaults,
+			&i.Changed,
 		); err != nil {
 			return nil, err
 		}
