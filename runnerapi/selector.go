@@ -165,11 +165,13 @@ func requirement(key, op string, vals []string) (Requirement, error) {
 		}
 	}
 	if op == OpIn || op == OpNotIn {
+		slices.Sort(vals)
+		vals = slices.Compact(vals)
+		// `()` and `(,)` alike: no value but the empty one, which a
+		// list could not be written back with.
 		if len(vals) == 0 || len(vals) == 1 && vals[0] == "" {
 			return Requirement{}, fmt.Errorf("an empty list")
 		}
-		slices.Sort(vals)
-		vals = slices.Compact(vals)
 	}
 	return Requirement{Key: key, Op: op, Values: vals}, nil
 }

@@ -39,7 +39,7 @@ func TestParseSelector(t *testing.T) {
 		t.Fatalf("the longest key: %v", err)
 	}
 	for _, bad := range []string{
-		"a,", ",a", "a,,b", "zone in (a,b", "zone in a,b)", "zone within (a)", "zone in ()", "-bad=x", "a=b c",
+		"a,", ",a", "a,,b", "zone in (a,b", "zone in a,b)", "zone within (a)", "zone in ()", "zone in (,)", "zone in ( , )", "-bad=x", "a=b c",
 		"a=" + strings.Repeat("v", 64), "Bad.Prefix/key=x", "a in ((b))", strings.Repeat("a,", 40) + "a",
 		strings.Repeat("x", MaxSelectorBytes+1),
 		long + "d.io/a",                                // a DNS label of 64
