@@ -149,8 +149,10 @@ func (s *Querier) CountFailures(ctx context.Context, runnerID uuid.UUID, faults 
 		faulted = faulted || fault
 	}
 	if faulted {
-		// failuresInARow changed, and may have quarantined the runner.
+		// failuresInARow changed, and may have quarantined the runner:
+		// it waits for work no longer, if it did.
 		s.runnerChanged(ChannelRunnerStatus, runnerID.String())
+		return s.StopWaiting(ctx, runnerID)
 	}
 	return nil
 }

@@ -28,6 +28,9 @@ func TestARunnerThatStopsWaitingLetsGoOfWhatWasLeftToIt(t *testing.T) {
 			_, err := s.CreateHold(context.Background(), record.AllOrganisations(), r, 1, "maintenance", time.Now().Add(time.Hour), nil)
 			return err
 		}},
+		{"quarantined for host faults", func(s *store.Store, r uuid.UUID) error {
+			return s.CountFailures(context.Background(), r, []bool{true}, 1)
+		}},
 		{"quarantined by its heartbeat", func(s *store.Store, r uuid.UUID) error {
 			_, err := s.RecordHeartbeats(context.Background(), []store.Heartbeat{{RunnerID: r, Drift: "a GPU is gone", Health: []byte(`[]`),
 				ReportedCapacity: store.ReportedCapacity{Capacity: []byte(`{}`), GPUs: []byte(`[]`), Cores: 8, MemoryMiB: 65536, GPUCount: 2, GPUsHealthy: 2}}}, nil)
