@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/controlplane"
+	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -133,4 +135,32 @@ func TestARunnerThatStopsAskingNoLongerKeepsJobsFromOthers(t *testing.T) {
 // of others see it.
 func (b *testBundle) waiting(t *testing.T, runner string) bool {
 	return b.count(t, "SELECT count(*) FROM runner_waits WHERE runner_id = $1 AND until > now()", runner) == 1
+}
+
+// A replica that stops ends its long polls, but its runners go on waiting:
+// they ask another replica at once, which records them again, and a delete
+// from the stopping one landing after that would undo it.
+func TestAStoppingReplicaLeavesItsRunnersWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	second, err := controlplane.New(controlplane.Options{
+		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	id, c, _ := b.approvedRunner(t, measured(2))
+	body, err := json.Marshal(anyWork(30))
+	require.NoError(t, err)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := c.Post("https://"+second.RunnerAddr().String()+runnerapi.PathLeases, "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return b.waiting(t, id) }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, second.Stop(context.Background()))
+	<-done
+	require.True(t, b.waiting(t, id), "still waiting, as far as the other replicas' claims go")
 }

@@ -214,8 +214,8 @@ func New(o Options) (*Server, error) {
 // Start binds the listeners and begins serving. When it returns nil the
 // server accepts connections and listens for notifications.
 func (s *Server) Start(ctx context.Context) error {
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
+	bg, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	s.cancel = func() { cancel(runnerhttp.ErrStopping) }
 	if err := s.cert.issue(ctx); err != nil {
 		return err
 	}

@@ -88,10 +88,38 @@ func ParseSelector(s string) ([]Requirement, error) {
 		}
 		rest = tail
 	}
-	// Every term must hold, in any order: kept by key, as Kubernetes does,
-	// so that one selector written two ways reads back as one.
-	slices.SortStableFunc(out, func(a, b Requirement) int { return strings.Compare(a.Key, b.Key) })
-	return out, nil
+	return canonical(out), nil
+}
+
+// canonical is reqs in the one form ParseSelector gives: every term must
+// hold, in any order, so they are kept by key (as Kubernetes does), then
+// operator, then values, each once; a list's values are a set, sorted and
+// each once. One selector written two ways reads back as one. reqs itself
+// is not changed.
+func canonical(reqs []Requirement) []Requirement {
+	if reqs == nil {
+		return nil
+	}
+	out := slices.Clone(reqs)
+	for i, r := range out {
+		if r.Op == OpIn || r.Op == OpNotIn {
+			out[i].Values = slices.Compact(slices.Sorted(slices.Values(r.Values)))
+		}
+	}
+	slices.SortFunc(out, func(a, b Requirement) int {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Op, b.Op); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Values, b.Values)
+	})
+	return slices.CompactFunc(out, sameRequirement)
+}
+
+func sameRequirement(x, y Requirement) bool {
+	return x.Key == y.Key && x.Op == y.Op && slices.Equal(x.Values, y.Values)
 }
 
 // nextTerm cuts the first requirement off s: up to a comma outside
@@ -150,8 +178,8 @@ func parseTerm(t string) (Requirement, error) {
 	return requirement(t, OpExists, nil)
 }
 
-// requirement checks one term. The values of a list are kept sorted and
-// each once, as a set: `in (b,a,b)` is `in (a,b)`.
+// requirement checks one term. The values of a list are a set: `in
+// (b,a,b)` is `in (a,b)`.
 func requirement(key, op string, vals []string) (Requirement, error) {
 	if err := checkKey(key); err != nil {
 		return Requirement{}, err
@@ -165,11 +193,9 @@ func requirement(key, op string, vals []string) (Requirement, error) {
 		}
 	}
 	if op == OpIn || op == OpNotIn {
-		slices.Sort(vals)
-		vals = slices.Compact(vals)
 		// `()` and `(,)` alike: no value but the empty one, which a
 		// list could not be written back with.
-		if len(vals) == 0 || len(vals) == 1 && vals[0] == "" {
+		if !slices.ContainsFunc(vals, func(v string) bool { return v != "" }) {
 			return Requirement{}, fmt.Errorf("an empty list")
 		}
 	}
@@ -203,10 +229,10 @@ func Matches(reqs []Requirement, labels map[string]string) bool {
 }
 
 // FormatSelector writes requirements back in the selector syntax,
-// canonically (terms by key, a list's values sorted, each once, as
-// ParseSelector keeps them): what ParseSelector reads as the same
+// canonically (see canonical): what ParseSelector reads as the same
 // requirements.
 func FormatSelector(reqs []Requirement) string {
+	reqs = canonical(reqs)
 	terms := make([]string, len(reqs))
 	for i, r := range reqs {
 		switch r.Op {
@@ -223,11 +249,10 @@ func FormatSelector(reqs []Requirement) string {
 	return strings.Join(terms, ",")
 }
 
-// EqualSelectors compares two parsed selectors, term by term.
+// EqualSelectors reports whether two selectors select alike as written:
+// the same terms, in any order (see canonical).
 func EqualSelectors(a, b []Requirement) bool {
-	return slices.EqualFunc(a, b, func(x, y Requirement) bool {
-		return x.Key == y.Key && x.Op == y.Op && slices.Equal(x.Values, y.Values)
-	})
+	return slices.EqualFunc(canonical(a), canonical(b), sameRequirement)
 }
 
 // CheckLabel says why a selector could not name a label with this key and

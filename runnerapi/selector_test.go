@@ -30,9 +30,9 @@ func TestParseSelector(t *testing.T) {
 	if r, err := ParseSelector("a==b"); err != nil || r[0].Op != OpEquals {
 		t.Fatalf("==: %+v, %v", r, err)
 	}
-	if r, err := ParseSelector("z in (b,a,b), z notin (c)"); err != nil || !reflect.DeepEqual(r, []Requirement{
+	if r, err := ParseSelector("z notin (c), z in (b,a,b), z in (a,b)"); err != nil || !reflect.DeepEqual(r, []Requirement{
 		{Key: "z", Op: OpIn, Values: []string{"a", "b"}}, {Key: "z", Op: OpNotIn, Values: []string{"c"}}}) {
-		t.Fatalf("a list is a set; one key's terms keep their order: %+v, %v", r, err)
+		t.Fatalf("a list is a set; terms by key, then operator, each once: %+v, %v", r, err)
 	}
 	long := strings.Repeat("d", 63)
 	if _, err := ParseSelector(strings.Repeat(long+".", 3) + long[:61] + "/" + long + "=x"); err != nil {
@@ -117,6 +117,34 @@ func TestFormatSelectorReadsBack(t *testing.T) {
 		if again, err := ParseSelector(want); err != nil || !EqualSelectors(reqs, again) {
 			t.Fatalf("%q reads back as %v (%v)", want, again, err)
 		}
+	}
+}
+
+// Selectors stored as written (before they were kept canonically)
+// compare and are shown as the canonical form of the same terms.
+func TestEqualSelectorsIgnoresOrderAndRepeats(t *testing.T) {
+	t.Parallel()
+	asWritten := []Requirement{
+		{Key: "zone", Op: OpIn, Values: []string{"b", "a"}},
+		{Key: "a", Op: OpNotIn, Values: []string{"x"}},
+		{Key: "a", Op: OpEquals, Values: []string{"1"}},
+		{Key: "a", Op: OpEquals, Values: []string{"1"}},
+	}
+	parsed, err := ParseSelector("a=1,a notin (x),zone in (a,b)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !EqualSelectors(asWritten, parsed) || !EqualSelectors(parsed, asWritten) {
+		t.Fatalf("%+v and %+v differ", asWritten, parsed)
+	}
+	if got := FormatSelector(asWritten); got != "a=1,a notin (x),zone in (a,b)" {
+		t.Fatalf("written %q", got)
+	}
+	if asWritten[0].Values[0] != "b" || len(asWritten) != 4 {
+		t.Fatalf("the caller's selector changed: %+v", asWritten)
+	}
+	if EqualSelectors(parsed, parsed[:2]) {
+		t.Fatal("a term fewer: equal")
 	}
 }
 

@@ -82,8 +82,8 @@ func (c *BlockedCheck) check(ctx context.Context) {
 	// of runners that stopped asking without a word are dropped here.
 	pruned, err := c.store.PruneWaits(ctx)
 	if err != nil {
+		// The check itself is done; the waits are dropped next time.
 		failed(ctx, c.log, "dropping ended waits", err)
-		return
 	}
 	c.testSignals.checked.signal(blockedCheckPass{Whole: since.IsZero(), Blocked: blocked, Unblocked: unblocked, WaitsPruned: pruned})
 	if blocked.Blocked+unblocked > 0 {

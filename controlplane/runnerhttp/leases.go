@@ -88,12 +88,21 @@ func (s *Server) leases(w http.ResponseWriter, r *http.Request) {
 	// Gone while it waited: the runner waits no longer, and runners that
 	// left jobs to it may take them. (A wait that timed out ended when its
 	// claim said it would; the runner, asking again at once, rewrites it.)
+	// Not when this replica stops: its runners ask another at once, which
+	// records them again, and a delete landing after that would undo it.
+	if errors.Is(context.Cause(ctx), ErrStopping) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	if err := s.o.Store.StopWaiting(ctx, c.runner.ID); err != nil {
 		s.o.Log.Warn("a runner that stopped asking is taken as waiting until its wait ends", "runner", c.runner.ID, "err", err)
 	}
 }
+
+// ErrStopping is the cause with which the server ends the requests in
+// flight (their base context) when it stops.
+var ErrStopping = errors.New("the server is stopping")
 
 // What a long-poll's wait ended with.
 const (

@@ -30,7 +30,10 @@ func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUI
 		out = holdFromRow(row)
 		return tx.StopWaiting(ctx, runnerID)
 	})
-	return out, err
+	if err != nil {
+		return Hold{}, err
+	}
+	return out, nil
 }
 
 // ReleaseHold ends a hold on a runner inside scope.

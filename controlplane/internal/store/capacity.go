@@ -97,9 +97,11 @@ func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *
 		if r.Changed {
 			// Quarantined, or a GPU out of placement: whatever room it
 			// waits with is not what it had. (Rare: most batches cost no
-			// statement here.) The heartbeats are stored whatever this
-			// answers: a wait left in place ends by itself, within a
-			// long poll, and claims pass over a quarantined runner's.
+			// statement here.) On the pool, as the heartbeat writer calls
+			// it, the heartbeats are stored whatever this answers: a wait
+			// left in place ends by itself, within a long poll, and
+			// claims pass over a quarantined runner's. (In a transaction
+			// a failure here would fail it, as any statement's would.)
 			_ = s.StopWaiting(ctx, r.ID)
 		}
 	}

@@ -31,12 +31,12 @@ const stopWaiting = `-- name: StopWaiting :many
 
 WITH stopped AS (
     DELETE FROM runner_waits d WHERE d.runner_id = $1
-    RETURNING d.runner_id, d.pool_id, d.gpus, d.cores, d.memory_mib
+    RETURNING d.runner_id, d.pool_id, d.until, d.gpus, d.cores, d.memory_mib
 )
-SELECT s.pool_id, EXISTS (
+SELECT s.pool_id, (s.until > now() AND EXISTS (
     SELECT 1 FROM runner_waits w
     WHERE w.pool_id = s.pool_id AND w.runner_id <> s.runner_id AND w.until > now()
-      AND (w.gpus, w.cores, w.memory_mib) > (s.gpus, s.cores, s.memory_mib)) AS wake
+      AND (w.gpus, w.cores, w.memory_mib) > (s.gpus, s.cores, s.memory_mib)))::boolean AS wake
 FROM stopped s
 `
 
@@ -49,8 +49,9 @@ type StopWaitingRow struct {
 // which writes and removes its own runner's row as it claims.
 // The runner no longer waits for work: its long poll ended without work
 // (the request went away), or it was drained or retired. Its row goes;
-// wake says whether runners of its pool with more room wait, which may
-// have passed over jobs for it and should claim again.
+// wake says whether it was still waiting and runners of its pool with
+// more room wait, which may have passed over jobs for it and should claim
+// again.
 func (q *Queries) StopWaiting(ctx context.Context, db DBTX, runnerID uuid.UUID) ([]StopWaitingRow, error) {
 	rows, err := db.Query(ctx, stopWaiting, runnerID)
 	if err != nil {
