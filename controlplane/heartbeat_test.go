@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -305,13 +304,9 @@ func TestRevocationReachesOtherReplicas(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id, _, cert := b.approvedRunner(t, measured(0))
-	// A second replica on the same database and CA, with a store of its own:
-	// it learns of the revocation only through LISTEN/NOTIFY.
-	second, err := controlplane.New(controlplane.Options{
-		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
-	})
-	require.NoError(t, err)
-	require.NoError(t, second.Start(context.Background()))
+	// A second replica: it learns of the revocation only through
+	// LISTEN/NOTIFY.
+	second := b.secondReplica(t)
 	defer second.Stop(context.Background())
 	// The runner keeps a connection open to the second replica.
 	kept := b.client(cert)

@@ -53,6 +53,40 @@ func (b *testBundle) lease(t testing.TB, c *http.Client, req runnerapi.LeaseRequ
 	return resp.Leases
 }
 
+// askForWork sends req to the runner listener at base (a replica's
+// https://host:port) in the background: cancel withdraws it, answered
+// says how it ended.
+func askForWork(t testing.TB, c *http.Client, base string, req runnerapi.LeaseRequest) (cancel func(), answered <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	body, err := json.Marshal(req)
+	require.NoError(t, err)
+	r, err := http.NewRequestWithContext(ctx, http.MethodPost, base+runnerapi.PathLeases, bytes.NewReader(body))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		resp, err := c.Do(r)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	return cancel, done
+}
+
+// secondReplica starts another server on b's database and CA, with a
+// store of its own: it learns of other replicas' changes only through
+// LISTEN/NOTIFY. The caller stops it.
+func (b *testBundle) secondReplica(t testing.TB) *controlplane.Server {
+	t.Helper()
+	second, err := controlplane.New(controlplane.Options{
+		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
+	})
+	require.NoError(t, err)
+	require.NoError(t, second.Start(context.Background()))
+	return second
+}
+
 func anyWork(wait int) runnerapi.LeaseRequest {
 	big := runnerapi.Resources{Cores: 1000, MemoryMiB: 1 << 30, GPUs: 64}
 	return runnerapi.LeaseRequest{Kinds: []string{"default"}, Largest: big, Free: big, Max: 1, WaitSeconds: wait, AgentInstance: testInstance}
@@ -361,16 +395,12 @@ func TestALeaseItsRunnerNeverNamedIsGivenBackWithoutATry(t *testing.T) {
 func TestTwoReplicasCompleteEveryJobOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	second, err := controlplane.New(controlplane.Options{
-		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
-	})
-	require.NoError(t, err)
-	require.NoError(t, second.Start(context.Background()))
+	second := b.secondReplica(t)
 	defer second.Stop(context.Background())
 	urls := []string{b.runnerURL, "https://" + second.RunnerAddr().String()}
 
 	const jobs = 1000
-	_, err = b.pool.Exec(context.Background(), `
+	_, err := b.pool.Exec(context.Background(), `
 		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
 		SELECT $1, 'busybox', 1, 0, 0, 60 FROM generate_series(1, $2)`, b.poolA.ID, jobs)
 	require.NoError(t, err)
@@ -737,18 +767,7 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, "LOCK TABLE job_events IN ACCESS EXCLUSIVE MODE")
 	require.NoError(t, err)
-	reqCtx, cancel := context.WithCancel(ctx)
-	body, _ := json.Marshal(anyWork(30))
-	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, b.runnerURL+runnerapi.PathLeases, bytes.NewReader(body))
-	require.NoError(t, err)
-	answered := make(chan error, 1)
-	go func() {
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		answered <- err
-	}()
+	cancel, answered := askForWork(t, c, b.runnerURL, anyWork(30))
 	require.Eventually(t, func() bool {
 		return b.count(t, "SELECT count(*) FROM pg_locks WHERE relation = 'job_events'::regclass AND NOT granted") == 1
 	}, 10*time.Second, 10*time.Millisecond, "the claim waits")

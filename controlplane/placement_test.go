@@ -1,9 +1,7 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,8 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -105,19 +101,7 @@ func TestARunnerThatStopsAskingNoLongerKeepsJobsFromOthers(t *testing.T) {
 	b := setup(t)
 	smallID, small, _ := b.approvedRunner(t, measured(2))
 	_, big, _ := b.approvedRunner(t, measured(8))
-	ctx, cancel := context.WithCancel(context.Background())
-	body, err := json.Marshal(anyWork(30))
-	require.NoError(t, err)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.runnerURL+runnerapi.PathLeases, bytes.NewReader(body))
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		resp, err := small.Do(req)
-		if err == nil {
-			resp.Body.Close()
-		}
-		done <- err
-	}()
+	cancel, done := askForWork(t, small, b.runnerURL, anyWork(30))
 	require.Eventually(t, func() bool { return b.waiting(t, smallID) }, 5*time.Second, 20*time.Millisecond)
 	cancel()
 	require.ErrorIs(t, <-done, context.Canceled)
@@ -143,22 +127,9 @@ func (b *testBundle) waiting(t *testing.T, runner string) bool {
 func TestAStoppingReplicaLeavesItsRunnersWaiting(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	second, err := controlplane.New(controlplane.Options{
-		Pool: b.pool, Store: store.New(b.pool), AdminAddr: "127.0.0.1:0", RunnerAddr: "127.0.0.1:0", CA: b.keys, RunnerNames: []string{"127.0.0.1"},
-	})
-	require.NoError(t, err)
-	require.NoError(t, second.Start(context.Background()))
+	second := b.secondReplica(t)
 	id, c, _ := b.approvedRunner(t, measured(2))
-	body, err := json.Marshal(anyWork(30))
-	require.NoError(t, err)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		resp, err := c.Post("https://"+second.RunnerAddr().String()+runnerapi.PathLeases, "application/json", bytes.NewReader(body))
-		if err == nil {
-			resp.Body.Close()
-		}
-	}()
+	_, done := askForWork(t, c, "https://"+second.RunnerAddr().String(), anyWork(30))
 	require.Eventually(t, func() bool { return b.waiting(t, id) }, 5*time.Second, 20*time.Millisecond)
 	require.NoError(t, second.Stop(context.Background()))
 	<-done

@@ -52,9 +52,6 @@ func Report(c runnerapi.Capacity) (store.ReportedCapacity, error) {
 // name. Agents make them so themselves; earlier ones reported the facts as
 // found ("NVIDIA H200" for NVIDIA-H200), which no selector could match.
 func nameable(labels []runnerapi.Label) []runnerapi.Label {
-	if labels == nil {
-		return nil
-	}
 	out := make([]runnerapi.Label, len(labels))
 	for i, l := range labels {
 		if l.Source == runnerapi.LabelDetected {

@@ -42,10 +42,9 @@ type blockedCheckTestSignals struct {
 func (ts *blockedCheckTestSignals) init() { ts.checked.init() }
 
 type blockedCheckPass struct {
-	Whole       bool // it read the whole queue, not only recent jobs
-	Blocked     store.Blocked
-	Unblocked   int
-	WaitsPruned int // rows of waits long ended, dropped
+	Whole     bool // it read the whole queue, not only recent jobs
+	Blocked   store.Blocked
+	Unblocked int
 }
 
 // NewBlockedCheck returns a blocked check over s; Start starts it.
@@ -80,12 +79,11 @@ func (c *BlockedCheck) check(ctx context.Context) {
 	}
 	// The waits the claims record, with the placement they steer: those
 	// of runners that stopped asking without a word are dropped here.
-	pruned, err := c.store.PruneWaits(ctx)
-	if err != nil {
+	if _, err := c.store.PruneWaits(ctx); err != nil {
 		// The check itself is done; the waits are dropped next time.
 		failed(ctx, c.log, "dropping ended waits", err)
 	}
-	c.testSignals.checked.signal(blockedCheckPass{Whole: since.IsZero(), Blocked: blocked, Unblocked: unblocked, WaitsPruned: pruned})
+	c.testSignals.checked.signal(blockedCheckPass{Whole: since.IsZero(), Blocked: blocked, Unblocked: unblocked})
 	if blocked.Blocked+unblocked > 0 {
 		c.log.Info("checked for blocked jobs", "blocked", blocked.Blocked, "unblocked", unblocked, "whole_queue", since.IsZero())
 	}

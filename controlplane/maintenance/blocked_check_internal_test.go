@@ -1,6 +1,7 @@
 package maintenance
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -113,4 +114,28 @@ func TestABlockedCheckCutShortDoesNotMoveOn(t *testing.T) {
 	} {
 		require.Equal(t, want, check.testSignals.checked.wait(t))
 	}
+}
+
+// Each check also drops the waits for work that ended over a minute ago
+// (runners that stopped asking without a word).
+func TestTheBlockedCheckDropsWaitsLongEnded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	r := b.runner(t, 8, 65536, 0)
+	big := store.Claim{Cores: 8, MemoryMiB: 65536}
+	_, ok, err := b.store.ClaimJob(ctx, store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
+		DefaultLeaseSeconds: 30, WaitSeconds: 30})
+	require.NoError(t, err)
+	require.False(t, ok)
+	_, err = b.db.Exec(ctx, `UPDATE runner_waits SET until = now() - interval '2 minutes' WHERE runner_id = $1`, r)
+	require.NoError(t, err)
+
+	check := NewBlockedCheck(b.store, BlockedCheckConfig{Interval: 20 * time.Millisecond})
+	check.testSignals.init()
+	started(t, check)
+	check.testSignals.checked.wait(t)
+	var n int
+	require.NoError(t, b.db.QueryRow(ctx, `SELECT count(*) FROM runner_waits`).Scan(&n))
+	require.Zero(t, n)
 }

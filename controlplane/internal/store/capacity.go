@@ -73,9 +73,10 @@ type HeartbeatOutcome struct {
 	GPUFaults []runnerapi.GPUFault
 }
 
-// RecordHeartbeats stores a batch of heartbeats in one statement. Runners
-// that are not approved any more are left out of the result: their
-// heartbeats are not recorded.
+// RecordHeartbeats stores a batch of heartbeats in one statement (and one
+// more for each runner it quarantined or found a GPU fault on, whose wait
+// for work it ends). Runners that are not approved any more are left out
+// of the result: their heartbeats are not recorded.
 func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *time.Time) (map[uuid.UUID]HeartbeatOutcome, error) {
 	doc, err := json.Marshal(beats)
 	if err != nil {
@@ -92,8 +93,6 @@ func (s *Querier) RecordHeartbeats(ctx context.Context, beats []Heartbeat, now *
 			return nil, fmt.Errorf("read runner %s: stored gpu faults: %w", r.ID, err)
 		}
 		out[r.ID] = o
-	}
-	for _, r := range rows {
 		if r.Changed {
 			// Quarantined, or a GPU out of placement: whatever room it
 			// waits with is not what it had. (Rare: most batches cost no

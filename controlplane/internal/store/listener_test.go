@@ -37,6 +37,28 @@ func wakesPool(t *testing.T, sub *store.Subscription, pool uuid.UUID) {
 	}
 }
 
+// wakesNobody fails the test if a wake-up comes on sub within 300 ms:
+// why is what the runner that stopped did, for the message.
+func wakesNobody(t *testing.T, sub *store.Subscription, why string) {
+	t.Helper()
+	select {
+	case p := <-sub.C:
+		t.Fatalf("a wake-up (%q) from a runner that %s", p, why)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// drain reads sub until it is quiet for 300 ms.
+func drain(s *store.Subscription) {
+	for {
+		select {
+		case <-s.C:
+		case <-time.After(300 * time.Millisecond):
+			return
+		}
+	}
+}
+
 // A subscriber that falls behind must not miss a change for good: what
 // overflows its buffer turns into "", the signal to re-read everything.
 func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {

@@ -288,21 +288,13 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	require.True(t, ok)
 	wakesPool(t, work, b.pool.ID)
 
-	quiet := func(why string) {
-		t.Helper()
-		select {
-		case p := <-work.C:
-			t.Fatalf("a wake-up (%q) from a runner that %s", p, why)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
 	// Not waiting before, it wakes nobody.
 	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
 	drain(work)
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
 	require.True(t, ok)
-	quiet("was not waiting")
+	wakesNobody(t, work, "was not waiting")
 
 	// Waiting, with nobody of more room waiting, it wakes nobody either.
 	_, err = b.db.Exec(ctx, `DELETE FROM runner_waits WHERE runner_id = $1`, big)
@@ -315,7 +307,7 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
 	require.True(t, ok)
-	quiet("nobody waited for")
+	wakesNobody(t, work, "nobody waited for")
 }
 
 // Runners with as much room strand as much: neither waits for the other.
@@ -332,16 +324,6 @@ func TestRunnersAlikeDoNotWaitForEachOther(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the other, alike, waits too")
 	require.Equal(t, j.ID, got.ID)
-}
-
-func drain(s *store.Subscription) {
-	for {
-		select {
-		case <-s.C:
-		case <-time.After(300 * time.Millisecond):
-			return
-		}
-	}
 }
 
 // BLOCKED says which rule no runner of the pool passes: the kind, the

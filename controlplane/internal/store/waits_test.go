@@ -77,31 +77,18 @@ func TestStoppingAWaitNobodyWaitsBehindWakesNobody(t *testing.T) {
 	defer work.Close()
 
 	require.NoError(t, b.store.StopWaiting(ctx, small), "not waiting")
-	_, ok, err := b.store.ClaimJob(ctx, waiting(small))
-	require.NoError(t, err)
-	require.False(t, ok)
-	_, ok, err = b.store.ClaimJob(ctx, waiting(big))
-	require.NoError(t, err)
-	require.False(t, ok)
+	b.waitFor(t, small, big)
 	require.NoError(t, b.store.StopWaiting(ctx, big), "only one with less room waits")
 	require.NoError(t, b.store.StopWaiting(ctx, big), "again")
-	quiet := func(why string) {
-		t.Helper()
-		select {
-		case p := <-work.C:
-			t.Fatalf("a wake-up (%q) from a runner that %s", p, why)
-		case <-time.After(300 * time.Millisecond):
-		}
-	}
-	quiet("nobody with more room waits behind")
+	wakesNobody(t, work, "nobody with more room waits behind")
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM runner_waits WHERE pool_id = $1", b.pool.ID), "the other still waits")
 
 	// A wait already over kept nothing from anyone.
 	b.waitFor(t, big)
-	_, err = b.db.Exec(ctx, `UPDATE runner_waits SET until = now() - interval '1 second' WHERE runner_id = $1`, small)
+	_, err := b.db.Exec(ctx, `UPDATE runner_waits SET until = now() - interval '1 second' WHERE runner_id = $1`, small)
 	require.NoError(t, err)
 	require.NoError(t, b.store.StopWaiting(ctx, small))
-	quiet("had stopped waiting already")
+	wakesNobody(t, work, "had stopped waiting already")
 	require.Zero(t, b.count(t, "SELECT count(*) FROM runner_waits WHERE runner_id = $1", small), "its row goes all the same")
 }
 
