@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
@@ -178,12 +179,12 @@ func devAdminToken(ctx context.Context, st *store.Store, envPath string) (token 
 	}
 	token, digest := tokens.Admin.New()
 	if _, err := st.CreateAdminWithToken(ctx, store.NewAdmin{
-		Name: "dev-admin", Role: store.RolePlatformAdmin, TokenHash: digest,
+		Name: "dev-admin", Role: record.RolePlatformAdmin, TokenHash: digest,
 	}); err != nil {
 		return "", false, fmt.Errorf("create dev admin: %w", err)
 	}
 	// A platform pool to enrol into straight away.
-	if _, err := st.CreatePool(ctx, store.NewPool{Name: DevPool}); err != nil {
+	if _, err := st.CreatePool(ctx, record.NewPool{Name: DevPool}); err != nil {
 		return "", false, fmt.Errorf("create dev pool: %w", err)
 	}
 	return token, true, nil

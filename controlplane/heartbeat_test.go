@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -339,7 +339,7 @@ func TestReportedLimitsGateMemoryClaims(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	id, c, _ := b.approvedRunner(t, measured(0))
-	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	member := b.newAdmin(t, record.RoleOrgMember, &b.orgA.ID)
 	const q = `query($id: ID!) { runner(id: $id) { enforcesLimits capacity { limits { memory cpu pids reason } } } }`
 	view := func() map[string]any {
 		data, code := b.gql(t, b.platform, q, map[string]any{"id": id})
@@ -393,7 +393,7 @@ func TestReportedLimitsGateMemoryClaims(t *testing.T) {
 func TestRunnerEventsFollowAPool(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	member := b.newAdmin(t, record.RoleOrgMember, &b.orgA.ID)
 	first, c, _ := b.approvedRunner(t, measured(2))
 
 	// Another organisation's pool cannot be followed.

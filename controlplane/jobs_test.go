@@ -20,6 +20,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -123,7 +124,7 @@ func (b *testBundle) leasedJob(t testing.TB) (string, *http.Client, runnerapi.Le
 func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	member := b.newAdmin(t, record.RoleOrgMember, &b.orgA.ID)
 	_, c, _ := b.approvedRunner(t, measured(8))
 	require.Equal(t, http.StatusOK, b.beat(t, c, runnerapi.HeartbeatRequest{Capacity: measured(8)}).Status)
 
@@ -184,7 +185,7 @@ func TestJobLifecycleThroughTheAPIs(t *testing.T) {
 func TestSubmissionIsScopedAndChecked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	member := b.newAdmin(t, record.RoleOrgMember, &b.orgA.ID)
 	before := b.count(t, "SELECT count(*) FROM jobs")
 	for name, c := range map[string]struct {
 		input map[string]any
@@ -555,7 +556,7 @@ func TestJobLogsAndEventsStreamUntilTheJobEnds(t *testing.T) {
 func TestBatchSubmissionIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	member := b.newAdmin(t, store.RoleOrgMember, &b.orgA.ID)
+	member := b.newAdmin(t, record.RoleOrgMember, &b.orgA.ID)
 	const mutation = `mutation($in: [SubmitJobInput!]!) { submitJobs(inputs: $in) { id state image } }`
 	noCores := jobInput(b.poolA.ID, func(in map[string]any) { in["claim"] = map[string]any{"cores": 0, "wallClockSeconds": 1} })
 	before := b.count(t, "SELECT count(*) FROM jobs")
@@ -902,7 +903,7 @@ func TestALeaseNamesItsOrganisationAndPool(t *testing.T) {
 	require.Empty(t, code)
 	shared := uuid.MustParse(data["createPool"].(map[string]any)["id"].(string))
 	_, cs, _ := b.approvedRunnerIn(t, shared, measured(0))
-	_, code = b.submit(t, b.newAdmin(t, store.RoleOrgMember, b.poolB.OrganisationID), jobInput(shared))
+	_, code = b.submit(t, b.newAdmin(t, record.RoleOrgMember, b.poolB.OrganisationID), jobInput(shared))
 	require.Empty(t, code)
 	l = b.lease(t, cs, anyWork(0))
 	require.Len(t, l, 1)
@@ -938,7 +939,7 @@ func TestJobMetrics(t *testing.T) {
 	data, code := b.gql(t, b.platform, `mutation { createPool(input: {name: "shared"}) { id } }`, nil)
 	require.Empty(t, code)
 	shared := uuid.MustParse(data["createPool"].(map[string]any)["id"].(string))
-	memberB := b.newAdmin(t, store.RoleOrgMember, b.poolB.OrganisationID)
+	memberB := b.newAdmin(t, record.RoleOrgMember, b.poolB.OrganisationID)
 	for _, token := range []string{b.platform, memberB, memberB} {
 		_, code := b.submit(t, token, jobInput(shared))
 		require.Empty(t, code)

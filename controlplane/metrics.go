@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // metrics is the server's Prometheus registry. A registry of our own (not
@@ -122,7 +123,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ status, online string }
 	runners := map[key]float64{}
 	healthy, unhealthy := map[string]float64{}, map[string]float64{}
-	for _, st := range []store.RunnerStatus{store.RunnerPending, store.RunnerApproved, store.RunnerRejected, store.RunnerRevoked} {
+	for _, st := range []record.RunnerStatus{record.RunnerPending, record.RunnerApproved, record.RunnerRejected, record.RunnerRevoked} {
 		for _, on := range []string{"true", "false"} {
 			runners[key{string(st), on}] = 0
 		}

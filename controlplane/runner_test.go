@@ -27,6 +27,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/pki"
@@ -45,9 +46,9 @@ type testBundle struct {
 	runnerURL string
 	platform  string // admin tokens
 	adminB    string
-	orgA      store.Organisation
-	poolA     store.Pool
-	poolB     store.Pool
+	orgA      record.Organisation
+	poolA     record.Pool
+	poolB     record.Pool
 }
 
 // setup starts a server on a fresh database; mods change its options.
@@ -87,12 +88,12 @@ func setupOn(t testing.TB, pool *pgxpool.Pool, mods ...func(*controlplane.Option
 	require.NoError(t, err)
 	orgB, err := b.store.CreateOrganisation(ctx, "org-b")
 	require.NoError(t, err)
-	b.poolA, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
+	b.poolA, err = b.store.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
 	require.NoError(t, err)
-	b.poolB, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &orgB.ID, Name: "gpu"})
+	b.poolB, err = b.store.CreatePool(ctx, record.NewPool{OrganisationID: &orgB.ID, Name: "gpu"})
 	require.NoError(t, err)
-	b.platform = b.newAdmin(t, store.RolePlatformAdmin, nil)
-	b.adminB = b.newAdmin(t, store.RoleOrgAdmin, &orgB.ID)
+	b.platform = b.newAdmin(t, record.RolePlatformAdmin, nil)
+	b.adminB = b.newAdmin(t, record.RoleOrgAdmin, &orgB.ID)
 	return b
 }
 
@@ -111,7 +112,7 @@ func (h unauditedFails) Handle(_ context.Context, r slog.Record) error {
 func (h unauditedFails) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h unauditedFails) WithGroup(string) slog.Handler      { return h }
 
-func (b *testBundle) newAdmin(t testing.TB, role store.Role, org *uuid.UUID) string {
+func (b *testBundle) newAdmin(t testing.TB, role record.Role, org *uuid.UUID) string {
 	token, digest := tokens.Admin.New()
 	_, err := b.store.CreateAdminWithToken(context.Background(), store.NewAdmin{Name: string(role), Role: role, OrganisationID: org, TokenHash: digest})
 	require.NoError(t, err)
@@ -348,7 +349,7 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 	require.Equal(t, http.StatusCreated, r.Status, r.Body)
 
 	expired, digest := tokens.Enrolment.New()
-	_, err := b.store.CreateEnrolmentToken(ctx, store.AllOrganisations(), b.poolA.ID, digest, nil, time.Now().Add(-time.Second))
+	_, err := b.store.CreateEnrolmentToken(ctx, record.AllOrganisations(), b.poolA.ID, digest, nil, time.Now().Add(-time.Second))
 	require.NoError(t, err)
 	unknown, _ := tokens.Enrolment.New()
 	adminAsEnrol := b.platform
@@ -540,7 +541,7 @@ func TestForeignAndExpiredCertificatesFailTheHandshake(t *testing.T) {
 	foreign := signLeaf(t, otherKeys, k, id, time.Now().Add(-time.Minute), time.Now().Add(time.Hour))
 	// Our CA's certificate, recorded, but expired.
 	expired := signLeaf(t, b.keys, k, id, time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour))
-	require.NoError(t, b.store.StoreCertificate(context.Background(), store.Certificate{
+	require.NoError(t, b.store.StoreCertificate(context.Background(), record.Certificate{
 		Serial: expired.Leaf.SerialNumber.String(), RunnerID: ptr(uuid.MustParse(id)), DER: expired.Leaf.Raw,
 		NotBefore: expired.Leaf.NotBefore, NotAfter: expired.Leaf.NotAfter,
 	}))

@@ -31,7 +31,7 @@ func TestRefusedDecisionsChangeNothing(t *testing.T) {
 	s := enrolment.New(st, auth, 0)
 	org, err := st.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
-	pool, err := st.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	pool, err := st.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "gpu"})
 	require.NoError(t, err)
 	token := sha256.Sum256([]byte("token"))
 	_, err = st.CreateEnrolmentToken(ctx, record.AllOrganisations(), pool.ID, token[:], nil, time.Now().Add(time.Hour))

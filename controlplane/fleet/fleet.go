@@ -64,7 +64,7 @@ func nameable(labels []runnerapi.Label) []runnerapi.Label {
 
 // InventoryOf is the inventory of a runner as it stands: what an
 // administrator approves.
-func InventoryOf(r store.Runner) record.Inventory {
+func InventoryOf(r record.Runner) record.Inventory {
 	inv := record.Inventory{MemoryMiB: r.MemoryMiB, GPUs: []record.InventoryGPU{}}
 	for _, g := range r.Capacity.GPUs {
 		inv.GPUs = append(inv.GPUs, record.InventoryGPU{UUID: g.UUID, MemoryTotalMiB: g.MemoryTotalMiB})
@@ -133,7 +133,7 @@ func NewFaults(c runnerapi.Capacity, held map[string]runnerapi.GPUFault, now tim
 }
 
 // LeaseSeconds is the lease in force for the runner's pool.
-func LeaseSeconds(r store.Runner, defaultLeaseSeconds int) int {
+func LeaseSeconds(r record.Runner, defaultLeaseSeconds int) int {
 	if r.PoolLeaseSeconds != nil {
 		return *r.PoolLeaseSeconds
 	}
@@ -143,7 +143,7 @@ func LeaseSeconds(r store.Runner, defaultLeaseSeconds int) int {
 // Online: the runner heartbeated within three heartbeat intervals (its
 // pool's lease). Only a heartbeat makes a runner online; no admin control
 // does.
-func Online(r store.Runner, defaultLeaseSeconds int, now time.Time) bool {
+func Online(r record.Runner, defaultLeaseSeconds int, now time.Time) bool {
 	if r.LastHeartbeatAt == nil {
 		return false
 	}
@@ -159,8 +159,8 @@ const recentActivity = 3 * time.Minute
 // agent's survivor check proved it isolated (an agent without a job
 // runtime sends none), and it asked for work or heartbeated within the
 // last three minutes.
-func TakingWork(r store.Runner, now time.Time) bool {
-	if r.Status != store.RunnerApproved || r.QuarantinedAt != nil || r.Draining || r.RetiredAt != nil {
+func TakingWork(r record.Runner, now time.Time) bool {
+	if r.Status != record.RunnerApproved || r.QuarantinedAt != nil || r.Draining || r.RetiredAt != nil {
 		return false
 	}
 	// The proof is for the agent instance that sent it; whether a request

@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/record"
 )
@@ -23,7 +22,7 @@ func TestRefusedControlsChangeNothing(t *testing.T) {
 	require.NoError(t, err)
 	orgB, err := st.CreateOrganisation(ctx, "org-b")
 	require.NoError(t, err)
-	pool, err := st.CreatePool(ctx, store.NewPool{OrganisationID: &orgA.ID, Name: "gpu"})
+	pool, err := st.CreatePool(ctx, record.NewPool{OrganisationID: &orgA.ID, Name: "gpu"})
 	require.NoError(t, err)
 	retired := storetest.ApprovedRunner(t, st, pool.ID, 1, 1024, 0)
 	other := storetest.ApprovedRunner(t, st, pool.ID, 1, 1024, 0)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // The blocked check reads the whole queue first, then only what was
@@ -57,27 +58,27 @@ func TestTheBlockedCheckBlocksAndUnblocks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.runner(t, 8, 65536, 2)
-	huge := b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
-	fits := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	huge := b.submit(t, record.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
+	fits := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 
 	check := NewBlockedCheck(b.store, BlockedCheckConfig{Interval: 20 * time.Millisecond})
 	check.testSignals.init()
 	started(t, check)
 	require.Equal(t, blockedCheckPass{Whole: true, Blocked: store.Blocked{Blocked: 1}}, check.testSignals.checked.wait(t))
 	got := b.job(t, huge.ID)
-	require.Equal(t, store.JobBlocked, got.State)
+	require.Equal(t, record.JobBlocked, got.State)
 	require.Equal(t, "no approved runner of the pool could ever hold 1 cores, 0 MiB and 4 GPUs", got.StateReason)
 	require.Equal(t, []string{"SUBMITTED", "BLOCKED"}, b.eventTypes(t, huge.ID))
-	require.Equal(t, store.JobQueued, b.job(t, fits.ID).State)
+	require.Equal(t, record.JobQueued, b.job(t, fits.ID).State)
 	require.Equal(t, blockedCheckPass{}, check.testSignals.checked.wait(t), "then only what is new")
 
-	late := b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60})
+	late := b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60})
 	pass := check.testSignals.checked.wait(t)
 	for pass.Blocked.Blocked == 0 {
 		pass = check.testSignals.checked.wait(t)
 	}
 	require.Equal(t, blockedCheckPass{Blocked: store.Blocked{Blocked: 1}}, pass, "a new job, read incrementally")
-	require.Equal(t, store.JobBlocked, b.job(t, late.ID).State)
+	require.Equal(t, record.JobBlocked, b.job(t, late.ID).State)
 
 	wakes := b.wakes(t)
 	b.runner(t, 8, 65536, 8)
@@ -86,10 +87,10 @@ func TestTheBlockedCheckBlocksAndUnblocks(t *testing.T) {
 	}
 	require.Equal(t, blockedCheckPass{Unblocked: 1}, pass)
 	got = b.job(t, huge.ID)
-	require.Equal(t, store.JobQueued, got.State)
+	require.Equal(t, record.JobQueued, got.State)
 	require.Empty(t, got.StateReason)
 	require.Equal(t, []string{"SUBMITTED", "BLOCKED", "UNBLOCKED"}, b.eventTypes(t, huge.ID))
-	require.Equal(t, store.JobBlocked, b.job(t, late.ID).State, "16 cores: still no runner")
+	require.Equal(t, record.JobBlocked, b.job(t, late.ID).State, "16 cores: still no runner")
 	require.Equal(t, 2, b.counted("BLOCKED"))
 	require.Equal(t, 1, b.counted("UNBLOCKED"))
 	b.wokePool(t, wakes)
@@ -102,7 +103,7 @@ func TestABlockedCheckCutShortDoesNotMoveOn(t *testing.T) {
 	b := setup(t)
 	b.runner(t, 8, 65536, 0)
 	for range 3 {
-		b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60})
+		b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60})
 	}
 	check := NewBlockedCheck(b.store, BlockedCheckConfig{Interval: 20 * time.Millisecond, Batch: 2})
 	check.testSignals.init()
@@ -123,8 +124,8 @@ func TestTheBlockedCheckDropsWaitsLongEnded(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	big := store.Claim{Cores: 8, MemoryMiB: 65536}
-	_, ok, err := b.store.ClaimJob(ctx, store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
+	big := record.Claim{Cores: 8, MemoryMiB: 65536}
+	_, ok, err := b.store.ClaimJob(ctx, record.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
 		DefaultLeaseSeconds: 30, WaitSeconds: 30})
 	require.NoError(t, err)
 	require.False(t, ok)

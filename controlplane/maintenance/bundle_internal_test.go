@@ -13,6 +13,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // testBundle is a database of the test's own with an organisation and a
@@ -21,7 +22,7 @@ import (
 type testBundle struct {
 	db     *pgxpool.Pool
 	store  *store.Store
-	pool   store.Pool
+	pool   record.Pool
 	mu     *sync.Mutex
 	events map[string]int
 }
@@ -33,7 +34,7 @@ func setup(t *testing.T) testBundle {
 	s := store.New(db)
 	org, err := s.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
-	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	p, err := s.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "gpu"})
 	require.NoError(t, err)
 	b := testBundle{db: db, store: s, pool: p, mu: &sync.Mutex{}, events: map[string]int{}}
 	s.OnJobEvents(func(typ string, n int) {
@@ -57,22 +58,22 @@ func (b testBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) 
 	return storetest.ApprovedRunner(t, b.store, b.pool.ID, cores, memMiB, gpus)
 }
 
-func (b testBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
+func (b testBundle) submit(t *testing.T, c record.Claim, mods ...func(*store.NewJob)) record.Job {
 	t.Helper()
 	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
 	for _, m := range mods {
 		m(&n)
 	}
-	j, _, err := b.store.SubmitJob(context.Background(), store.AllOrganisations(), n)
+	j, _, err := b.store.SubmitJob(context.Background(), record.AllOrganisations(), n)
 	require.NoError(t, err)
 	return j
 }
 
 // claim leases r's next job.
-func (b testBundle) claim(t *testing.T, r uuid.UUID) store.Job {
+func (b testBundle) claim(t *testing.T, r uuid.UUID) record.Job {
 	t.Helper()
-	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
-	j, ok, err := b.store.ClaimJob(context.Background(), store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
+	big := record.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+	j, ok, err := b.store.ClaimJob(context.Background(), record.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big,
 		DefaultLeaseSeconds: 30})
 	require.NoError(t, err)
 	require.True(t, ok, "nothing to lease")
@@ -86,9 +87,9 @@ func (b testBundle) expire(t *testing.T, jobs ...uuid.UUID) {
 	require.NoError(t, err)
 }
 
-func (b testBundle) job(t *testing.T, id uuid.UUID) store.Job {
+func (b testBundle) job(t *testing.T, id uuid.UUID) record.Job {
 	t.Helper()
-	j, err := b.store.Job(context.Background(), store.AllOrganisations(), id)
+	j, err := b.store.Job(context.Background(), record.AllOrganisations(), id)
 	require.NoError(t, err)
 	return j
 }

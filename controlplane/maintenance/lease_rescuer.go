@@ -10,6 +10,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // LeaseRescuerIntervalDefault is the lease rescuer's pace: a lease is taken
@@ -110,7 +111,7 @@ func (r *LeaseRescuer) rescue(ctx context.Context) (store.RescuedLeases, error) 
 		}
 		now := time.Now()
 		var rescues []store.LeaseRescue
-		unheard := map[uuid.UUID][]store.Job{} // by runner
+		unheard := map[uuid.UUID][]record.Job{} // by runner
 		for _, j := range expired {
 			if j.Unheard && j.RunnerID != nil {
 				unheard[*j.RunnerID] = append(unheard[*j.RunnerID], j.Job)

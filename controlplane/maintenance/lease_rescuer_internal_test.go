@@ -10,6 +10,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // An expired lease sends its job back to the queue after the backoff, or
@@ -20,9 +21,9 @@ func TestTheLeaseRescuerRequeuesOrFailsExpiredLeases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	retried := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	last := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 1 })
-	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	retried := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	last := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 1 })
+	held := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	for range 3 {
 		b.claim(t, r)
 	}
@@ -37,7 +38,7 @@ func TestTheLeaseRescuerRequeuesOrFailsExpiredLeases(t *testing.T) {
 	after := time.Now()
 
 	got := b.job(t, retried.ID)
-	require.Equal(t, store.JobQueued, got.State)
+	require.Equal(t, record.JobQueued, got.State)
 	require.Equal(t, "lease of attempt 1 expired", got.StateReason)
 	require.Nil(t, got.RunnerID)
 	require.WithinRange(t, got.AvailableAt, before.Add(2*time.Second-time.Millisecond), after.Add(2*time.Second+time.Millisecond),
@@ -45,13 +46,13 @@ func TestTheLeaseRescuerRequeuesOrFailsExpiredLeases(t *testing.T) {
 	require.Equal(t, []string{"SUBMITTED", "LEASED", "LEASE_EXPIRED"}, b.eventTypes(t, retried.ID))
 
 	got = b.job(t, last.ID)
-	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, record.JobFailed, got.State)
 	require.Equal(t, "lease of attempt 1 expired; 1 of 1 attempts used", got.StateReason)
 	require.Equal(t, []string{"SUBMITTED", "LEASED", "FAILED"}, b.eventTypes(t, last.ID))
 	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM job_runs WHERE job_id = ANY($1) AND return_reason = 'lease expired'
 		AND finished_at IS NOT NULL`, []uuid.UUID{retried.ID, last.ID}))
 
-	require.Equal(t, store.JobLeased, b.job(t, held.ID).State)
+	require.Equal(t, record.JobLeased, b.job(t, held.ID).State)
 	require.Equal(t, 1, b.counted("LEASE_EXPIRED"))
 	require.Equal(t, 1, b.counted("FAILED"))
 	b.wokePool(t, wakes)
@@ -64,8 +65,8 @@ func TestTheLeaseRescuerPassesOverLockedLeases(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	locked := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	free := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	locked := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	free := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	b.claim(t, r)
 	b.claim(t, r)
 	b.expire(t, locked.ID, free.ID)
@@ -79,14 +80,14 @@ func TestTheLeaseRescuerPassesOverLockedLeases(t *testing.T) {
 	rescuer.testSignals.init()
 	started(t, rescuer)
 	require.Equal(t, store.RescuedLeases{Requeued: 1}, rescuer.testSignals.rescued.wait(t))
-	require.Equal(t, store.JobQueued, b.job(t, free.ID).State)
-	require.Equal(t, store.JobLeased, b.job(t, locked.ID).State)
+	require.Equal(t, record.JobQueued, b.job(t, free.ID).State)
+	require.Equal(t, record.JobLeased, b.job(t, locked.ID).State)
 
 	require.NoError(t, other.Rollback(ctx))
 	for res := (store.RescuedLeases{}); res.Requeued == 0; {
 		res = rescuer.testSignals.rescued.wait(t)
 	}
-	require.Equal(t, store.JobQueued, b.job(t, locked.ID).State)
+	require.Equal(t, record.JobQueued, b.job(t, locked.ID).State)
 	require.Equal(t, 2, b.counted("LEASE_EXPIRED"), "each lease taken back once")
 }
 
@@ -99,7 +100,7 @@ func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	b.claim(t, r)
 	b.expire(t, j.ID)
 
@@ -110,17 +111,17 @@ func TestExpiredLeasesAreTakenBackOnlyUnderTheirLock(t *testing.T) {
 		return err
 	}))
 	require.Len(t, jobs, 1)
-	require.Equal(t, store.JobLeased, b.job(t, j.ID).State, "reading changes nothing")
+	require.Equal(t, record.JobLeased, b.job(t, j.ID).State, "reading changes nothing")
 	require.Zero(t, b.counted("LEASE_EXPIRED"))
 
 	err := b.store.WithTx(ctx, func(tx *store.Tx) error {
 		jobs, err := tx.ExpiredLeases(ctx, nil, 0)
 		require.NoError(t, err)
-		_, err = tx.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0].Job, Transition: store.Transition{State: store.JobSucceeded}}})
+		_, err = tx.RescueLeases(ctx, []store.LeaseRescue{{Job: jobs[0].Job, Transition: store.Transition{State: record.JobSucceeded}}})
 		return err
 	})
-	require.ErrorIs(t, err, store.ErrInvalid)
-	require.Equal(t, store.JobLeased, b.job(t, j.ID).State, "nothing changed")
+	require.ErrorIs(t, err, record.ErrInvalid)
+	require.Equal(t, record.JobLeased, b.job(t, j.ID).State, "nothing changed")
 }
 
 // After a gap in which no replica reached the database (the clock's last
@@ -133,8 +134,8 @@ func TestAnOutageDoesNotUseUpHeldLeases(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	abandoned := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	held := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	abandoned := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	b.claim(t, r)
 	b.claim(t, r)
 	_, err := b.db.Exec(ctx, `INSERT INTO maintenance_clock (duty, last_pass_at) VALUES ('lease_rescuer', now() - interval '60 seconds')`)
@@ -155,9 +156,9 @@ func TestAnOutageDoesNotUseUpHeldLeases(t *testing.T) {
 	require.Equal(t, store.RescuedLeases{Requeued: 1}, rescuer.testSignals.rescued.wait(t))
 
 	got := b.job(t, held.ID)
-	require.Equal(t, store.JobLeased, got.State, "the held lease was not taken back")
+	require.Equal(t, record.JobLeased, got.State, "the held lease was not taken back")
 	require.WithinDuration(t, time.Now().Add(50*time.Second), *got.LeaseExpiresAt, 5*time.Second, "it has the time it had left when the gap began")
-	require.Equal(t, store.JobQueued, b.job(t, abandoned.ID).State)
+	require.Equal(t, record.JobQueued, b.job(t, abandoned.ID).State)
 	require.Equal(t, 1, b.counted("LEASE_EXPIRED"))
 
 	// The passes after it measure gaps of their pace, and give nothing.

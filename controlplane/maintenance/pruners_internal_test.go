@@ -6,9 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/stretchr/testify/require"
-
-	"github.com/runmesh/runmesh/controlplane/internal/store"
 )
 
 // The job pruner deletes jobs that ended longer ago than the retention,
@@ -19,13 +18,13 @@ func TestTheJobPrunerDeletesJobsPastTheRetention(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	r := b.runner(t, 8, 65536, 0)
-	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	held := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	b.claim(t, r)
-	queued := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	old := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	recent := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	queued := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	old := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	recent := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	for _, id := range []uuid.UUID{old.ID, recent.ID} {
-		_, err := b.store.CancelJob(ctx, store.AllOrganisations(), id)
+		_, err := b.store.CancelJob(ctx, record.AllOrganisations(), id)
 		require.NoError(t, err)
 	}
 	_, err := b.db.Exec(ctx, `UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id = $1`, old.ID)
@@ -48,7 +47,7 @@ func TestTheJobPrunerStopsAtItsBudget(t *testing.T) {
 	b := setup(t)
 	var ids []uuid.UUID
 	for range 5 {
-		ids = append(ids, b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}).ID)
+		ids = append(ids, b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}).ID)
 	}
 	_, err := b.db.Exec(ctx, `UPDATE jobs SET state = 'CANCELLED', finished_at = now() - interval '2 hours' WHERE id = ANY($1)`, ids)
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // Finished is how one outcome of a batch went: the job's state after it,
@@ -17,7 +18,7 @@ import (
 // the same attempt's result was accepted before (this one changed
 // nothing), and State is the job's now.
 type Finished struct {
-	State           store.JobState
+	State           record.JobState
 	AlreadyRecorded bool
 	Err             error
 }
@@ -41,8 +42,8 @@ type Finisher struct {
 // Finish ends one attempt: FinishAll of one outcome. It returns how it
 // went (the job's state after it); a stale outcome is the error
 // store.ErrStaleAttempt.
-func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (Finished, error) {
-	done, err := f.FinishAll(ctx, o.RunnerID, []store.Outcome{o})
+func (f *Finisher) Finish(ctx context.Context, o record.Outcome) (Finished, error) {
+	done, err := f.FinishAll(ctx, o.RunnerID, []record.Outcome{o})
 	if err != nil {
 		return Finished{}, err
 	}
@@ -56,7 +57,7 @@ func (f *Finisher) Finish(ctx context.Context, o store.Outcome) (Finished, error
 // in a row follow the outcomes in order. A batch costs a handful of
 // statements whatever its size, which is what lets a runner (or many
 // finishing together) report cheaply.
-func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome) ([]Finished, error) {
+func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes []record.Outcome) ([]Finished, error) {
 	out := make([]Finished, len(outcomes))
 	err := f.Store.WithTxRetry(ctx, func(tx *store.Tx) error {
 		b := &batch{runnerID: runnerID, outcomes: outcomes, out: out, now: f.now(), transitions: make([]*store.Transition, len(outcomes))}
@@ -99,7 +100,7 @@ func (f *Finisher) FinishAll(ctx context.Context, runnerID uuid.UUID, outcomes [
 // was recorded (its answer lost, say) from one for an attempt the runner
 // no longer holds, or one that says otherwise than what was recorded: the
 // first is answered with the job's state, as it was accepted.
-func (f *Finisher) recognise(ctx context.Context, runnerID uuid.UUID, outcomes []store.Outcome, out []Finished) error {
+func (f *Finisher) recognise(ctx context.Context, runnerID uuid.UUID, outcomes []record.Outcome, out []Finished) error {
 	var stale []int
 	for i, o := range outcomes {
 		if errors.Is(out[i].Err, store.ErrStaleAttempt) && o.RunnerID == runnerID {
@@ -109,7 +110,7 @@ func (f *Finisher) recognise(ctx context.Context, runnerID uuid.UUID, outcomes [
 	if len(stale) == 0 {
 		return nil
 	}
-	asked := make([]store.Outcome, len(stale))
+	asked := make([]record.Outcome, len(stale))
 	for k, i := range stale {
 		asked[k] = outcomes[i]
 	}
@@ -168,7 +169,7 @@ func (f *Finisher) quarantineAfter() int {
 // batch is one FinishAll's outcomes and what was decided for them.
 type batch struct {
 	runnerID    uuid.UUID
-	outcomes    []store.Outcome
+	outcomes    []record.Outcome
 	out         []Finished
 	now         time.Time
 	transitions []*store.Transition // by outcome; nil: not applied
@@ -228,9 +229,9 @@ func (b *batch) decide(idx []int, read []store.HeldJob) ([]store.Ending, map[uui
 
 // holds is the fence: the outcome is the runner's, for the attempt its job
 // is at, while the job is held.
-func holds(h store.HeldJob, runnerID uuid.UUID, o store.Outcome) bool {
+func holds(h store.HeldJob, runnerID uuid.UUID, o record.Outcome) bool {
 	return o.RunnerID == runnerID && h.Attempt == o.Attempt && h.RunnerID != nil && *h.RunnerID == runnerID &&
-		(h.State == store.JobLeased || h.State == store.JobRunning)
+		(h.State == record.JobLeased || h.State == record.JobRunning)
 }
 
 // failures is what the applied outcomes do to the runner's failures in a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // A result is decided on the job as read without locks; a cancel that
@@ -24,17 +25,17 @@ func TestACancelDuringAResultIsNotLost(t *testing.T) {
 	f := &Finisher{Store: x.store, afterRead: func(context.Context) {
 		reads++
 		// Another replica's transaction: not the one the result runs in.
-		_, err := x.store.CancelJob(context.Background(), store.AllOrganisations(), x.job.ID)
+		_, err := x.store.CancelJob(context.Background(), record.AllOrganisations(), x.job.ID)
 		require.NoError(t, err)
 	}}
 	zero := 0
-	done, err := f.Finish(ctx, store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
+	done, err := f.Finish(ctx, record.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
 	require.NoError(t, err)
 	require.Equal(t, 1, reads)
-	require.Equal(t, store.JobCancelled, done.State, "the cancel that came between the read and the update")
-	got, err := x.store.Job(ctx, store.AllOrganisations(), x.job.ID)
+	require.Equal(t, record.JobCancelled, done.State, "the cancel that came between the read and the update")
+	got, err := x.store.Job(ctx, record.AllOrganisations(), x.job.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobCancelled, got.State)
+	require.Equal(t, record.JobCancelled, got.State)
 }
 
 // Failures in a row follow the applied outcomes in order: a counted host
@@ -65,7 +66,7 @@ type fixture struct {
 	pool   *pgxpool.Pool
 	store  *store.Store
 	runner uuid.UUID
-	job    store.Job
+	job    record.Job
 }
 
 func leased(t *testing.T) fixture {
@@ -75,14 +76,14 @@ func leased(t *testing.T) fixture {
 	s := store.New(db)
 	org, err := s.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
-	pool, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "p"})
+	pool, err := s.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "p"})
 	require.NoError(t, err)
 	r := storetest.ApprovedRunner(t, s, pool.ID, 8, 65536, 0)
-	_, _, err = s.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{PoolID: pool.ID, Image: "busybox",
-		Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"})
+	_, _, err = s.SubmitJob(ctx, record.AllOrganisations(), store.NewJob{PoolID: pool.ID, Image: "busybox",
+		Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"})
 	require.NoError(t, err)
-	big := store.Claim{Cores: 8, MemoryMiB: 65536}
-	held, ok, err := s.ClaimJob(ctx, store.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30})
+	big := record.Claim{Cores: 8, MemoryMiB: 65536}
+	held, ok, err := s.ClaimJob(ctx, record.ClaimRequest{RunnerID: r, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30})
 	require.NoError(t, err)
 	require.True(t, ok)
 	return fixture{pool: db, store: s, runner: r, job: held}
@@ -102,11 +103,11 @@ func TestFailuresFollowAResultDecidedAgain(t *testing.T) {
 	_, err := x.pool.Exec(context.Background(), `UPDATE runners SET failures_in_a_row = 1 WHERE id = $1`, x.runner)
 	require.NoError(t, err)
 	f := &Finisher{Store: x.store, afterRead: func(context.Context) {
-		_, err := x.store.CancelJob(context.Background(), store.AllOrganisations(), x.job.ID)
+		_, err := x.store.CancelJob(context.Background(), record.AllOrganisations(), x.job.ID)
 		require.NoError(t, err)
 	}}
 	zero := 0
-	_, err = f.Finish(context.Background(), store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
+	_, err = f.Finish(context.Background(), record.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero})
 	require.NoError(t, err)
 	n, _ := x.failuresInARow(t)
 	require.Zero(t, n, "an exit code resets the count")
@@ -118,7 +119,7 @@ func TestQuarantineAfter(t *testing.T) {
 	t.Parallel()
 	fault := func(f *Finisher, x fixture) {
 		reason := "the image could not be pulled"
-		_, err := f.Finish(context.Background(), store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ReturnReason: &reason, HostFault: true})
+		_, err := f.Finish(context.Background(), record.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ReturnReason: &reason, HostFault: true})
 		require.NoError(t, err)
 	}
 	x := leased(t)
@@ -140,19 +141,19 @@ func TestAResultSentAgainIsRecognised(t *testing.T) {
 	x := leased(t)
 	f := &Finisher{Store: x.store}
 	zero, one := 0, 1
-	o := store.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero}
+	o := record.Outcome{JobID: x.job.ID, Attempt: x.job.Attempt, RunnerID: x.runner, ExitCode: &zero}
 	ctx := context.Background()
 	_, err := f.Finish(ctx, o)
 	require.NoError(t, err)
-	done, err := f.FinishAll(ctx, x.runner, []store.Outcome{o})
+	done, err := f.FinishAll(ctx, x.runner, []record.Outcome{o})
 	require.NoError(t, err)
-	require.Equal(t, Finished{State: store.JobSucceeded, AlreadyRecorded: true}, done[0])
+	require.Equal(t, Finished{State: record.JobSucceeded, AlreadyRecorded: true}, done[0])
 
 	other := o
 	other.RunnerID = uuid.New()
 	different := o
 	different.ExitCode = &one
-	done, err = f.FinishAll(ctx, x.runner, []store.Outcome{other, different})
+	done, err = f.FinishAll(ctx, x.runner, []record.Outcome{other, different})
 	require.NoError(t, err)
 	require.ErrorIs(t, done[0].Err, store.ErrStaleAttempt)
 	require.ErrorIs(t, done[1].Err, store.ErrStaleAttempt)

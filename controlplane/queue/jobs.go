@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // DefaultQuarantineAfter is how many host faults in a row quarantine a
@@ -27,50 +28,50 @@ func Backoff(attempt int) time.Duration {
 }
 
 // Decide maps an attempt's outcome to the job's next state.
-func Decide(o store.Outcome, held store.HeldJob, now time.Time) store.Transition {
+func Decide(o record.Outcome, held store.HeldJob, now time.Time) store.Transition {
 	switch {
 	case held.CancelRequested:
-		return store.Transition{State: store.JobCancelled, Reason: "cancelled while it ran"}
+		return store.Transition{State: record.JobCancelled, Reason: "cancelled while it ran"}
 	case o.ExitCode != nil && o.OOM:
-		return store.Transition{State: store.JobFailed, Reason: fmt.Sprintf("ran out of memory (exit code %d)", *o.ExitCode)}
+		return store.Transition{State: record.JobFailed, Reason: fmt.Sprintf("ran out of memory (exit code %d)", *o.ExitCode)}
 	case o.ExitCode != nil && *o.ExitCode == 0:
-		return store.Transition{State: store.JobSucceeded}
+		return store.Transition{State: record.JobSucceeded}
 	case o.ExitCode != nil:
-		return store.Transition{State: store.JobFailed, Reason: fmt.Sprintf("exited with code %d", *o.ExitCode)}
+		return store.Transition{State: record.JobFailed, Reason: fmt.Sprintf("exited with code %d", *o.ExitCode)}
 	}
 	reason := "given back"
 	if o.ReturnReason != nil {
 		reason = *o.ReturnReason
 	}
 	if !o.HostFault {
-		return store.Transition{State: store.JobFailed, Reason: reason}
+		return store.Transition{State: record.JobFailed, Reason: reason}
 	}
 	// Tries, not attempt numbers: a lease that never reached a runner
 	// (store.ReturnUndelivered) took a number but was no try.
 	tries := held.Tries()
 	t := store.Transition{Reason: "host fault: " + reason, CountsAsHostFault: tries == 1}
 	if tries >= held.MaxAttempts {
-		t.State = store.JobFailed
+		t.State = record.JobFailed
 		t.Reason += fmt.Sprintf("; %d of %d attempts used", tries, held.MaxAttempts)
 		return t
 	}
 	at := now.Add(Backoff(tries))
-	t.State, t.AvailableAt = store.JobQueued, &at
+	t.State, t.AvailableAt = record.JobQueued, &at
 	return t
 }
 
 // DecideExpiredLease maps a job whose lease ran out (its runner stopped
 // heartbeating it) to its next state: back to the queue after the backoff
 // of its tries, or FAILED once they are used up.
-func DecideExpiredLease(j store.Job, now time.Time) store.Transition {
+func DecideExpiredLease(j record.Job, now time.Time) store.Transition {
 	reason := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
 	// Tries, not attempt numbers, as in Decide.
 	tries := j.Tries()
 	if tries >= j.MaxAttempts {
-		return store.Transition{State: store.JobFailed, Reason: fmt.Sprintf("%s; %d of %d attempts used", reason, tries, j.MaxAttempts)}
+		return store.Transition{State: record.JobFailed, Reason: fmt.Sprintf("%s; %d of %d attempts used", reason, tries, j.MaxAttempts)}
 	}
 	at := now.Add(Backoff(tries))
-	return store.Transition{State: store.JobQueued, Reason: reason, AvailableAt: &at}
+	return store.Transition{State: record.JobQueued, Reason: reason, AvailableAt: &at}
 }
 
 // OutageCredit is the time every held lease gets back after a gap between

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // An expired lease sends its job back with the backoff of its tries, until
@@ -18,20 +19,20 @@ func TestAnExpiredLeaseRequeuesUntilTheLastTry(t *testing.T) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		attempt, undelivered, max int
-		want                      store.JobState
+		want                      record.JobState
 		reason                    string
 		wait                      time.Duration
 	}{
-		{attempt: 1, max: 3, want: store.JobQueued, reason: "lease of attempt 1 expired", wait: 2 * time.Second},
-		{attempt: 2, max: 3, want: store.JobQueued, reason: "lease of attempt 2 expired", wait: 4 * time.Second},
-		{attempt: 3, max: 3, want: store.JobFailed, reason: "lease of attempt 3 expired; 3 of 3 attempts used"},
-		{attempt: 4, undelivered: 3, max: 3, want: store.JobQueued, reason: "lease of attempt 4 expired", wait: 2 * time.Second},
-		{attempt: 1, max: 1, want: store.JobFailed, reason: "lease of attempt 1 expired; 1 of 1 attempts used"},
+		{attempt: 1, max: 3, want: record.JobQueued, reason: "lease of attempt 1 expired", wait: 2 * time.Second},
+		{attempt: 2, max: 3, want: record.JobQueued, reason: "lease of attempt 2 expired", wait: 4 * time.Second},
+		{attempt: 3, max: 3, want: record.JobFailed, reason: "lease of attempt 3 expired; 3 of 3 attempts used"},
+		{attempt: 4, undelivered: 3, max: 3, want: record.JobQueued, reason: "lease of attempt 4 expired", wait: 2 * time.Second},
+		{attempt: 1, max: 1, want: record.JobFailed, reason: "lease of attempt 1 expired; 1 of 1 attempts used"},
 	} {
-		got := queue.DecideExpiredLease(store.Job{Attempt: c.attempt, Undelivered: c.undelivered, MaxAttempts: c.max}, now)
+		got := queue.DecideExpiredLease(record.Job{Attempt: c.attempt, Undelivered: c.undelivered, MaxAttempts: c.max}, now)
 		require.Equal(t, c.want, got.State, "%+v", c)
 		require.Equal(t, c.reason, got.Reason, "%+v", c)
-		if c.want == store.JobFailed {
+		if c.want == record.JobFailed {
 			require.Nil(t, got.AvailableAt, "%+v", c)
 			continue
 		}
@@ -50,28 +51,28 @@ func TestDecide(t *testing.T) {
 	zero, three := 0, 3
 	reason := "the image could not be pulled"
 	held := func(attempt, max int) store.HeldJob {
-		return store.HeldJob{State: store.JobRunning, Attempt: attempt, MaxAttempts: max}
+		return store.HeldJob{State: record.JobRunning, Attempt: attempt, MaxAttempts: max}
 	}
 	for _, c := range []struct {
 		name   string
-		o      store.Outcome
+		o      record.Outcome
 		h      store.HeldJob
-		state  store.JobState
+		state  record.JobState
 		reason string
 	}{
-		{"exit 0", store.Outcome{ExitCode: &zero}, held(1, 3), store.JobSucceeded, ""},
-		{"exit 3", store.Outcome{ExitCode: &three}, held(1, 3), store.JobFailed, "exited with code 3"},
-		{"out of memory", store.Outcome{ExitCode: &three, OOM: true}, held(1, 3), store.JobFailed, "ran out of memory (exit code 3)"},
-		{"given back, not the host's fault", store.Outcome{ReturnReason: &reason}, held(1, 3), store.JobFailed, reason},
-		{"given back without a reason", store.Outcome{}, held(1, 3), store.JobFailed, "given back"},
-		{"a host fault before the last try", store.Outcome{ReturnReason: &reason, HostFault: true}, held(2, 3), store.JobQueued, "host fault: " + reason},
-		{"a host fault on the last try", store.Outcome{ReturnReason: &reason, HostFault: true}, held(3, 3), store.JobFailed, "host fault: " + reason + "; 3 of 3 attempts used"},
-		{"cancelled while it ran", store.Outcome{ExitCode: &zero}, store.HeldJob{State: store.JobRunning, Attempt: 1, MaxAttempts: 3, CancelRequested: true}, store.JobCancelled, "cancelled while it ran"},
+		{"exit 0", record.Outcome{ExitCode: &zero}, held(1, 3), record.JobSucceeded, ""},
+		{"exit 3", record.Outcome{ExitCode: &three}, held(1, 3), record.JobFailed, "exited with code 3"},
+		{"out of memory", record.Outcome{ExitCode: &three, OOM: true}, held(1, 3), record.JobFailed, "ran out of memory (exit code 3)"},
+		{"given back, not the host's fault", record.Outcome{ReturnReason: &reason}, held(1, 3), record.JobFailed, reason},
+		{"given back without a reason", record.Outcome{}, held(1, 3), record.JobFailed, "given back"},
+		{"a host fault before the last try", record.Outcome{ReturnReason: &reason, HostFault: true}, held(2, 3), record.JobQueued, "host fault: " + reason},
+		{"a host fault on the last try", record.Outcome{ReturnReason: &reason, HostFault: true}, held(3, 3), record.JobFailed, "host fault: " + reason + "; 3 of 3 attempts used"},
+		{"cancelled while it ran", record.Outcome{ExitCode: &zero}, store.HeldJob{State: record.JobRunning, Attempt: 1, MaxAttempts: 3, CancelRequested: true}, record.JobCancelled, "cancelled while it ran"},
 	} {
 		got := queue.Decide(c.o, c.h, now)
 		require.Equal(t, c.state, got.State, c.name)
 		require.Equal(t, c.reason, got.Reason, c.name)
-		if c.state == store.JobQueued {
+		if c.state == record.JobQueued {
 			require.Equal(t, now.Add(queue.Backoff(c.h.Attempt)), *got.AvailableAt, c.name)
 		}
 	}

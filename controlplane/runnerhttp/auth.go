@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -17,7 +17,7 @@ type callerKey struct{}
 
 // caller is the authenticated runner and the certificate it presented.
 type caller struct {
-	runner store.Runner
+	runner record.Runner
 	serial string
 	expiry time.Time
 }
@@ -49,7 +49,7 @@ func (s *Server) authenticated(next http.HandlerFunc) http.Handler {
 		}
 		serial := leaf.SerialNumber.String()
 		who, err := s.ids.lookup(r.Context(), serial, id)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, record.ErrNotFound) {
 			deny("unknown runner")
 			return
 		}

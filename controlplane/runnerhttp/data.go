@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/storage"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -69,12 +68,12 @@ func (s *Server) presign(ctx context.Context, j record.Job, leaseSeconds int) ([
 // fault (the job does not run elsewhere for a missing object otherwise). A
 // storage that does not answer is an error: the runner sends the result
 // again later.
-func (s *Server) checkOutputs(ctx context.Context, o *store.Outcome) error {
+func (s *Server) checkOutputs(ctx context.Context, o *record.Outcome) error {
 	if s.o.Storage == nil || o.ExitCode == nil || *o.ExitCode != 0 {
 		return nil
 	}
 	opts, err := s.o.Store.JobOptionsOf(ctx, o.JobID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && len(opts.Outputs) == 0 {
+	if errors.Is(err, record.ErrNotFound) || err == nil && len(opts.Outputs) == 0 {
 		return nil // the finish answers for a job that is not there
 	}
 	if err != nil {

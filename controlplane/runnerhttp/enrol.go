@@ -12,6 +12,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -74,7 +75,7 @@ func (s *Server) enrol(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, store.ErrTokenRefused):
 		writeError(w, http.StatusForbidden, runnerapi.CodeTokenRefused, "enrolment token refused")
 		return
-	case errors.Is(err, store.ErrConflict):
+	case errors.Is(err, record.ErrConflict):
 		writeError(w, http.StatusConflict, runnerapi.CodeConflict, "a runner with this key, or a live runner with this name, already exists in the pool")
 		return
 	case err != nil:
@@ -108,8 +109,8 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	sub := s.o.Listener.Subscribe(store.ChannelRunnerStatus)
 	defer sub.Close()
 
-	runner, err := s.o.Store.Runner(ctx, store.AllOrganisations(), id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && !signedBy(runner, id, req) {
+	runner, err := s.o.Store.Runner(ctx, record.AllOrganisations(), id)
+	if errors.Is(err, record.ErrNotFound) || err == nil && !signedBy(runner, id, req) {
 		writeError(w, http.StatusUnauthorized, runnerapi.CodeUnauthenticated, "request not signed by an enrolled runner")
 		return
 	}
@@ -120,7 +121,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	wait := time.Duration(min(max(req.WaitSeconds, 0), runnerapi.MaxWaitSeconds)) * time.Second
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
-	for runner.Status == store.RunnerPending {
+	for runner.Status == record.RunnerPending {
 		select {
 		case <-ctx.Done():
 			return
@@ -132,13 +133,13 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 		}
-		if runner, err = s.o.Store.Runner(ctx, store.AllOrganisations(), id); err != nil {
+		if runner, err = s.o.Store.Runner(ctx, record.AllOrganisations(), id); err != nil {
 			s.internal(w, r, "wait: reload runner", err)
 			return
 		}
 	}
 	resp := runnerapi.WaitResponse{Status: string(runner.Status), Reason: runner.StatusReason}
-	if runner.Status == store.RunnerApproved {
+	if runner.Status == record.RunnerApproved {
 		chain, err := s.o.Enrolment.CurrentChain(ctx, runner)
 		if err != nil {
 			s.internal(w, r, "wait: certificate", err)
@@ -149,7 +150,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func signedBy(runner store.Runner, id uuid.UUID, req runnerapi.WaitRequest) bool {
+func signedBy(runner record.Runner, id uuid.UUID, req runnerapi.WaitRequest) bool {
 	if d := time.Since(req.Timestamp); d > clockSkew || d < -clockSkew {
 		return false
 	}
@@ -160,7 +161,7 @@ func signedBy(runner store.Runner, id uuid.UUID, req runnerapi.WaitRequest) bool
 // could not serve now is 503 retry (nothing changed; send it again, as
 // Retry-After says), anything else 500 internal.
 func (s *Server) internal(w http.ResponseWriter, r *http.Request, op string, err error) {
-	if errors.Is(err, store.ErrUnavailable) {
+	if errors.Is(err, record.ErrUnavailable) {
 		s.o.Log.WarnContext(r.Context(), op+": the database is unavailable", "err", err)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the database is unavailable; nothing changed: send the request again")

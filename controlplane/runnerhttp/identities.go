@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // identities caches what the handshake and every request check: a
@@ -34,7 +35,7 @@ type identities struct {
 
 type identity struct {
 	standing store.CertificateStanding
-	runner   store.Runner // with its inventory
+	runner   record.Runner // with its inventory
 	at       time.Time
 }
 
@@ -58,7 +59,7 @@ func (c *identities) lookup(ctx context.Context, serial string, runnerID uuid.UU
 	}
 	e = identity{standing: st, at: time.Now()}
 	if st.Usable() && runnerID != uuid.Nil {
-		r, err := c.store.Runner(ctx, store.AllOrganisations(), runnerID)
+		r, err := c.store.Runner(ctx, record.AllOrganisations(), runnerID)
 		if err != nil {
 			return identity{}, err
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // A notification drops what it names and nothing else: a runner's
@@ -22,9 +23,9 @@ func TestANotificationDropsWhatItNames(t *testing.T) {
 		c.entries = map[string]identity{
 			// a's certificate, read with the runner; an older one of a's,
 			// seen at a handshake only.
-			"a1": {standing: store.CertificateStanding{Known: true, RunnerID: &a}, runner: store.Runner{ID: a, PoolID: poolA}, at: now},
+			"a1": {standing: store.CertificateStanding{Known: true, RunnerID: &a}, runner: record.Runner{ID: a, PoolID: poolA}, at: now},
 			"a0": {standing: store.CertificateStanding{Known: true, RunnerID: &a}, at: now},
-			"b1": {standing: store.CertificateStanding{Known: true, RunnerID: &b}, runner: store.Runner{ID: b, PoolID: poolB}, at: now},
+			"b1": {standing: store.CertificateStanding{Known: true, RunnerID: &b}, runner: record.Runner{ID: b, PoolID: poolB}, at: now},
 			// The server's own listener certificate: no runner.
 			"srv": {standing: store.CertificateStanding{Known: true}, at: now},
 		}

@@ -138,7 +138,7 @@ const claimTimeout = 30 * time.Second
 // will wait for work if it finds none. It runs to its end even when the
 // request ends meanwhile: a claim cancelled while it commits could lease
 // jobs that nobody hears of. deliver gives back what cannot be handed over.
-func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest, waitSeconds int) ([]store.Job, error) {
+func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest, waitSeconds int) ([]record.Job, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimTimeout)
 	defer cancel()
 	return s.o.Queue.Claim(ctx, record.ClaimRequest{
@@ -155,7 +155,7 @@ func (s *Server) claim(ctx context.Context, c caller, req runnerapi.LeaseRequest
 // sees these leases: they go back to the queue at once instead of waiting
 // out their lease and costing each job a try. (An answer lost after it
 // was written is beyond the server's sight; the lease expires as before.)
-func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs []store.Job, leaseSeconds int) {
+func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs []record.Job, leaseSeconds int) {
 	if r.Context().Err() == nil {
 		named := s.leaseNames(r.Context(), c.runner, jobs)
 		out := make([]runnerapi.Lease, 0, len(jobs))
@@ -197,7 +197,7 @@ func (s *Server) deliver(w http.ResponseWriter, r *http.Request, c caller, jobs 
 }
 
 // leaseNames are the names of the jobs' pool and organisations.
-func (s *Server) leaseNames(ctx context.Context, runner store.Runner, jobs []store.Job) map[uuid.UUID]string {
+func (s *Server) leaseNames(ctx context.Context, runner record.Runner, jobs []record.Job) map[uuid.UUID]string {
 	orgs := []uuid.UUID{}
 	if runner.OrganisationID != nil {
 		orgs = append(orgs, *runner.OrganisationID)
@@ -296,8 +296,8 @@ func checkResult(req runnerapi.ResultRequest) error {
 	return runnerapi.CheckRecords(req.Inputs, req.Outputs)
 }
 
-func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) store.Outcome {
-	o := store.Outcome{
+func (s *Server) outcome(c caller, id uuid.UUID, req runnerapi.ResultRequest) record.Outcome {
+	o := record.Outcome{
 		JobID: id, Attempt: req.Attempt, RunnerID: c.runner.ID, ExitCode: req.ExitCode, ReturnReason: req.ReturnReason,
 		HostFault: req.HostFault, OOM: req.OOM, PeakMemoryMiB: req.PeakMemoryMiB, ImageDigest: req.ImageDigest, RunnerVersion: req.RunnerVersion,
 	}
@@ -333,7 +333,7 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request) {
 	}
 	done, err := s.finisher.Finish(r.Context(), o)
 	switch {
-	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, store.ErrStaleAttempt), errors.Is(err, record.ErrNotFound):
 		s.stale(w)
 	case err != nil:
 		s.internal(w, r, "result", err)
@@ -355,7 +355,7 @@ func (s *Server) results(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, fmt.Sprintf("results: 1 to %d", runnerapi.MaxResultsPerRequest))
 		return
 	}
-	outcomes := make([]store.Outcome, len(req.Results))
+	outcomes := make([]record.Outcome, len(req.Results))
 	for i, res := range req.Results {
 		id, err := uuid.Parse(res.LeaseID)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // names keeps the names of pools and the handles of organisations that
@@ -51,14 +52,14 @@ func (n *names) of(ctx context.Context, pools, orgs []uuid.UUID) map[uuid.UUID]s
 	now := time.Now()
 	found := map[uuid.UUID]string{}
 	if len(missingPools) > 0 {
-		if ps, err := n.st.PoolsByID(ctx, store.AllOrganisations(), missingPools); err == nil {
+		if ps, err := n.st.PoolsByID(ctx, record.AllOrganisations(), missingPools); err == nil {
 			for id, p := range ps {
 				found[id] = p.Name
 			}
 		}
 	}
 	if len(missingOrgs) > 0 {
-		if byID, err := n.st.OrganisationsByID(ctx, store.AllOrganisations(), missingOrgs); err == nil {
+		if byID, err := n.st.OrganisationsByID(ctx, record.AllOrganisations(), missingOrgs); err == nil {
 			for id, o := range byID {
 				found[id] = o.Name
 			}

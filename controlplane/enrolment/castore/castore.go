@@ -15,6 +15,7 @@ import (
 	"github.com/smallstep/certificates/db"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/pki"
 )
 
@@ -87,15 +88,15 @@ func (d *DB) Revoke(rci *db.RevokedCertificateInfo) error {
 // revocationEntry is the audit entry of a serial's revocation: the runner
 // as the actor when it revoked its own certificate over mTLS, the CA's
 // provisioner when a token did.
-func revocationEntry(ctx context.Context, tx *store.Tx, rci *db.RevokedCertificateInfo) (store.AuditEntry, error) {
+func revocationEntry(ctx context.Context, tx *store.Tx, rci *db.RevokedCertificateInfo) (record.AuditEntry, error) {
 	detail, _ := json.Marshal(map[string]any{"serial": rci.Serial, "reasonCode": rci.ReasonCode, "reason": rci.Reason, "mtls": rci.MTLS})
-	e := store.AuditEntry{Action: "revokeCertificate", Outcome: "OK", Detail: detail, ActorName: "step-ca token (provisioner " + rci.ProvisionerID + ")"}
+	e := record.AuditEntry{Action: "revokeCertificate", Outcome: "OK", Detail: detail, ActorName: "step-ca token (provisioner " + rci.ProvisionerID + ")"}
 	standing, err := tx.StandingOf(ctx, rci.Serial)
 	if err != nil {
 		return e, err
 	}
 	if standing.RunnerID != nil {
-		r, err := tx.Runner(ctx, store.AllOrganisations(), *standing.RunnerID)
+		r, err := tx.Runner(ctx, record.AllOrganisations(), *standing.RunnerID)
 		if err != nil {
 			return e, err
 		}
@@ -138,7 +139,7 @@ func (d *DB) StoreCertificateChain(chain ...*x509.Certificate) error {
 	}
 	ctx, cancel := d.ctx()
 	defer cancel()
-	return d.store.StoreCertificate(ctx, store.Certificate{
+	return d.store.StoreCertificate(ctx, record.Certificate{
 		Serial: leaf.SerialNumber.String(), RunnerID: runner, DER: leaf.Raw,
 		NotBefore: leaf.NotBefore, NotAfter: leaf.NotAfter,
 	})

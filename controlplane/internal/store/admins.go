@@ -7,13 +7,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func adminFromRow(r dbsqlc.Admin) Admin {
-	return Admin{
+func adminFromRow(r dbsqlc.Admin) record.Admin {
+	return record.Admin{
 		ID:             r.ID,
 		Name:           r.Name,
-		Role:           Role(r.Role),
+		Role:           record.Role(r.Role),
 		OrganisationID: uuidPtr(r.OrganisationID),
 		CreatedAt:      r.CreatedAt,
 	}
@@ -23,7 +24,7 @@ func adminFromRow(r dbsqlc.Admin) Admin {
 // digest of the secret; the secret itself never reaches the store.
 type NewAdmin struct {
 	Name           string
-	Role           Role
+	Role           record.Role
 	OrganisationID *uuid.UUID
 	CreatedBy      *uuid.UUID
 	TokenHash      []byte
@@ -32,8 +33,8 @@ type NewAdmin struct {
 
 // CreateAdminWithToken adds an admin and its first token in one step; the
 // admin's TokenID is that token's.
-func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, error) {
-	var out Admin
+func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (record.Admin, error) {
+	var out record.Admin
 	err := s.atomically(ctx, func(tx *Tx) error {
 		row, err := tx.q.CreateAdmin(ctx, tx.db, dbsqlc.CreateAdminParams{
 			Name:           a.Name,
@@ -59,10 +60,10 @@ func (s *Querier) CreateAdminWithToken(ctx context.Context, a NewAdmin) (Admin, 
 
 // AdminByTokenHash is the admin holding a live token with this digest, or
 // ErrNotFound for unknown, expired and revoked tokens alike.
-func (s *Querier) AdminByTokenHash(ctx context.Context, hash []byte) (Admin, error) {
+func (s *Querier) AdminByTokenHash(ctx context.Context, hash []byte) (record.Admin, error) {
 	row, err := s.q.AdminByTokenHash(ctx, s.db, dbsqlc.AdminByTokenHashParams{TokenHash: hash})
 	if err != nil {
-		return Admin{}, mapErr(err)
+		return record.Admin{}, mapErr(err)
 	}
 	a := adminFromRow(row.Admin)
 	a.TokenID = row.TokenID

@@ -16,7 +16,7 @@ import (
 // Transition is what an outcome does to the job: its next state, why, and
 // (for a requeue) when it may run again.
 type Transition struct {
-	State       JobState
+	State       record.JobState
 	Reason      string
 	AvailableAt *time.Time
 	// CountsAsHostFault: a host fault on the job's first try, which counts
@@ -28,7 +28,7 @@ type Transition struct {
 // the decision rest on.
 type HeldJob struct {
 	ID              uuid.UUID
-	State           JobState
+	State           record.JobState
 	Attempt         int
 	Undelivered     int // see Job
 	MaxAttempts     int
@@ -41,7 +41,7 @@ func (j HeldJob) Tries() int { return record.Tries(j.Attempt, j.Undelivered) }
 
 func heldFromRow(r dbsqlc.ReadJobsRow) HeldJob {
 	return HeldJob{
-		ID: r.ID, State: JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		ID: r.ID, State: record.JobState(r.State), Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		MaxAttempts: int(r.MaxAttempts), RunnerID: uuidPtr(r.RunnerID), CancelRequested: r.CancelRequested,
 	}
 }
@@ -72,14 +72,14 @@ func (s *Tx) LockJobs(ctx context.Context, ids []uuid.UUID) error {
 // decided for it, and the cancel request it was decided on. It is applied
 // only while the job is still as decided on (see EndAttempts).
 type Ending struct {
-	Outcome         Outcome
+	Outcome         record.Outcome
 	Transition      Transition
 	CancelRequested bool
 }
 
 // EndedJob is a job whose attempt EndAttempts ended.
 type EndedJob struct {
-	State  JobState
+	State  record.JobState
 	PoolID uuid.UUID
 }
 
@@ -114,9 +114,9 @@ func (s *Querier) EndAttempts(ctx context.Context, runnerID uuid.UUID, endings [
 	events := map[string]int{}
 	requeued := map[uuid.UUID]bool{}
 	for _, row := range rows {
-		out[row.ID] = EndedJob{State: JobState(row.State), PoolID: row.PoolID}
+		out[row.ID] = EndedJob{State: record.JobState(row.State), PoolID: row.PoolID}
 		changes = append(changes, row.ID.String())
-		if JobState(row.State) == JobQueued {
+		if record.JobState(row.State) == record.JobQueued {
 			events["REQUEUED"]++
 			requeued[row.PoolID] = true
 			s.wakeWhenAvailable(row.PoolID, availableAt[row.ID])
@@ -166,9 +166,9 @@ type finishParams dbsqlc.FinishAttemptsParams
 // int32, and no peak is negative.
 const noNumber = math.MinInt64
 
-func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
+func (p *finishParams) add(o record.Outcome, t Transition, cancelRequested bool) {
 	event := string(t.State)
-	if t.State == JobQueued {
+	if t.State == record.JobQueued {
 		event = "REQUEUED"
 	}
 	exit, peak := int64(noNumber), int64(noNumber)
@@ -216,11 +216,11 @@ func (p *finishParams) add(o Outcome, t Transition, cancelRequested bool) {
 type RecordedResult struct {
 	ExitCode     *int
 	ReturnReason *string
-	JobState     JobState
+	JobState     record.JobState
 }
 
 // Same reports whether o says what was recorded.
-func (r RecordedResult) Same(o Outcome) bool {
+func (r RecordedResult) Same(o record.Outcome) bool {
 	return equalPtr(r.ExitCode, o.ExitCode) && equalPtr(r.ReturnReason, o.ReturnReason)
 }
 
@@ -231,7 +231,7 @@ func equalPtr[T comparable](a, b *T) bool {
 // RecordedAttempts is, of the outcomes given, those for attempts the runner
 // already ended with an accepted result, by job: a result sent again after
 // it was recorded (an answer that was lost, say).
-func (s *Querier) RecordedAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []Outcome) (map[uuid.UUID]RecordedResult, error) {
+func (s *Querier) RecordedAttempts(ctx context.Context, runnerID uuid.UUID, outcomes []record.Outcome) (map[uuid.UUID]RecordedResult, error) {
 	var ids []uuid.UUID
 	var attempts []int32
 	for _, o := range outcomes {
@@ -248,7 +248,7 @@ func (s *Querier) RecordedAttempts(ctx context.Context, runnerID uuid.UUID, outc
 	}
 	out := make(map[uuid.UUID]RecordedResult, len(rows))
 	for _, r := range rows {
-		rec := RecordedResult{ReturnReason: r.ReturnReason, JobState: JobState(r.State)}
+		rec := RecordedResult{ReturnReason: r.ReturnReason, JobState: record.JobState(r.State)}
 		if r.ExitCode != nil {
 			code := int(*r.ExitCode)
 			rec.ExitCode = &code

@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // Audit appends one entry. Detail must be a JSON object.
-func (s *Querier) Audit(ctx context.Context, e AuditEntry) error {
+func (s *Querier) Audit(ctx context.Context, e record.AuditEntry) error {
 	if e.Detail == nil {
 		e.Detail = []byte("{}")
 	}
@@ -26,7 +27,7 @@ func (s *Querier) Audit(ctx context.Context, e AuditEntry) error {
 
 // AuditLog lists a page of entries, newest first: older than the entry
 // numbered p.After.N when it is given.
-func (s *Querier) AuditLog(ctx context.Context, f AuditFilter, p Page) ([]AuditEntry, error) {
+func (s *Querier) AuditLog(ctx context.Context, f record.AuditFilter, p record.Page) ([]record.AuditEntry, error) {
 	var before *int64
 	if p.After != nil {
 		before = &p.After.N
@@ -36,14 +37,14 @@ func (s *Querier) AuditLog(ctx context.Context, f AuditFilter, p Page) ([]AuditE
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]AuditEntry, len(rows))
+	out := make([]record.AuditEntry, len(rows))
 	for i, r := range rows {
-		out[i] = AuditEntry{
+		out[i] = record.AuditEntry{
 			ID:             r.ID,
 			At:             r.At,
 			ActorID:        uuidPtr(r.ActorID),
 			ActorName:      r.ActorName,
-			ActorRole:      Role(r.ActorRole),
+			ActorRole:      record.Role(r.ActorRole),
 			OrganisationID: uuidPtr(r.OrganisationID),
 			Action:         r.Action,
 			Outcome:        r.Outcome,

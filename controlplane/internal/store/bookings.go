@@ -7,18 +7,19 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func holdFromRow(r dbsqlc.GpuHold) Hold {
-	return Hold{ID: r.ID, RunnerID: r.RunnerID, GPUs: int(r.Gpus), Reason: r.Reason, Until: r.Until,
+func holdFromRow(r dbsqlc.GpuHold) record.Hold {
+	return record.Hold{ID: r.ID, RunnerID: r.RunnerID, GPUs: int(r.Gpus), Reason: r.Reason, Until: r.Until,
 		CreatedBy: uuidPtr(r.CreatedBy), CreatedAt: r.CreatedAt, ReleasedAt: r.ReleasedAt}
 }
 
 // CreateHold holds gpus GPUs of a runner inside scope. If the runner waits
 // for work, it waits with less room now: its wait ends (StopWaiting), and
 // it records the room it has at its next claim.
-func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (Hold, error) {
-	var out Hold
+func (s *Querier) CreateHold(ctx context.Context, scope record.Scope, runnerID uuid.UUID, gpus int, reason string, until time.Time, by *uuid.UUID) (record.Hold, error) {
+	var out record.Hold
 	err := s.atomically(ctx, func(tx *Tx) error {
 		if _, err := tx.Runner(ctx, scope, runnerID); err != nil {
 			return err
@@ -31,14 +32,14 @@ func (s *Querier) CreateHold(ctx context.Context, scope Scope, runnerID uuid.UUI
 		return tx.StopWaiting(ctx, runnerID)
 	})
 	if err != nil {
-		return Hold{}, err
+		return record.Hold{}, err
 	}
 	return out, nil
 }
 
 // ReleaseHold ends a hold on a runner inside scope.
-func (s *Querier) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (Hold, error) {
-	var out Hold
+func (s *Querier) ReleaseHold(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Hold, error) {
+	var out record.Hold
 	err := s.atomically(ctx, func(tx *Tx) error {
 		h, err := tx.q.GetHold(ctx, tx.db, id)
 		if err != nil {
@@ -63,27 +64,27 @@ func (s *Querier) ReleaseHold(ctx context.Context, scope Scope, id uuid.UUID) (H
 }
 
 // Bookings loads several runners' bookings at once (for dataloaders).
-func (s *Querier) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Booking, error) {
+func (s *Querier) Bookings(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]record.Booking, error) {
 	rows, err := s.q.RunnerBookings(ctx, s.db, runnerIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]Booking, len(rows))
+	out := make(map[uuid.UUID]record.Booking, len(rows))
 	for _, r := range rows {
-		out[r.RunnerID] = Booking{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), HeldGPUs: int(r.HeldGpus)}
+		out[r.RunnerID] = record.Booking{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), HeldGPUs: int(r.HeldGpus)}
 	}
 	return out, nil
 }
 
 // PoolQueues loads several pools' queues at once (for dataloaders).
-func (s *Querier) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]PoolQueue, error) {
+func (s *Querier) PoolQueues(ctx context.Context, poolIDs []uuid.UUID) (map[uuid.UUID]record.PoolQueue, error) {
 	rows, err := s.q.PoolQueues(ctx, s.db, poolIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]PoolQueue, len(rows))
+	out := make(map[uuid.UUID]record.PoolQueue, len(rows))
 	for _, r := range rows {
-		out[r.PoolID] = PoolQueue{Queued: r.Queued, HeldGPUs: r.HeldGpus}
+		out[r.PoolID] = record.PoolQueue{Queued: r.Queued, HeldGPUs: r.HeldGpus}
 	}
 	return out, nil
 }
@@ -95,7 +96,7 @@ type PoolJobs struct {
 	Organisation, Pool string
 	// Jobs counts QUEUED, BLOCKED, LEASED and RUNNING jobs; every one of
 	// those states is present, at zero if need be.
-	Jobs     map[JobState]int64
+	Jobs     map[record.JobState]int64
 	HeldGPUs int64
 	// Submitted: Organisation's jobs in the platform pool Pool; the pool's
 	// held GPUs are on its own entry.
@@ -103,7 +104,7 @@ type PoolJobs struct {
 }
 
 // unfinishedStates are the states a job is in until it ends.
-var unfinishedStates = []JobState{JobQueued, JobBlocked, JobLeased, JobRunning}
+var unfinishedStates = []record.JobState{record.JobQueued, record.JobBlocked, record.JobLeased, record.JobRunning}
 
 // PoolJobCounts reports every pool's unfinished jobs and held GPUs. It reads
 // only the indexes of unfinished jobs, however many finished ones are kept.
@@ -119,7 +120,7 @@ func (s *Querier) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
 	byPool := make(map[uuid.UUID]*PoolJobs, len(pools))
 	out := make([]PoolJobs, len(pools))
 	for i, p := range pools {
-		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[JobState]int64, len(unfinishedStates)), HeldGPUs: p.HeldGpus}
+		out[i] = PoolJobs{Organisation: p.Organisation, Pool: p.Name, Jobs: make(map[record.JobState]int64, len(unfinishedStates)), HeldGPUs: p.HeldGpus}
 		for _, st := range unfinishedStates {
 			out[i].Jobs[st] = 0
 		}
@@ -136,7 +137,7 @@ func (s *Querier) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
 			continue // a pool created since the first read waits for the next scrape
 		}
 		if c.Submitter == "" {
-			p.Jobs[JobState(c.State)] = c.Jobs
+			p.Jobs[record.JobState(c.State)] = c.Jobs
 			continue
 		}
 		k := submitted{c.PoolID, c.Submitter}
@@ -144,12 +145,12 @@ func (s *Querier) PoolJobCounts(ctx context.Context) ([]PoolJobs, error) {
 		if !ok {
 			i = len(out)
 			bySubmitter[k] = i
-			out = append(out, PoolJobs{Organisation: c.Submitter, Pool: p.Pool, Jobs: make(map[JobState]int64, len(unfinishedStates)), Submitted: true})
+			out = append(out, PoolJobs{Organisation: c.Submitter, Pool: p.Pool, Jobs: make(map[record.JobState]int64, len(unfinishedStates)), Submitted: true})
 			for _, st := range unfinishedStates {
 				out[i].Jobs[st] = 0
 			}
 		}
-		out[i].Jobs[JobState(c.State)] = c.Jobs
+		out[i].Jobs[record.JobState(c.State)] = c.Jobs
 	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -39,7 +40,7 @@ func (s *Querier) SetEnrolmentCapacity(ctx context.Context, id uuid.UUID, c Repo
 // SetInventory stores what later heartbeats are held to. Like the other
 // writes of a runner's standing below, it tells every replica that the
 // runner changed once committed.
-func (s *Querier) SetInventory(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+func (s *Querier) SetInventory(ctx context.Context, id uuid.UUID, inventory record.Inventory) error {
 	doc, err := json.Marshal(inventory)
 	if err != nil {
 		return fmt.Errorf("set inventory: %w", err)
@@ -115,7 +116,7 @@ func (s *Querier) ClearGPUFault(ctx context.Context, id uuid.UUID, gpuUUID strin
 		return mapErr(err)
 	}
 	if n == 0 {
-		return ErrNotFound
+		return record.ErrNotFound
 	}
 	s.runnerChanged(ChannelRunnerStatus, id.String())
 	return nil
@@ -149,7 +150,7 @@ func (s *Querier) Retire(ctx context.Context, id uuid.UUID) error {
 }
 
 // ClearQuarantine lifts a quarantine, taking inventory as the new baseline.
-func (s *Querier) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory Inventory) error {
+func (s *Querier) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory record.Inventory) error {
 	doc, err := json.Marshal(inventory)
 	if err != nil {
 		return fmt.Errorf("clear quarantine: %w", err)
@@ -163,7 +164,7 @@ func (s *Querier) ClearQuarantine(ctx context.Context, id uuid.UUID, inventory I
 
 // FleetCount is one group of runners for /metrics.
 type FleetCount struct {
-	Status      RunnerStatus
+	Status      record.RunnerStatus
 	Online      bool
 	Runners     int64
 	GPUs        int64
@@ -178,7 +179,7 @@ func (s *Querier) FleetCounts(ctx context.Context, defaultLeaseSeconds int) ([]F
 	}
 	out := make([]FleetCount, len(rows))
 	for i, r := range rows {
-		out[i] = FleetCount{Status: RunnerStatus(r.Status), Online: r.Online, Runners: r.Runners, GPUs: r.Gpus, GPUsHealthy: r.GpusHealthy}
+		out[i] = FleetCount{Status: record.RunnerStatus(r.Status), Online: r.Online, Runners: r.Runners, GPUs: r.Gpus, GPUsHealthy: r.GpusHealthy}
 	}
 	return out, nil
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func certificateFromRow(r dbsqlc.Certificate) Certificate {
-	return Certificate{
+func certificateFromRow(r dbsqlc.Certificate) record.Certificate {
+	return record.Certificate{
 		Serial: r.Serial, RunnerID: uuidPtr(r.RunnerID), DER: r.Der,
 		NotBefore: r.NotBefore, NotAfter: r.NotAfter, IssuedAt: r.IssuedAt,
 	}
@@ -18,41 +19,41 @@ func certificateFromRow(r dbsqlc.Certificate) Certificate {
 
 // StoreCertificate records an issued certificate. Storing one twice is a
 // no-op.
-func (s *Querier) StoreCertificate(ctx context.Context, c Certificate) error {
+func (s *Querier) StoreCertificate(ctx context.Context, c record.Certificate) error {
 	return mapErr(s.q.InsertCertificate(ctx, s.db, dbsqlc.InsertCertificateParams{
 		Serial: c.Serial, RunnerID: nullUUID(c.RunnerID), Der: c.DER, NotBefore: c.NotBefore, NotAfter: c.NotAfter,
 	}))
 }
 
 // CertificateBySerial is one stored certificate, or ErrNotFound.
-func (s *Querier) CertificateBySerial(ctx context.Context, serial string) (Certificate, error) {
+func (s *Querier) CertificateBySerial(ctx context.Context, serial string) (record.Certificate, error) {
 	row, err := s.q.GetCertificate(ctx, s.db, serial)
 	if err != nil {
-		return Certificate{}, mapErr(err)
+		return record.Certificate{}, mapErr(err)
 	}
 	return certificateFromRow(row), nil
 }
 
 // LatestRunnerCertificate is the unrevoked certificate of a runner that
 // expires last, or ErrNotFound.
-func (s *Querier) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID) (Certificate, error) {
+func (s *Querier) LatestRunnerCertificate(ctx context.Context, runnerID uuid.UUID) (record.Certificate, error) {
 	row, err := s.q.LatestRunnerCertificate(ctx, s.db, uuid.NullUUID{UUID: runnerID, Valid: true})
 	if err != nil {
-		return Certificate{}, mapErr(err)
+		return record.Certificate{}, mapErr(err)
 	}
 	return certificateFromRow(row), nil
 }
 
 // LatestCertificates loads the newest certificate of several runners (for
 // dataloaders); runners without one are absent.
-func (s *Querier) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]Certificate, error) {
+func (s *Querier) LatestCertificates(ctx context.Context, runnerIDs []uuid.UUID) (map[uuid.UUID]record.Certificate, error) {
 	rows, err := s.q.LatestCertificatesForRunners(ctx, s.db, runnerIDs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]Certificate, len(rows))
+	out := make(map[uuid.UUID]record.Certificate, len(rows))
 	for _, r := range rows {
-		c := Certificate{
+		c := record.Certificate{
 			Serial: r.Serial, RunnerID: uuidPtr(r.RunnerID), DER: r.Der, NotBefore: r.NotBefore, NotAfter: r.NotAfter,
 			IssuedAt: r.IssuedAt, RevokedAt: r.RevokedAt, RevocationReason: r.RevocationReason,
 		}
@@ -93,16 +94,16 @@ func (s *Querier) RevokeCertificate(ctx context.Context, r Revocation) (bool, er
 
 // CertificateStanding says whether a presented certificate may be used.
 type CertificateStanding struct {
-	Known        bool         // we issued it
-	Revoked      bool         // its serial was revoked
-	RunnerStatus RunnerStatus // its runner's status ("" for server certificates)
-	RunnerID     *uuid.UUID   // its runner (nil for server certificates)
+	Known        bool                // we issued it
+	Revoked      bool                // its serial was revoked
+	RunnerStatus record.RunnerStatus // its runner's status ("" for server certificates)
+	RunnerID     *uuid.UUID          // its runner (nil for server certificates)
 }
 
 // Usable is the verdict: a certificate we issued, not revoked, and either a
 // server certificate or one of an approved runner.
 func (c CertificateStanding) Usable() bool {
-	return c.Known && !c.Revoked && (c.RunnerStatus == "" || c.RunnerStatus == RunnerApproved)
+	return c.Known && !c.Revoked && (c.RunnerStatus == "" || c.RunnerStatus == record.RunnerApproved)
 }
 
 // StandingOf looks up a certificate by serial.
@@ -111,7 +112,7 @@ func (s *Querier) StandingOf(ctx context.Context, serial string) (CertificateSta
 	if err != nil {
 		return CertificateStanding{}, mapErr(err)
 	}
-	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: RunnerStatus(row.RunnerStatus),
+	return CertificateStanding{Known: row.Known, Revoked: row.Revoked, RunnerStatus: record.RunnerStatus(row.RunnerStatus),
 		RunnerID: uuidPtr(row.RunnerID)}, nil
 }
 

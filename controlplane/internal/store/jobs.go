@@ -14,22 +14,23 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-func jobFromRow(r dbsqlc.Job) Job {
+func jobFromRow(r dbsqlc.Job) record.Job {
 	env := map[string]string{}
 	_ = json.Unmarshal(r.Env, &env)
-	var options JobOptions
+	var options record.JobOptions
 	if len(r.Options) > 0 {
 		_ = json.Unmarshal(r.Options, &options)
 	}
-	return Job{
+	return record.Job{
 		Options: options,
 		ID:      r.ID, PoolID: r.PoolID, SubmittedFor: uuidPtr(r.OrganisationID), SubmittedBy: uuidPtr(r.SubmittedBy), Image: r.Image, Command: r.Command, Env: env,
-		Claim:    Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
+		Claim:    record.Claim{Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUs: int(r.Gpus), WallClockSeconds: int(r.WallClockSeconds)},
 		Priority: int(r.Priority), MaxAttempts: int(r.MaxAttempts), IdempotencyKey: r.IdempotencyKey, Kind: r.Kind,
-		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		State: record.JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		RunnerID: uuidPtr(r.RunnerID), LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
 		SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
 	}
@@ -42,8 +43,8 @@ type NewJob struct {
 	Image          string
 	Command        []string
 	Env            map[string]string
-	Claim          Claim
-	Options        JobOptions
+	Claim          record.Claim
+	Options        record.JobOptions
 	Priority       int
 	MaxAttempts    int
 	IdempotencyKey *string
@@ -53,10 +54,10 @@ type NewJob struct {
 // SubmitJob queues a job in a pool inside scope. A job submitted before
 // with the same idempotency key in the same pool is returned instead, and
 // created is false.
-func (s *Querier) SubmitJob(ctx context.Context, scope Scope, n NewJob) (job Job, created bool, err error) {
+func (s *Querier) SubmitJob(ctx context.Context, scope record.Scope, n NewJob) (job record.Job, created bool, err error) {
 	jobs, made, err := s.SubmitJobs(ctx, scope, []NewJob{n})
 	if err != nil {
-		return Job{}, false, err
+		return record.Job{}, false, err
 	}
 	return jobs[0], made[0], nil
 }
@@ -68,16 +69,16 @@ const MaxBatch = 1000
 // all or none, and returns them in the order given. A job whose idempotency
 // key the pool has seen (before, or earlier in the batch) is the job that
 // key made, and its created is false.
-func (s *Querier) SubmitJobs(ctx context.Context, scope Scope, ns []NewJob) (jobs []Job, created []bool, err error) {
+func (s *Querier) SubmitJobs(ctx context.Context, scope record.Scope, ns []NewJob) (jobs []record.Job, created []bool, err error) {
 	if len(ns) == 0 || len(ns) > MaxBatch {
-		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", ErrInvalid, MaxBatch)
+		return nil, nil, fmt.Errorf("%w: 1 to %d jobs a batch", record.ErrInvalid, MaxBatch)
 	}
 	poolID := ns[0].PoolID
 	p, err := insertParams(ns)
 	if err != nil {
 		return nil, nil, err
 	}
-	jobs, created = make([]Job, len(ns)), make([]bool, len(ns))
+	jobs, created = make([]record.Job, len(ns)), make([]bool, len(ns))
 	err = s.atomically(ctx, func(tx *Tx) error {
 		pool, err := tx.UsablePool(ctx, scope, poolID)
 		if err != nil {
@@ -130,20 +131,20 @@ func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
 	p := dbsqlc.InsertJobsParams{PoolID: poolID}
 	for _, n := range ns {
 		if n.PoolID != poolID {
-			return p, fmt.Errorf("%w: every job of a batch goes to the same pool", ErrInvalid)
+			return p, fmt.Errorf("%w: every job of a batch goes to the same pool", record.ErrInvalid)
 		}
 		if n.IdempotencyKey != nil && *n.IdempotencyKey == "" {
-			return p, fmt.Errorf("%w: an idempotency key is not empty", ErrInvalid)
+			return p, fmt.Errorf("%w: an idempotency key is not empty", record.ErrInvalid)
 		}
 		// Checked here, not by the table: they travel as int32, and the
 		// nil UUID stands for no submitter.
 		for _, v := range []int{n.Claim.GPUs, n.Claim.WallClockSeconds, n.Priority, n.MaxAttempts} {
 			if v < math.MinInt32 || v > math.MaxInt32 {
-				return p, fmt.Errorf("%w: %d is out of range", ErrInvalid, v)
+				return p, fmt.Errorf("%w: %d is out of range", record.ErrInvalid, v)
 			}
 		}
 		if n.SubmittedBy != nil && *n.SubmittedBy == uuid.Nil {
-			return p, fmt.Errorf("%w: no submitter has the nil UUID", ErrInvalid)
+			return p, fmt.Errorf("%w: no submitter has the nil UUID", record.ErrInvalid)
 		}
 		// Jobs of one batch share submitted_at; time-ordered ids keep the
 		// lease order the order given.
@@ -191,7 +192,7 @@ func insertParams(ns []NewJob) (dbsqlc.InsertJobsParams, error) {
 	return p, nil
 }
 
-func newJob(n NewJob, r dbsqlc.InsertJobsRow, org uuid.NullUUID) Job {
+func newJob(n NewJob, r dbsqlc.InsertJobsRow, org uuid.NullUUID) record.Job {
 	// Copies: the job is not to share the caller's slice and map.
 	command, env := slices.Clone(n.Command), maps.Clone(n.Env)
 	if command == nil {
@@ -200,11 +201,11 @@ func newJob(n NewJob, r dbsqlc.InsertJobsRow, org uuid.NullUUID) Job {
 	if env == nil {
 		env = map[string]string{}
 	}
-	return Job{
+	return record.Job{
 		ID: r.ID, PoolID: n.PoolID, SubmittedFor: uuidPtr(org), SubmittedBy: n.SubmittedBy, Image: n.Image, Command: command, Env: env, Claim: n.Claim,
 		Options:  n.Options,
 		Priority: n.Priority, MaxAttempts: n.MaxAttempts, IdempotencyKey: n.IdempotencyKey, Kind: n.Kind,
-		State: JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
+		State: record.JobState(r.State), StateReason: r.StateReason, Attempt: int(r.Attempt), Undelivered: int(r.Undelivered),
 		AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested, SubmittedAt: r.SubmittedAt,
 	}
 }
@@ -245,16 +246,16 @@ func (s *Querier) jobEvent(ctx context.Context, job uuid.UUID, typ string, attem
 }
 
 // Job is one job inside scope, or ErrNotFound.
-func (s *Querier) Job(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
+func (s *Querier) Job(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Job, error) {
 	row, err := s.q.GetJob(ctx, s.db, dbsqlc.GetJobParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Job{}, mapErr(err)
+		return record.Job{}, mapErr(err)
 	}
 	return jobFromRow(row), nil
 }
 
 // Jobs lists a page of the jobs inside scope that match f, newest first.
-func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter, p Page) ([]Job, error) {
+func (s *Querier) Jobs(ctx context.Context, scope record.Scope, f record.JobFilter, p record.Page) ([]record.Job, error) {
 	var state *string
 	if f.State != nil {
 		v := string(*f.State)
@@ -293,7 +294,7 @@ func (s *Querier) Jobs(ctx context.Context, scope Scope, f JobFilter, p Page) ([
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]Job, len(rows))
+	out := make([]record.Job, len(rows))
 	for i, r := range rows {
 		out[i] = jobFromRow(r)
 	}
@@ -335,13 +336,13 @@ func idBound(t *time.Time, slack time.Duration) uuid.NullUUID {
 // ErrJobFinished: the job is in a final state.
 // It is a conflict (record.ErrConflict): the request was fine, the job's
 // state is not what it needs.
-var ErrJobFinished = fmt.Errorf("%w: the job has finished", ErrConflict)
+var ErrJobFinished = fmt.Errorf("%w: the job has finished", record.ErrConflict)
 
 // CancelJob cancels a queued job at once; a leased or running one is asked
 // to stop (its runner hears CANCEL at its next heartbeat) and is CANCELLED
 // when the runner reports back.
-func (s *Querier) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job, error) {
-	var out Job
+func (s *Querier) CancelJob(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Job, error) {
+	var out record.Job
 	err := s.atomically(ctx, func(tx *Tx) error {
 		row, err := tx.q.GetJobForUpdate(ctx, tx.db, dbsqlc.GetJobForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 		if err != nil {
@@ -351,8 +352,8 @@ func (s *Querier) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job
 		switch {
 		case j.State.Finished():
 			return ErrJobFinished
-		case j.State == JobQueued || j.State == JobBlocked:
-			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: id, State: string(JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
+		case j.State == record.JobQueued || j.State == record.JobBlocked:
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: id, State: string(record.JobCancelled), StateReason: "cancelled before it ran"}); err != nil {
 				return mapErr(err)
 			}
 			if err := tx.jobEvent(ctx, id, "CANCELLED", j.Attempt, nil, ""); err != nil {
@@ -374,7 +375,7 @@ func (s *Querier) CancelJob(ctx context.Context, scope Scope, id uuid.UUID) (Job
 
 // ClaimJobs leases, in one transaction, the best jobs that fit the runner
 // together, at most max of them (none when nothing fits).
-func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job, error) {
+func (s *Querier) ClaimJobs(ctx context.Context, c record.ClaimRequest, max int) ([]record.Job, error) {
 	// One statement, planned for index scans only (indexScansOnly, one
 	// round trip still); the notification goes once it has committed.
 	//
@@ -406,7 +407,7 @@ func (s *Querier) ClaimJobs(ctx context.Context, c ClaimRequest, max int) ([]Job
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]Job, len(rows))
+	out := make([]record.Job, len(rows))
 	payloads := make([]string, len(rows))
 	stoppedAsking := false
 	for i, row := range rows {
@@ -438,10 +439,10 @@ func claimedJob(r dbsqlc.ClaimJobsRow) dbsqlc.Job {
 }
 
 // ClaimJob leases the best job that fits, if any (false when none does).
-func (s *Querier) ClaimJob(ctx context.Context, c ClaimRequest) (Job, bool, error) {
+func (s *Querier) ClaimJob(ctx context.Context, c record.ClaimRequest) (record.Job, bool, error) {
 	jobs, err := s.ClaimJobs(ctx, c, 1)
 	if err != nil || len(jobs) == 0 {
-		return Job{}, false, err
+		return record.Job{}, false, err
 	}
 	return jobs[0], true, nil
 }
@@ -470,7 +471,7 @@ func (s *Querier) RecordRecovery(ctx context.Context, runnerID uuid.UUID, proof 
 		return mapErr(err)
 	}
 	if n == 0 {
-		return ErrNotFound
+		return record.ErrNotFound
 	}
 	return nil
 }

@@ -20,13 +20,14 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 type jobsBundle struct {
 	db    *pgxpool.Pool
 	store *store.Store
-	org   store.Organisation
-	pool  store.Pool
+	org   record.Organisation
+	pool  record.Pool
 }
 
 func jobsSetup(t *testing.T) jobsBundle {
@@ -36,7 +37,7 @@ func jobsSetup(t *testing.T) jobsBundle {
 	s := store.New(db)
 	org, err := s.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
-	p, err := s.CreatePool(ctx, store.NewPool{OrganisationID: &org.ID, Name: "gpu"})
+	p, err := s.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "gpu"})
 	require.NoError(t, err)
 	return jobsBundle{db: db, store: s, org: org, pool: p}
 }
@@ -47,32 +48,32 @@ func (b jobsBundle) runner(t *testing.T, cores float64, memMiB int64, gpus int) 
 	return storetest.ApprovedRunner(t, b.store, b.pool.ID, cores, memMiB, gpus)
 }
 
-func (b jobsBundle) submit(t *testing.T, c store.Claim, mods ...func(*store.NewJob)) store.Job {
+func (b jobsBundle) submit(t *testing.T, c record.Claim, mods ...func(*store.NewJob)) record.Job {
 	t.Helper()
 	n := b.newJob(c)
 	for _, m := range mods {
 		m(&n)
 	}
-	j, _, err := b.store.SubmitJob(context.Background(), store.AllOrganisations(), n)
+	j, _, err := b.store.SubmitJob(context.Background(), record.AllOrganisations(), n)
 	require.NoError(t, err)
 	return j
 }
 
 // newJob is a job of the bundle's pool that claims c.
-func (b jobsBundle) newJob(c store.Claim) store.NewJob {
+func (b jobsBundle) newJob(c record.Claim) store.NewJob {
 	return store.NewJob{PoolID: b.pool.ID, Image: "busybox", Command: []string{"true"}, Claim: c, MaxAttempts: 3, Kind: "default"}
 }
 
 // leased submits n one-core jobs in one batch and leases them all to r,
 // best first.
-func (b jobsBundle) leased(t *testing.T, r uuid.UUID, n int) []store.Job {
+func (b jobsBundle) leased(t *testing.T, r uuid.UUID, n int) []record.Job {
 	t.Helper()
 	ctx := context.Background()
 	batch := make([]store.NewJob, n)
 	for i := range batch {
-		batch[i] = b.newJob(store.Claim{Cores: 1, WallClockSeconds: 60})
+		batch[i] = b.newJob(record.Claim{Cores: 1, WallClockSeconds: 60})
 	}
-	_, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+	_, _, err := b.store.SubmitJobs(ctx, record.AllOrganisations(), batch)
 	require.NoError(t, err)
 	leased, err := b.store.ClaimJobs(ctx, anything(r), n)
 	require.NoError(t, err)
@@ -102,11 +103,11 @@ func (b jobsBundle) leaseAndLetExpire(t *testing.T, r uuid.UUID, at *time.Time, 
 func finish(s *store.Store) *queue.Finisher { return &queue.Finisher{Store: s} }
 
 // exitedZero is the outcome of each leased job's attempt exiting 0 on r.
-func exitedZero(r uuid.UUID, leased []store.Job) []store.Outcome {
+func exitedZero(r uuid.UUID, leased []record.Job) []record.Outcome {
 	zero := 0
-	outcomes := make([]store.Outcome, len(leased))
+	outcomes := make([]record.Outcome, len(leased))
 	for i, l := range leased {
-		outcomes[i] = store.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
+		outcomes[i] = record.Outcome{JobID: l.ID, Attempt: l.Attempt, RunnerID: r, ExitCode: &zero}
 	}
 	return outcomes
 }
@@ -170,9 +171,9 @@ func (b jobsBundle) sweep(ctx context.Context, o sweepOptions) (sweepResult, err
 	return res, err
 }
 
-func anything(runner uuid.UUID) store.ClaimRequest {
-	big := store.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
-	return store.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
+func anything(runner uuid.UUID) record.ClaimRequest {
+	big := record.Claim{Cores: 1e6, MemoryMiB: 1 << 40, GPUs: 64}
+	return record.ClaimRequest{RunnerID: runner, Kinds: []string{"default"}, Free: big, Largest: big, DefaultLeaseSeconds: 30}
 }
 
 func TestConcurrentClaimersNeverShareAJob(t *testing.T) {
@@ -180,7 +181,7 @@ func TestConcurrentClaimersNeverShareAJob(t *testing.T) {
 	b := jobsSetup(t)
 	const jobs, claimers = 200, 8
 	for range jobs {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+		b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	}
 	var runners []uuid.UUID
 	for range claimers {
@@ -214,11 +215,11 @@ func TestPlacementRespectsCapacityBookingsAndKinds(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 2)
-	big := b.submit(t, store.Claim{Cores: 4, GPUs: 2, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 })
-	b.submit(t, store.Claim{Cores: 4, GPUs: 1, WallClockSeconds: 60})
-	cpu := b.submit(t, store.Claim{Cores: 4, WallClockSeconds: 60})
-	other := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.Kind = "batch" })
-	withMemory := b.submit(t, store.Claim{Cores: 1, MemoryMiB: 100, WallClockSeconds: 60})
+	big := b.submit(t, record.Claim{Cores: 4, GPUs: 2, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 })
+	b.submit(t, record.Claim{Cores: 4, GPUs: 1, WallClockSeconds: 60})
+	cpu := b.submit(t, record.Claim{Cores: 4, WallClockSeconds: 60})
+	other := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.Kind = "batch" })
+	withMemory := b.submit(t, record.Claim{Cores: 1, MemoryMiB: 100, WallClockSeconds: 60})
 
 	got, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
@@ -246,9 +247,9 @@ func TestPlacementRespectsCapacityBookingsAndKinds(t *testing.T) {
 	_, ok, err = b.store.ClaimJob(ctx, anything(r2))
 	require.NoError(t, err)
 	require.False(t, ok)
-	j, err := b.store.Job(ctx, store.AllOrganisations(), withMemory.ID)
+	j, err := b.store.Job(ctx, record.AllOrganisations(), withMemory.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobQueued, j.State)
+	require.Equal(t, record.JobQueued, j.State)
 }
 
 func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
@@ -256,7 +257,7 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
-	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	first, _, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 
@@ -273,30 +274,30 @@ func TestStaleAttemptsAreRefusedAndChangeNothing(t *testing.T) {
 	require.Equal(t, 2, second.Attempt)
 
 	zero := 0
-	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
+	_, err = finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 	require.ErrorIs(t, b.store.AppendLog(ctx, j.ID, first.Attempt, r, 0, []byte("late")), store.ErrStaleAttempt)
-	now, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	now, err := b.store.Job(ctx, record.AllOrganisations(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobLeased, now.State)
+	require.Equal(t, record.JobLeased, now.State)
 	logs, err := b.store.JobLogs(ctx, j.ID, 0, -1, 100)
 	require.NoError(t, err)
 	require.Empty(t, logs)
 
 	// The current attempt is accepted, once.
 	require.NoError(t, b.store.AppendLog(ctx, j.ID, 2, r, 0, []byte("hello\n")))
-	fin, err := finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
+	fin, err := finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
 	require.NoError(t, err)
-	require.Equal(t, queue.Finished{State: store.JobSucceeded}, fin)
+	require.Equal(t, queue.Finished{State: record.JobSucceeded}, fin)
 	// Sent again, it is recognised as recorded, and changes nothing.
-	fin, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
+	fin, err = finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: 2, RunnerID: r, ExitCode: &zero})
 	require.NoError(t, err)
-	require.Equal(t, queue.Finished{State: store.JobSucceeded, AlreadyRecorded: true}, fin)
+	require.Equal(t, queue.Finished{State: record.JobSucceeded, AlreadyRecorded: true}, fin)
 	// From another runner, or for the attempt whose lease was taken back,
 	// it is stale.
-	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 2, RunnerID: uuid.New(), ExitCode: &zero})
+	_, err = finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: 2, RunnerID: uuid.New(), ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
-	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
+	_, err = finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: first.Attempt, RunnerID: r, ExitCode: &zero})
 	require.ErrorIs(t, err, store.ErrStaleAttempt)
 
 	events, err := b.store.JobEvents(ctx, j.ID, 0)
@@ -313,14 +314,14 @@ func TestExpiredLeasesFailAfterMaxAttempts(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
-	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
+	j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
 	at := time.Now()
 	for attempt := 1; attempt <= 2; attempt++ {
 		b.leaseAndLetExpire(t, r, &at, attempt)
 	}
-	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	got, err := b.store.Job(ctx, record.AllOrganisations(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, record.JobFailed, got.State)
 	require.Equal(t, "lease of attempt 2 expired; 2 of 2 attempts used", got.StateReason)
 	// Each attempt's run ends with the lease, not with a report.
 	runs, err := b.store.JobRunsForJobs(ctx, []uuid.UUID{j.ID})
@@ -338,14 +339,14 @@ func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	b.runner(t, 8, 65536, 2)
-	huge := b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
-	fits := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	huge := b.submit(t, record.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60})
+	fits := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Blocked)
-	got, err := b.store.Job(ctx, store.AllOrganisations(), huge.ID)
+	got, err := b.store.Job(ctx, record.AllOrganisations(), huge.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobBlocked, got.State)
+	require.Equal(t, record.JobBlocked, got.State)
 	require.Equal(t, "no approved runner of the pool could ever hold 1 cores, 0 MiB and 4 GPUs", got.StateReason)
 
 	// A bigger runner arrives: it is queued again.
@@ -358,9 +359,9 @@ func TestBlockedAndExpiredJobsSayWhy(t *testing.T) {
 	res, err = b.sweep(ctx, sweepOptions{Now: &later, DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Expired)
-	got, err = b.store.Job(ctx, store.AllOrganisations(), fits.ID)
+	got, err = b.store.Job(ctx, record.AllOrganisations(), fits.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobExpired, got.State)
+	require.Equal(t, record.JobExpired, got.State)
 	require.Equal(t, "waited longer than the pool's queue timeout", got.StateReason)
 }
 
@@ -369,9 +370,9 @@ func TestIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	key := "build-42"
-	first := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &key })
-	again, created, err := b.store.SubmitJob(ctx, store.AllOrganisations(), store.NewJob{
-		PoolID: b.pool.ID, Image: "other", Claim: store.Claim{Cores: 2, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default", IdempotencyKey: &key})
+	first := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &key })
+	again, created, err := b.store.SubmitJob(ctx, record.AllOrganisations(), store.NewJob{
+		PoolID: b.pool.ID, Image: "other", Claim: record.Claim{Cores: 2, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default", IdempotencyKey: &key})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, first.ID, again.ID)
@@ -380,9 +381,9 @@ func TestIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 	// Another organisation's pool is out of scope: nothing is queued.
 	other, err := b.store.CreateOrganisation(ctx, "other")
 	require.NoError(t, err)
-	_, _, err = b.store.SubmitJob(ctx, store.OneOrganisation(other.ID), store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"})
-	require.ErrorIs(t, err, store.ErrNotFound)
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
+	_, _, err = b.store.SubmitJob(ctx, record.OneOrganisation(other.ID), store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"})
+	require.ErrorIs(t, err, record.ErrNotFound)
+	jobs, err := b.store.Jobs(ctx, record.AllOrganisations(), record.JobFilter{}, record.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
 	_ = fmt.Sprint
@@ -395,7 +396,7 @@ func TestJobsClaimedTogetherFitTogether(t *testing.T) {
 	r := b.runner(t, 8, 65536, 0)
 	var want []uuid.UUID
 	for i := range 5 {
-		j := b.submit(t, store.Claim{Cores: 3, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 - i })
+		j := b.submit(t, record.Claim{Cores: 3, WallClockSeconds: 60}, func(n *store.NewJob) { n.Priority = 10 - i })
 		want = append(want, j.ID)
 	}
 	got, err := b.store.ClaimJobs(ctx, anything(r), 16)
@@ -420,7 +421,7 @@ func TestJobsClaimedTogetherFitTheAnswersSpecBound(t *testing.T) {
 	b := jobsSetup(t)
 	var ids []uuid.UUID
 	for range 8 {
-		j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) {
+		j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) {
 			n.Command = []string{"sh", "-c", `echo "hi"`}
 			n.Env = map[string]string{"A": strings.Repeat("v", 1000)}
 		})
@@ -472,7 +473,7 @@ func TestAClaimKeepsWhatARunnerHoldsBounded(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	for range 10 {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+		b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	}
 	req := anything(b.runner(t, 64, 65536, 0))
 	req.MaxHeld = 5
@@ -499,16 +500,16 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 	zero, lowest, most, reason, digest, version := 0, math.MinInt32, int64(math.MaxInt64), "image would not pull", "sha256:ab", "v1"
 	none := int64(0)
 	later := time.Now().Add(time.Hour).Truncate(time.Microsecond).UTC()
-	outcomes := []store.Outcome{
+	outcomes := []record.Outcome{
 		{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ExitCode: &zero, PeakMemoryMiB: &none, ImageDigest: &digest, RunnerVersion: &version},
 		{JobID: leased[1].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true},
 		{JobID: leased[2].ID, Attempt: 1, RunnerID: r, ExitCode: &lowest, OOM: true, PeakMemoryMiB: &most},
 	}
 	endings := make([]store.Ending, len(outcomes))
 	for i, o := range outcomes {
-		endings[i] = store.Ending{Outcome: o, Transition: store.Transition{State: store.JobFailed, Reason: "exit"}}
+		endings[i] = store.Ending{Outcome: o, Transition: store.Transition{State: record.JobFailed, Reason: "exit"}}
 		if o.ReturnReason != nil {
-			endings[i].Transition = store.Transition{State: store.JobQueued, Reason: "given back", AvailableAt: &later}
+			endings[i].Transition = store.Transition{State: record.JobQueued, Reason: "given back", AvailableAt: &later}
 		}
 	}
 	var availableBefore time.Time
@@ -517,12 +518,12 @@ func TestEndedAttemptsRecordWhatWasReported(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ended, len(outcomes))
 	for _, o := range outcomes {
-		stored, err := b.store.Job(ctx, store.AllOrganisations(), o.JobID)
+		stored, err := b.store.Job(ctx, record.AllOrganisations(), o.JobID)
 		require.NoError(t, err)
 		require.Equal(t, stored.State, ended[o.JobID].State, "the state as answered is the state stored")
 	}
-	require.Equal(t, []store.JobState{store.JobFailed, store.JobQueued, store.JobFailed},
-		[]store.JobState{ended[leased[0].ID].State, ended[leased[1].ID].State, ended[leased[2].ID].State})
+	require.Equal(t, []record.JobState{record.JobFailed, record.JobQueued, record.JobFailed},
+		[]record.JobState{ended[leased[0].ID].State, ended[leased[1].ID].State, ended[leased[2].ID].State})
 	rows, err := b.db.Query(ctx, `SELECT coalesce(exit_code::text, 'NULL'), coalesce(return_reason, 'NULL'), host_fault, oom,
 			coalesce(peak_memory_mib::text, 'NULL'), coalesce(image_digest, 'NULL'), coalesce(runner_version, 'NULL')
 		FROM job_runs WHERE job_id = ANY($1::uuid[]) ORDER BY job_id`, []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID})
@@ -552,15 +553,15 @@ func TestSubmitJobsKeepsOrderAndKeys(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	seen, dup := "seen", "dup"
-	before := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &seen })
+	before := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.IdempotencyKey = &seen })
 	batch := make([]store.NewJob, 6)
 	for i := range batch {
-		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: fmt.Sprintf("img-%d", i), Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
+		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: fmt.Sprintf("img-%d", i), Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}
 	}
 	batch[2].IdempotencyKey = &seen
 	batch[3].IdempotencyKey, batch[4].IdempotencyKey = &dup, &dup
 
-	got, created, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+	got, created, err := b.store.SubmitJobs(ctx, record.AllOrganisations(), batch)
 	require.NoError(t, err)
 	require.Len(t, got, 6)
 	require.Equal(t, before.ID, got[2].ID, "a key the pool has seen returns its job")
@@ -596,19 +597,19 @@ func TestSubmittedJobsKeepTheirSpecExactly(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	digest := sha256.Sum256([]byte("submitter"))
-	a, err := b.store.CreateAdminWithToken(ctx, store.NewAdmin{Name: "submitter", Role: store.RoleOrgAdmin, OrganisationID: &b.org.ID, TokenHash: digest[:]})
+	a, err := b.store.CreateAdminWithToken(ctx, store.NewAdmin{Name: "submitter", Role: record.RoleOrgAdmin, OrganisationID: &b.org.ID, TokenHash: digest[:]})
 	require.NoError(t, err)
 	admin := a.ID
 	odd := []string{"a,b", `"q"`, `back\slash`, `\"`, "NULL", "", "{x}", " spaced ", "ünï", "}", "{"}
 	given := []store.NewJob{
 		{PoolID: b.pool.ID, Image: "img", Command: odd, Env: map[string]string{"A": `"{x}"\`, "B": ""},
-			Claim: store.Claim{Cores: 0.5, MemoryMiB: 3, GPUs: 1, WallClockSeconds: 7}, Priority: -2, MaxAttempts: 4, Kind: "default", SubmittedBy: &admin},
-		{PoolID: b.pool.ID, Image: "img", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"},
+			Claim: record.Claim{Cores: 0.5, MemoryMiB: 3, GPUs: 1, WallClockSeconds: 7}, Priority: -2, MaxAttempts: 4, Kind: "default", SubmittedBy: &admin},
+		{PoolID: b.pool.ID, Image: "img", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"},
 	}
-	got, _, err := b.store.SubmitJobs(ctx, store.AllOrganisations(), given)
+	got, _, err := b.store.SubmitJobs(ctx, record.AllOrganisations(), given)
 	require.NoError(t, err)
 	for i, j := range got {
-		read, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+		read, err := b.store.Job(ctx, record.AllOrganisations(), j.ID)
 		require.NoError(t, err)
 		require.Equal(t, j, read, "as returned, as stored")
 		want := given[i]
@@ -631,13 +632,13 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := jobsSetup(t)
-	otherPool, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.org.ID, Name: "cpu"})
+	otherPool, err := b.store.CreatePool(ctx, record.NewPool{OrganisationID: &b.org.ID, Name: "cpu"})
 	require.NoError(t, err)
-	ok := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
+	ok := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
 	stray := ok
 	stray.PoolID = otherPool.ID
-	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, stray})
-	require.ErrorIs(t, err, store.ErrInvalid)
+	_, _, err = b.store.SubmitJobs(ctx, record.AllOrganisations(), []store.NewJob{ok, stray})
+	require.ErrorIs(t, err, record.ErrInvalid)
 	emptyKey, empty := ok, "" // the stand-in for no key is no key
 	emptyKey.IdempotencyKey = &empty
 	nobody, nilUUID := ok, uuid.Nil // the stand-in for no submitter
@@ -647,16 +648,16 @@ func TestSubmitJobsRefusesWholeBatch(t *testing.T) {
 	notUTF8 := ok
 	notUTF8.Command = []string{"\xff"}
 	for _, bad := range []store.NewJob{emptyKey, nobody, wide, notUTF8} {
-		_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), []store.NewJob{ok, bad})
-		require.ErrorIs(t, err, store.ErrInvalid)
+		_, _, err = b.store.SubmitJobs(ctx, record.AllOrganisations(), []store.NewJob{ok, bad})
+		require.ErrorIs(t, err, record.ErrInvalid)
 	}
 
 	outsider, err := b.store.CreateOrganisation(ctx, "outsider")
 	require.NoError(t, err)
-	_, _, err = b.store.SubmitJobs(ctx, store.OneOrganisation(outsider.ID), []store.NewJob{ok, ok})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	_, _, err = b.store.SubmitJobs(ctx, record.OneOrganisation(outsider.ID), []store.NewJob{ok, ok})
+	require.ErrorIs(t, err, record.ErrNotFound)
 
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
+	jobs, err := b.store.Jobs(ctx, record.AllOrganisations(), record.JobFilter{}, record.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, jobs, "a refused batch queues nothing")
 }
@@ -671,19 +672,19 @@ func TestTheStoreRefusesBadKindsAndUnknownPools(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	for _, kind := range []string{"Batch", "-x", "a b", strings.Repeat("k", 64), ""} {
-		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
-		_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
-		require.ErrorIs(t, err, store.ErrInvalid, "kind %q", kind)
+		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
+		_, _, err := b.store.SubmitJob(ctx, record.AllOrganisations(), n)
+		require.ErrorIs(t, err, record.ErrInvalid, "kind %q", kind)
 	}
-	n := store.NewJob{PoolID: uuid.New(), Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
-	_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
-	require.ErrorIs(t, err, store.ErrNotFound)
-	jobs, err := b.store.Jobs(ctx, store.AllOrganisations(), store.JobFilter{}, store.Page{Limit: 100})
+	n := store.NewJob{PoolID: uuid.New(), Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: "default"}
+	_, _, err := b.store.SubmitJob(ctx, record.AllOrganisations(), n)
+	require.ErrorIs(t, err, record.ErrNotFound)
+	jobs, err := b.store.Jobs(ctx, record.AllOrganisations(), record.JobFilter{}, record.Page{Limit: 100})
 	require.NoError(t, err)
 	require.Empty(t, jobs)
 	for _, kind := range []string{"default", "gpu.a100", "x"} {
-		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
-		_, _, err := b.store.SubmitJob(ctx, store.AllOrganisations(), n)
+		n := store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 1}, MaxAttempts: 1, Kind: kind}
+		_, _, err := b.store.SubmitJob(ctx, record.AllOrganisations(), n)
 		require.NoError(t, err, "kind %q", kind)
 	}
 }
@@ -696,7 +697,7 @@ func TestTouchWorkRequestWritesAtMostEvery30Seconds(t *testing.T) {
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
 	seen := func() time.Time {
-		got, err := b.store.Runner(ctx, store.AllOrganisations(), r)
+		got, err := b.store.Runner(ctx, record.AllOrganisations(), r)
 		require.NoError(t, err)
 		require.NotNil(t, got.LastWorkRequestAt)
 		return *got.LastWorkRequestAt
@@ -721,7 +722,7 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r, other := b.runner(t, 8, 65536, 0), b.runner(t, 8, 65536, 0)
-	j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
+	j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.MaxAttempts = 2 })
 	leased, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
@@ -732,42 +733,42 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	stale.Attempt = 2
 	for _, try := range []struct {
 		runner uuid.UUID
-		job    store.Job
+		job    record.Job
 	}{{other, leased}, {r, stale}} {
-		n, err := b.store.ReturnUndelivered(ctx, try.runner, []store.Job{try.job}, "test")
+		n, err := b.store.ReturnUndelivered(ctx, try.runner, []record.Job{try.job}, "test")
 		require.NoError(t, err)
 		require.Zero(t, n)
 	}
-	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	got, err := b.store.Job(ctx, record.AllOrganisations(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobLeased, got.State)
+	require.Equal(t, record.JobLeased, got.State)
 	require.Zero(t, got.Undelivered)
 	// Nor does the return of a lease its runner reported RUNNING: that one
 	// was delivered.
-	running := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	running := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	delivered, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, running.ID, delivered.ID)
 	_, err = b.store.ExtendLeases(ctx, r, 60, []store.LeaseReport{{LeaseID: delivered.ID, Attempt: 1, Phase: "RUNNING"}})
 	require.NoError(t, err)
-	back, err := b.store.ReturnUndelivered(ctx, r, []store.Job{delivered}, "test")
+	back, err := b.store.ReturnUndelivered(ctx, r, []record.Job{delivered}, "test")
 	require.NoError(t, err)
 	require.Zero(t, back)
-	got, err = b.store.Job(ctx, store.AllOrganisations(), running.ID)
+	got, err = b.store.Job(ctx, record.AllOrganisations(), running.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobRunning, got.State)
+	require.Equal(t, record.JobRunning, got.State)
 
-	n, err := b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
+	n, err := b.store.ReturnUndelivered(ctx, r, []record.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 	// Twice is once.
-	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
+	n, err = b.store.ReturnUndelivered(ctx, r, []record.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Zero(t, n)
-	got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	got, err = b.store.Job(ctx, record.AllOrganisations(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobQueued, got.State)
+	require.Equal(t, record.JobQueued, got.State)
 	require.Nil(t, got.RunnerID)
 	require.Nil(t, got.LeaseExpiresAt)
 	require.Equal(t, 1, got.Attempt, "the number stays taken")
@@ -791,29 +792,29 @@ func TestUndeliveredLeasesGoBackAndAreNoTry(t *testing.T) {
 	at := time.Now()
 	for attempt := 2; attempt <= 3; attempt++ {
 		b.leaseAndLetExpire(t, r, &at, attempt)
-		got, err = b.store.Job(ctx, store.AllOrganisations(), j.ID)
+		got, err = b.store.Job(ctx, record.AllOrganisations(), j.ID)
 		require.NoError(t, err)
 		if attempt == 2 {
-			require.Equal(t, store.JobQueued, got.State, "1 of 2 tries used")
+			require.Equal(t, record.JobQueued, got.State, "1 of 2 tries used")
 		}
 	}
-	require.Equal(t, store.JobFailed, got.State)
+	require.Equal(t, record.JobFailed, got.State)
 	require.Equal(t, "lease of attempt 3 expired; 2 of 2 attempts used", got.StateReason)
 
 	// Cancelled while its lease was on the way: it ends CANCELLED.
-	c := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	c := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	leased, ok, err = b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, c.ID, leased.ID)
-	_, err = b.store.CancelJob(ctx, store.AllOrganisations(), c.ID)
+	_, err = b.store.CancelJob(ctx, record.AllOrganisations(), c.ID)
 	require.NoError(t, err)
-	n, err = b.store.ReturnUndelivered(ctx, r, []store.Job{leased}, "test")
+	n, err = b.store.ReturnUndelivered(ctx, r, []record.Job{leased}, "test")
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	got, err = b.store.Job(ctx, store.AllOrganisations(), c.ID)
+	got, err = b.store.Job(ctx, record.AllOrganisations(), c.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobCancelled, got.State)
+	require.Equal(t, record.JobCancelled, got.State)
 	require.NotNil(t, got.FinishedAt)
 	events, err = b.store.JobEvents(ctx, c.ID, 0)
 	require.NoError(t, err)
@@ -831,24 +832,24 @@ func TestPruningTakesFinishedJobsAndAllTheyLeft(t *testing.T) {
 	zero := 0
 	var finished []uuid.UUID
 	for range 4 {
-		j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+		j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 		_, ok, err := b.store.ClaimJob(ctx, anything(r))
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NoError(t, b.store.AppendLog(ctx, j.ID, 1, r, 0, []byte("out\n")))
-		_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: j.ID, Attempt: 1, RunnerID: r, ExitCode: &zero})
+		_, err = finish(b.store).Finish(ctx, record.Outcome{JobID: j.ID, Attempt: 1, RunnerID: r, ExitCode: &zero})
 		require.NoError(t, err)
 		finished = append(finished, j.ID)
 	}
-	cancelled := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
-	_, err := b.store.CancelJob(ctx, store.AllOrganisations(), cancelled.ID)
+	cancelled := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	_, err := b.store.CancelJob(ctx, record.AllOrganisations(), cancelled.ID)
 	require.NoError(t, err)
 	finished = append(finished, cancelled.ID)
-	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	held := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	_, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
-	queued := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	queued := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	// Submitted with the others, but ended (as if) two hours from now.
 	late := finished[1]
 	_, err = b.db.Exec(ctx, `UPDATE jobs SET finished_at = now() + interval '2 hours' WHERE id = $1`, late)
@@ -899,13 +900,13 @@ func TestJobIdsAreTimeOrdered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := jobsSetup(t)
-	before := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	before := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	time.Sleep(2 * time.Millisecond)
 	var id uuid.UUID
 	require.NoError(t, b.db.QueryRow(ctx, `INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
 		VALUES ($1, 'x', 1, 0, 0, 60) RETURNING id`, b.pool.ID).Scan(&id))
 	time.Sleep(2 * time.Millisecond)
-	after := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	after := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	require.Equal(t, uuid.Version(7), id.Version())
 	require.Equal(t, uuid.RFC4122, id.Variant())
 	require.Less(t, before.ID.String(), id.String())
@@ -917,7 +918,7 @@ func TestJobIdsAreTimeOrdered(t *testing.T) {
 func TestTriesForgiveThreeUndeliveredLeases(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct{ attempt, undelivered, tries int }{{1, 0, 1}, {3, 2, 1}, {4, 3, 1}, {10, 5, 7}} {
-		require.Equal(t, c.tries, store.Job{Attempt: c.attempt, Undelivered: c.undelivered}.Tries(), "%+v", c)
+		require.Equal(t, c.tries, record.Job{Attempt: c.attempt, Undelivered: c.undelivered}.Tries(), "%+v", c)
 	}
 }
 
@@ -935,17 +936,17 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 		SELECT $1, 'x', 1, 0, 0, 60, 'SUCCEEDED', now() FROM generate_series(1, 20000)`, b.pool.ID)
 	require.NoError(t, err)
 	for range 3 {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+		b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	}
-	b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60}) // blocked by the sweep below
+	b.submit(t, record.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60}) // blocked by the sweep below
 	_, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
 	// A quiet pool of the same organisation.
-	quiet, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.org.ID, Name: "quiet"})
+	quiet, err := b.store.CreatePool(ctx, record.NewPool{OrganisationID: &b.org.ID, Name: "quiet"})
 	require.NoError(t, err)
 	for range 3 {
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = quiet.ID })
+		b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = quiet.ID })
 	}
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
@@ -963,21 +964,21 @@ func TestSweepsAndListsDoNotReadEveryJob(t *testing.T) {
 		require.Len(t, counts, 2)
 		for _, c := range counts {
 			if c.Pool == b.pool.Name {
-				require.Equal(t, map[store.JobState]int64{store.JobQueued: 2, store.JobBlocked: 1, store.JobLeased: 1, store.JobRunning: 0}, c.Jobs)
+				require.Equal(t, map[record.JobState]int64{record.JobQueued: 2, record.JobBlocked: 1, record.JobLeased: 1, record.JobRunning: 0}, c.Jobs)
 			}
 		}
 		for _, l := range []struct {
-			scope store.Scope
-			f     store.JobFilter
+			scope record.Scope
+			f     record.JobFilter
 			n     int
 		}{
-			{store.AllOrganisations(), store.JobFilter{}, 100},
-			{store.AllOrganisations(), store.JobFilter{PoolID: &b.pool.ID}, 100},
-			{store.AllOrganisations(), store.JobFilter{PoolID: &quiet.ID}, 3},
-			{store.OneOrganisation(b.org.ID), store.JobFilter{}, 100},
-			{store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &quiet.ID}, 3},
+			{record.AllOrganisations(), record.JobFilter{}, 100},
+			{record.AllOrganisations(), record.JobFilter{PoolID: &b.pool.ID}, 100},
+			{record.AllOrganisations(), record.JobFilter{PoolID: &quiet.ID}, 3},
+			{record.OneOrganisation(b.org.ID), record.JobFilter{}, 100},
+			{record.OneOrganisation(b.org.ID), record.JobFilter{PoolID: &quiet.ID}, 3},
 		} {
-			jobs, err := tx.Jobs(ctx, l.scope, l.f, store.Page{Limit: 100})
+			jobs, err := tx.Jobs(ctx, l.scope, l.f, record.Page{Limit: 100})
 			require.NoError(t, err)
 			require.Len(t, jobs, l.n)
 		}
@@ -997,34 +998,34 @@ func TestJobListsKeepToTheirScope(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 0)
-	held := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	held := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	_, ok, err := b.store.ClaimJob(ctx, anything(r))
 	require.NoError(t, err)
 	require.True(t, ok)
-	mine := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	mine := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	other, err := b.store.CreateOrganisation(ctx, "other")
 	require.NoError(t, err)
-	otherPool, err := b.store.CreatePool(ctx, store.NewPool{OrganisationID: &other.ID, Name: "gpu"})
+	otherPool, err := b.store.CreatePool(ctx, record.NewPool{OrganisationID: &other.ID, Name: "gpu"})
 	require.NoError(t, err)
-	theirs := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = otherPool.ID })
-	ids := func(scope store.Scope, f store.JobFilter) (out []uuid.UUID) {
-		jobs, err := b.store.Jobs(ctx, scope, f, store.Page{Limit: 100})
+	theirs := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.PoolID = otherPool.ID })
+	ids := func(scope record.Scope, f record.JobFilter) (out []uuid.UUID) {
+		jobs, err := b.store.Jobs(ctx, scope, f, record.Page{Limit: 100})
 		require.NoError(t, err)
 		for _, j := range jobs {
 			out = append(out, j.ID)
 		}
 		return out
 	}
-	require.Equal(t, []uuid.UUID{theirs.ID, mine.ID, held.ID}, ids(store.AllOrganisations(), store.JobFilter{}), "newest first")
-	require.Equal(t, []uuid.UUID{mine.ID, held.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{}), "held jobs too")
-	leased := store.JobLeased
-	require.Equal(t, []uuid.UUID{held.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{State: &leased}))
-	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.OneOrganisation(other.ID), store.JobFilter{}))
-	require.Empty(t, ids(store.OneOrganisation(b.org.ID), store.JobFilter{PoolID: &otherPool.ID}), "another organisation's pool")
-	require.Equal(t, []uuid.UUID{theirs.ID}, ids(store.AllOrganisations(), store.JobFilter{PoolID: &otherPool.ID}))
-	require.Empty(t, ids(store.Scope{}, store.JobFilter{}), "no organisation")
-	queued := store.JobQueued
-	require.Equal(t, []uuid.UUID{mine.ID}, ids(store.OneOrganisation(b.org.ID), store.JobFilter{State: &queued}))
+	require.Equal(t, []uuid.UUID{theirs.ID, mine.ID, held.ID}, ids(record.AllOrganisations(), record.JobFilter{}), "newest first")
+	require.Equal(t, []uuid.UUID{mine.ID, held.ID}, ids(record.OneOrganisation(b.org.ID), record.JobFilter{}), "held jobs too")
+	leased := record.JobLeased
+	require.Equal(t, []uuid.UUID{held.ID}, ids(record.OneOrganisation(b.org.ID), record.JobFilter{State: &leased}))
+	require.Equal(t, []uuid.UUID{theirs.ID}, ids(record.OneOrganisation(other.ID), record.JobFilter{}))
+	require.Empty(t, ids(record.OneOrganisation(b.org.ID), record.JobFilter{PoolID: &otherPool.ID}), "another organisation's pool")
+	require.Equal(t, []uuid.UUID{theirs.ID}, ids(record.AllOrganisations(), record.JobFilter{PoolID: &otherPool.ID}))
+	require.Empty(t, ids(record.Scope{}, record.JobFilter{}), "no organisation")
+	queued := record.JobQueued
+	require.Equal(t, []uuid.UUID{mine.ID}, ids(record.OneOrganisation(b.org.ID), record.JobFilter{State: &queued}))
 }
 
 // Each runner's newest certificate, by expiry, whatever the order they
@@ -1040,7 +1041,7 @@ func TestLatestCertificatesAreEachRunnersNewest(t *testing.T) {
 		runner uuid.UUID
 		after  time.Duration
 	}{{"a1", r1, 2 * time.Hour}, {"a2", r1, 3 * time.Hour}, {"a0", r1, time.Hour}, {"b1", r2, time.Hour}} {
-		require.NoError(t, b.store.StoreCertificate(ctx, store.Certificate{Serial: c.serial, RunnerID: &c.runner, DER: []byte{1},
+		require.NoError(t, b.store.StoreCertificate(ctx, record.Certificate{Serial: c.serial, RunnerID: &c.runner, DER: []byte{1},
 			NotBefore: now, NotAfter: now.Add(c.after)}))
 	}
 	got, err := b.store.LatestCertificates(ctx, []uuid.UUID{r1, r2, none})
@@ -1069,7 +1070,7 @@ func TestExpiredCertificatesArePruned(t *testing.T) {
 		{"last", &r2, -40 * day}, // r2's newest, though long expired
 		{"listener-old", nil, -40 * day}, {"listener", nil, day},
 	} {
-		require.NoError(t, b.store.StoreCertificate(ctx, store.Certificate{Serial: c.serial, RunnerID: c.runner, DER: []byte{1},
+		require.NoError(t, b.store.StoreCertificate(ctx, record.Certificate{Serial: c.serial, RunnerID: c.runner, DER: []byte{1},
 			NotBefore: now.Add(c.after - day), NotAfter: now.Add(c.after)}))
 	}
 	expired, lastExpired := now.Add(-35*day), now.Add(-40*day)
@@ -1147,20 +1148,20 @@ func TestJobLogsTailAcrossAttemptsAndJobs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := jobsSetup(t)
-	a, none, small := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}), b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}),
-		b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	a, none, small := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}), b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}),
+		b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	_, err := b.db.Exec(ctx, `INSERT INTO job_logs (job_id, attempt, seq, data) VALUES
 		($1, 1, 0, 'aaaa'), ($1, 1, 1, 'bbbb'), ($1, 2, 0, 'cccc'), ($2, 1, 0, 'x')`, a.ID, small.ID)
 	require.NoError(t, err)
 	got, err := b.store.JobLogsForJobs(ctx, []uuid.UUID{a.ID, none.ID, small.ID}, 8)
 	require.NoError(t, err)
-	require.Equal(t, store.JobOutput{Bytes: 12, Chunks: []store.LogChunk{{Attempt: 1, Seq: 1, Data: []byte("bbbb")}, {Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, got[a.ID])
-	require.Equal(t, store.JobOutput{Chunks: []store.LogChunk{}}, got[none.ID])
-	require.Equal(t, store.JobOutput{Bytes: 1, Chunks: []store.LogChunk{{Attempt: 1, Seq: 0, Data: []byte("x")}}}, got[small.ID])
+	require.Equal(t, record.JobOutput{Bytes: 12, Chunks: []record.LogChunk{{Attempt: 1, Seq: 1, Data: []byte("bbbb")}, {Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, got[a.ID])
+	require.Equal(t, record.JobOutput{Chunks: []record.LogChunk{}}, got[none.ID])
+	require.Equal(t, record.JobOutput{Bytes: 1, Chunks: []record.LogChunk{{Attempt: 1, Seq: 0, Data: []byte("x")}}}, got[small.ID])
 	// A chunk that would pass the tail stays out.
 	tight, err := b.store.JobLogsForJobs(ctx, []uuid.UUID{a.ID}, 7)
 	require.NoError(t, err)
-	require.Equal(t, store.JobOutput{Bytes: 12, Chunks: []store.LogChunk{{Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, tight[a.ID])
+	require.Equal(t, record.JobOutput{Bytes: 12, Chunks: []record.LogChunk{{Attempt: 2, Seq: 0, Data: []byte("cccc")}}}, tight[a.ID])
 }
 
 // The blocked check limited to new jobs reads only those, so a sweep that
@@ -1175,16 +1176,16 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
 		SELECT $1, 'x', 1, 0, 0, 60 FROM generate_series(1, 5000)`, b.pool.ID)
 	require.NoError(t, err)
-	old := b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
+	old := b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
 	time.Sleep(2 * time.Millisecond)
 	since := time.Now()
 	time.Sleep(2 * time.Millisecond)
-	fresh := b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60})
+	fresh := b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60})
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
 
-	state := func(id uuid.UUID) store.JobState {
-		j, err := b.store.Job(ctx, store.AllOrganisations(), id)
+	state := func(id uuid.UUID) record.JobState {
+		j, err := b.store.Job(ctx, record.AllOrganisations(), id)
 		require.NoError(t, err)
 		return j.State
 	}
@@ -1200,12 +1201,12 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 		t.Logf("%d rows read", rows-rows0)
 		return nil
 	}))
-	require.Equal(t, store.JobBlocked, state(fresh.ID), "submitted since: checked")
-	require.Equal(t, store.JobQueued, state(old.ID), "submitted before: left to the full check")
+	require.Equal(t, record.JobBlocked, state(fresh.ID), "submitted since: checked")
+	require.Equal(t, record.JobQueued, state(old.ID), "submitted before: left to the full check")
 	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Blocked)
-	require.Equal(t, store.JobBlocked, state(old.ID), "the full check")
+	require.Equal(t, record.JobBlocked, state(old.ID), "the full check")
 
 	// Timeouts: left out when asked, applied otherwise.
 	later := time.Now().Add(25 * time.Hour)
@@ -1284,14 +1285,14 @@ func TestAClaimPassesOverJobsThatDoNotFitInTheIndex(t *testing.T) {
 		INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds, priority, kind)
 		SELECT $1, 'x', 1, 0, 0, 60, 10, k FROM generate_series(1, 250), unnest(array['a100', 'zz']) AS k  -- other kinds`, b.pool.ID)
 	require.NoError(t, err)
-	fits := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}) // priority 0: last in the queue
+	fits := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}) // priority 0: last in the queue
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
 	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
 		entries0, fetched0, err := tx.JobIndexReads(ctx, "jobs_queued")
 		require.NoError(t, err)
 		req := anything(cpu)
-		req.Largest = store.Claim{Cores: 16, MemoryMiB: 65536}
+		req.Largest = record.Claim{Cores: 16, MemoryMiB: 65536}
 		req.Free = req.Largest
 		leased, err := tx.ClaimJobs(ctx, req, 4)
 		require.NoError(t, err)
@@ -1371,7 +1372,7 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 	// leaseAndEnd claims n jobs and ends them; it returns what the claim
 	// read and what the results read.
 	leaseAndEnd := func(n int) (claimed, ended reads) {
-		var leased []store.Job
+		var leased []record.Job
 		claimed = measured(func(ctx context.Context) {
 			leased, err = s.ClaimJobs(ctx, anything(r), 128)
 			require.NoError(t, err)
@@ -1395,14 +1396,14 @@ func claimsAfterABurst(t *testing.T, analyzed bool) {
 	})
 	batch := make([]store.NewJob, store.MaxBatch)
 	for i := range batch {
-		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+		batch[i] = store.NewJob{PoolID: b.pool.ID, Image: "x", Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
 	}
 	// A first job alone: its results are planned on a table of one job.
-	_, _, err = s.SubmitJobs(ctx, store.AllOrganisations(), batch[:1])
+	_, _, err = s.SubmitJobs(ctx, record.AllOrganisations(), batch[:1])
 	require.NoError(t, err)
 	leaseAndEnd(1)
 	for range 4 {
-		_, _, err := s.SubmitJobs(ctx, store.AllOrganisations(), batch)
+		_, _, err := s.SubmitJobs(ctx, record.AllOrganisations(), batch)
 		require.NoError(t, err)
 	}
 	for range 26 {
@@ -1522,16 +1523,16 @@ func TestAnUnenforceableMemoryClaimIsBlocked(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	b.runner(t, 8, 65536, 0) // does not enforce memory limits
-	j := b.submit(t, store.Claim{Cores: 1, MemoryMiB: 1024, WallClockSeconds: 60})
+	j := b.submit(t, record.Claim{Cores: 1, MemoryMiB: 1024, WallClockSeconds: 60})
 	sweep := func() sweepResult {
 		res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24})
 		require.NoError(t, err)
 		return res
 	}
 	require.Equal(t, 1, sweep().Blocked)
-	got, err := b.store.Job(ctx, store.AllOrganisations(), j.ID)
+	got, err := b.store.Job(ctx, record.AllOrganisations(), j.ID)
 	require.NoError(t, err)
-	require.Equal(t, store.JobBlocked, got.State)
+	require.Equal(t, record.JobBlocked, got.State)
 	require.Contains(t, got.StateReason, "enforces memory limits")
 	_, err = b.db.Exec(ctx, `UPDATE pools SET allow_unenforced_memory = true WHERE id = $1`, b.pool.ID)
 	require.NoError(t, err)
@@ -1546,7 +1547,7 @@ func TestABlockedCheckCutShortSaysSo(t *testing.T) {
 	b := jobsSetup(t)
 	b.runner(t, 8, 65536, 0)
 	for range 2 {
-		b.submit(t, store.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
+		b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
 	}
 	var got []sweepResult
 	for range 3 {
@@ -1572,15 +1573,15 @@ func TestJobEventsAreCountedWhenCommitted(t *testing.T) {
 		calls = append(calls, typ)
 		counted[typ] += n
 	})
-	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Claim: store.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
+	n := store.NewJob{PoolID: b.pool.ID, Image: "busybox", Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 3, Kind: "default"}
 	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
 		require.Error(t, tx.WithTx(ctx, func(tx *store.Tx) error {
-			_, _, err := tx.SubmitJob(ctx, store.AllOrganisations(), n)
+			_, _, err := tx.SubmitJob(ctx, record.AllOrganisations(), n)
 			require.NoError(t, err)
 			return errors.New("rolled back")
 		}))
 		for range 2 {
-			_, _, err := tx.SubmitJob(ctx, store.AllOrganisations(), n)
+			_, _, err := tx.SubmitJob(ctx, record.AllOrganisations(), n)
 			require.NoError(t, err)
 		}
 		require.Empty(t, counted, "nothing before the commit")

@@ -70,7 +70,7 @@ func (s *Querier) ExtendLeases(ctx context.Context, runnerID uuid.UUID, leaseSec
 // and the attempt is not counted as a try. Only the runner's own leases
 // at exactly the attempt, still LEASED, are returned; it reports how many
 // were. The runner's failures in a row are left alone: it ran nothing.
-func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []Job, why string) (int, error) {
+func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, leased []record.Job, why string) (int, error) {
 	if len(leased) == 0 {
 		return 0, nil
 	}
@@ -91,11 +91,11 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 		pools := map[uuid.UUID]bool{}
 		for i, b := range back {
 			changes[i] = b.ID.String()
-			if JobState(b.State) == JobQueued {
+			if record.JobState(b.State) == record.JobQueued {
 				pools[b.PoolID] = true
 				tx.countJobEvents("REQUEUED", 1)
 			} else {
-				tx.countJobEvents(string(JobCancelled), 1)
+				tx.countJobEvents(string(record.JobCancelled), 1)
 			}
 		}
 		tx.notifyJobChanges(changes...)
@@ -134,37 +134,37 @@ func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, r
 // JobLogs returns a job's output in order (by attempt, then sequence),
 // from after the chunk (afterAttempt, afterSeq) ((0, -1) is the start), at
 // most max chunks.
-func (s *Querier) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]LogChunk, error) {
+func (s *Querier) JobLogs(ctx context.Context, jobID uuid.UUID, afterAttempt, afterSeq, max int) ([]record.LogChunk, error) {
 	rows, err := s.q.JobLogs(ctx, s.db, dbsqlc.JobLogsParams{JobID: jobID, AfterAttempt: int32(afterAttempt), AfterSeq: int32(afterSeq), MaxRows: int32(max)})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]LogChunk, len(rows))
+	out := make([]record.LogChunk, len(rows))
 	for i, r := range rows {
-		out[i] = LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}
+		out[i] = record.LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}
 	}
 	return out, nil
 }
 
 // JobEvents lists a job's events in order, those after afterID (0: all).
-func (s *Querier) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]JobEvent, error) {
+func (s *Querier) JobEvents(ctx context.Context, jobID uuid.UUID, afterID int64) ([]record.JobEvent, error) {
 	rows, err := s.q.JobEvents(ctx, s.db, dbsqlc.JobEventsParams{JobID: jobID, AfterID: afterID})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]JobEvent, len(rows))
+	out := make([]record.JobEvent, len(rows))
 	for i, r := range rows {
 		out[i] = jobEventFromRow(r)
 	}
 	return out, nil
 }
 
-func jobEventFromRow(r dbsqlc.JobEvent) JobEvent {
-	return JobEvent{ID: r.ID, At: r.At, Type: r.Type, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID), Detail: r.Detail}
+func jobEventFromRow(r dbsqlc.JobEvent) record.JobEvent {
+	return record.JobEvent{ID: r.ID, At: r.At, Type: r.Type, Attempt: int(r.Attempt), RunnerID: uuidPtr(r.RunnerID), Detail: r.Detail}
 }
 
-func jobRunFromRow(r dbsqlc.JobRun) JobRun {
-	run := JobRun{JobID: r.JobID, Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
+func jobRunFromRow(r dbsqlc.JobRun) record.JobRun {
+	run := record.JobRun{JobID: r.JobID, Attempt: int(r.Attempt), RunnerID: r.RunnerID, RunnerName: r.RunnerName, LeasedAt: r.LeasedAt,
 		FinishedAt: r.FinishedAt, ExitCode: intPtr(r.ExitCode), ReturnReason: r.ReturnReason, HostFault: r.HostFault, OOM: r.Oom,
 		PeakMemoryMiB: r.PeakMemoryMib, ImageDigest: r.ImageDigest, RunnerVersion: r.RunnerVersion}
 	if len(r.Data) > 0 {
@@ -181,31 +181,31 @@ func jobRunFromRow(r dbsqlc.JobRun) JobRun {
 // scope; every id asked for gets an entry, empty when it has nothing.
 
 // JobEventsForJobs returns each job's events, oldest first.
-func (s *Querier) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobEvent, error) {
+func (s *Querier) JobEventsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobEvent, error) {
 	rows, err := s.q.JobEventsForJobs(ctx, s.db, ids)
-	return byJob(ids, rows, err, func(r dbsqlc.JobEvent) (uuid.UUID, JobEvent) { return r.JobID, jobEventFromRow(r) })
+	return byJob(ids, rows, err, func(r dbsqlc.JobEvent) (uuid.UUID, record.JobEvent) { return r.JobID, jobEventFromRow(r) })
 }
 
 // JobRunsForJobs returns each job's runs by attempt.
-func (s *Querier) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]JobRun, error) {
+func (s *Querier) JobRunsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobRun, error) {
 	rows, err := s.q.JobRunsForJobs(ctx, s.db, ids)
-	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, JobRun) { return r.JobID, jobRunFromRow(r) })
+	return byJob(ids, rows, err, func(r dbsqlc.JobRun) (uuid.UUID, record.JobRun) { return r.JobID, jobRunFromRow(r) })
 }
 
 // JobLogsForJobs returns the end of each job's output: the chunks that hold
 // its last tailBytes (whole chunks, so up to one chunk more).
-func (s *Querier) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]JobOutput, error) {
+func (s *Querier) JobLogsForJobs(ctx context.Context, ids []uuid.UUID, tailBytes int64) (map[uuid.UUID]record.JobOutput, error) {
 	rows, err := s.q.JobLogsForJobs(ctx, s.db, dbsqlc.JobLogsForJobsParams{JobIds: ids, TailBytes: tailBytes})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]JobOutput, len(ids))
+	out := make(map[uuid.UUID]record.JobOutput, len(ids))
 	for _, id := range ids {
-		out[id] = JobOutput{Chunks: []LogChunk{}}
+		out[id] = record.JobOutput{Chunks: []record.LogChunk{}}
 	}
 	for _, r := range rows {
 		o := out[r.JobID]
-		o.Chunks, o.Bytes = append(o.Chunks, LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}), r.Total
+		o.Chunks, o.Bytes = append(o.Chunks, record.LogChunk{Attempt: int(r.Attempt), Seq: int(r.Seq), Data: r.Data}), r.Total
 		out[r.JobID] = o
 	}
 	return out, nil
@@ -229,15 +229,15 @@ func byJob[R, T any](ids []uuid.UUID, rows []R, err error, conv func(R) (uuid.UU
 }
 
 // JobOptionsOf reads a job's options alone.
-func (s *Querier) JobOptionsOf(ctx context.Context, id uuid.UUID) (JobOptions, error) {
+func (s *Querier) JobOptionsOf(ctx context.Context, id uuid.UUID) (record.JobOptions, error) {
 	raw, err := s.q.JobOptionsOf(ctx, s.db, id)
 	if err != nil {
-		return JobOptions{}, mapErr(err)
+		return record.JobOptions{}, mapErr(err)
 	}
-	var o JobOptions
+	var o record.JobOptions
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &o); err != nil {
-			return JobOptions{}, fmt.Errorf("job %s's options: %w", id, err)
+			return record.JobOptions{}, fmt.Errorf("job %s's options: %w", id, err)
 		}
 	}
 	return o, nil

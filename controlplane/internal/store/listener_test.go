@@ -16,6 +16,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // listening is a listener on db, running until ctx ends.
@@ -162,10 +163,10 @@ func TestARequeuingResultWakesItsPool(t *testing.T) {
 	work := l.Subscribe(store.ChannelJobs)
 	defer work.Close()
 	reason := "host went away"
-	o := store.Outcome{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true}
-	ended, err := b.store.EndAttempts(ctx, r, []store.Ending{{Outcome: o, Transition: store.Transition{State: store.JobQueued}}})
+	o := record.Outcome{JobID: leased[0].ID, Attempt: 1, RunnerID: r, ReturnReason: &reason, HostFault: true}
+	ended, err := b.store.EndAttempts(ctx, r, []store.Ending{{Outcome: o, Transition: store.Transition{State: record.JobQueued}}})
 	require.NoError(t, err)
-	require.Equal(t, store.JobQueued, ended[o.JobID].State)
+	require.Equal(t, record.JobQueued, ended[o.JobID].State)
 	wakesPool(t, work, b.pool.ID)
 }
 
@@ -195,7 +196,7 @@ func TestRunnerChangesNameWhatChanged(t *testing.T) {
 	// As fleet resumes a runner: lock, write, in a transaction of its own.
 	resume := func(q *store.Querier) error {
 		return q.WithTx(ctx, func(tx *store.Tx) error {
-			if _, err := tx.LockRunner(ctx, store.AllOrganisations(), r); err != nil {
+			if _, err := tx.LockRunner(ctx, record.AllOrganisations(), r); err != nil {
 				return err
 			}
 			return tx.SetDraining(ctx, r, false)
@@ -207,7 +208,7 @@ func TestRunnerChangesNameWhatChanged(t *testing.T) {
 	})
 	require.Error(t, err)
 	require.NoError(t, resume(&b.store.Querier))
-	_, err = updatePool(ctx, b.store, store.AllOrganisations(), b.pool.ID, func(*store.Pool) {})
+	_, err = updatePool(ctx, b.store, record.AllOrganisations(), b.pool.ID, func(*record.Pool) {})
 	require.NoError(t, err)
 	_, err = b.store.RevokeCertificate(ctx, store.Revocation{Serial: "42", RevokedAt: time.Now()})
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 func TestMigrateFromEmpty(t *testing.T) {
@@ -196,7 +197,7 @@ func TestRunsWrittenWhenTheyEndMigration(t *testing.T) {
 
 	// Its end writes its run once.
 	zero := 0
-	_, err = finish(s).Finish(ctx, store.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero})
+	_, err = finish(s).Finish(ctx, record.Outcome{JobID: held, Attempt: 2, RunnerID: runner, ExitCode: &zero})
 	require.NoError(t, err)
 	runs, err = s.JobRunsForJobs(ctx, []uuid.UUID{held})
 	require.NoError(t, err)
@@ -238,7 +239,7 @@ func TestARunWrittenAtTheClaimIsCompleted(t *testing.T) {
 	}
 
 	zero := 0
-	_, err = finish(b.store).Finish(ctx, store.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero})
+	_, err = finish(b.store).Finish(ctx, record.Outcome{JobID: reported, Attempt: 1, RunnerID: runner, ExitCode: &zero})
 	require.NoError(t, err)
 	res, err := b.sweep(ctx, sweepOptions{DefaultQueueTimeoutHours: 24, LeasesOnly: true})
 	require.NoError(t, err)

@@ -6,30 +6,31 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func organisationFromRow(r dbsqlc.Organisation) Organisation {
-	return Organisation{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt}
+func organisationFromRow(r dbsqlc.Organisation) record.Organisation {
+	return record.Organisation{ID: r.ID, Name: r.Name, CreatedAt: r.CreatedAt}
 }
 
 // CreateOrganisation adds an organisation. A taken name is ErrConflict.
-func (s *Querier) CreateOrganisation(ctx context.Context, name string) (Organisation, error) {
+func (s *Querier) CreateOrganisation(ctx context.Context, name string) (record.Organisation, error) {
 	row, err := s.q.CreateOrganisation(ctx, s.db, name)
 	if err != nil {
-		return Organisation{}, mapErr(err)
+		return record.Organisation{}, mapErr(err)
 	}
 	return organisationFromRow(row), nil
 }
 
 // Organisations lists the organisations inside scope.
-func (s *Querier) Organisations(ctx context.Context, scope Scope) ([]Organisation, error) {
+func (s *Querier) Organisations(ctx context.Context, scope record.Scope) ([]record.Organisation, error) {
 	rows, err := s.q.ListOrganisations(ctx, s.db, dbsqlc.ListOrganisationsParams{
 		AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]Organisation, len(rows))
+	out := make([]record.Organisation, len(rows))
 	for i, r := range rows {
 		out[i] = organisationFromRow(r)
 	}
@@ -38,14 +39,14 @@ func (s *Querier) Organisations(ctx context.Context, scope Scope) ([]Organisatio
 
 // OrganisationsByID loads several organisations at once (for dataloaders);
 // ids outside scope are absent from the result.
-func (s *Querier) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Organisation, error) {
+func (s *Querier) OrganisationsByID(ctx context.Context, scope record.Scope, ids []uuid.UUID) (map[uuid.UUID]record.Organisation, error) {
 	rows, err := s.q.OrganisationsByIDs(ctx, s.db, dbsqlc.OrganisationsByIDsParams{
 		Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope),
 	})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]Organisation, len(rows))
+	out := make(map[uuid.UUID]record.Organisation, len(rows))
 	for _, r := range rows {
 		out[r.ID] = organisationFromRow(r)
 	}
@@ -53,14 +54,14 @@ func (s *Querier) OrganisationsByID(ctx context.Context, scope Scope, ids []uuid
 }
 
 // Organisation is one organisation inside scope, or ErrNotFound.
-func (s *Querier) Organisation(ctx context.Context, scope Scope, id uuid.UUID) (Organisation, error) {
+func (s *Querier) Organisation(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Organisation, error) {
 	m, err := s.OrganisationsByID(ctx, scope, []uuid.UUID{id})
 	if err != nil {
-		return Organisation{}, err
+		return record.Organisation{}, err
 	}
 	o, ok := m[id]
 	if !ok {
-		return Organisation{}, ErrNotFound
+		return record.Organisation{}, record.ErrNotFound
 	}
 	return o, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -61,7 +62,7 @@ func TestAJobGoesOnlyToARunnerItsSelectorMatches(t *testing.T) {
 		{"runmesh.io/arch=amd64,!team", a},
 	} {
 		t.Run(tc.selector, func(t *testing.T) {
-			j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, selecting(t, tc.selector))
+			j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, selecting(t, tc.selector))
 			other := a
 			if tc.runner == a {
 				other = c
@@ -150,7 +151,7 @@ func (b jobsBundle) waitFor(t *testing.T, runners ...uuid.UUID) {
 }
 
 // waiting is a claim of a runner that will wait for work.
-func waiting(r uuid.UUID) store.ClaimRequest {
+func waiting(r uuid.UUID) record.ClaimRequest {
 	c := anything(r)
 	c.WaitSeconds = 30
 	return c
@@ -167,7 +168,7 @@ func TestAWaitingRunnerThatStrandsLessGetsTheJob(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok, "the queue is empty: small waits")
 
-	one := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	one := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 	_, ok, err = b.store.ClaimJob(ctx, waiting(big))
 	require.NoError(t, err)
 	require.False(t, ok, "small waits and strands less: big passes over the job")
@@ -177,7 +178,7 @@ func TestAWaitingRunnerThatStrandsLessGetsTheJob(t *testing.T) {
 	require.Equal(t, one.ID, got.ID)
 
 	// small leased, so it no longer waits: big takes the next one.
-	two := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	two := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 	got, ok, err = b.store.ClaimJob(ctx, waiting(big))
 	require.NoError(t, err)
 	require.True(t, ok, "small is not waiting")
@@ -191,15 +192,15 @@ func TestAWaitingRunnerIsPreferredOnlyForWhatItWouldTake(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		job   func(*store.NewJob)
-		small func(*store.ClaimRequest)
+		small func(*record.ClaimRequest)
 		then  func(b jobsBundle, small uuid.UUID)
 	}{
 		{name: "too big for it", job: func(n *store.NewJob) { n.Claim.GPUs = 4 }},
-		{name: "past the largest job it runs", small: func(c *store.ClaimRequest) { c.Largest.Cores = 0.5 }},
-		{name: "another kind", small: func(c *store.ClaimRequest) { c.Kinds = []string{"batch"} }},
-		{name: "an image it cannot run", small: func(c *store.ClaimRequest) { c.UnavailableImages = []string{"busybox"} }},
+		{name: "past the largest job it runs", small: func(c *record.ClaimRequest) { c.Largest.Cores = 0.5 }},
+		{name: "another kind", small: func(c *record.ClaimRequest) { c.Kinds = []string{"batch"} }},
+		{name: "an image it cannot run", small: func(c *record.ClaimRequest) { c.UnavailableImages = []string{"busybox"} }},
 		{name: "labels it lacks", job: selecting(t, "zone=big")},
-		{name: "it no longer waits: its wait ended", small: func(c *store.ClaimRequest) {
+		{name: "it no longer waits: its wait ended", small: func(c *record.ClaimRequest) {
 			past := time.Now().Add(-time.Minute)
 			c.Now = &past
 		}},
@@ -207,8 +208,8 @@ func TestAWaitingRunnerIsPreferredOnlyForWhatItWouldTake(t *testing.T) {
 			_, err := b.db.Exec(ctx, `UPDATE runners SET draining = true WHERE id = $1`, small)
 			require.NoError(t, err)
 		}},
-		{name: "it asked without waiting", small: func(c *store.ClaimRequest) { c.WaitSeconds = 0 }},
-		{name: "it holds all it may", small: func(c *store.ClaimRequest) { c.MaxHeld = 1 }},
+		{name: "it asked without waiting", small: func(c *record.ClaimRequest) { c.WaitSeconds = 0 }},
+		{name: "it holds all it may", small: func(c *record.ClaimRequest) { c.MaxHeld = 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := jobsSetup(t)
@@ -231,7 +232,7 @@ func TestAWaitingRunnerIsPreferredOnlyForWhatItWouldTake(t *testing.T) {
 			if tc.job != nil {
 				mods = append(mods, tc.job)
 			}
-			j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, mods...)
+			j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, mods...)
 			got, ok, err := b.store.ClaimJob(ctx, waiting(big))
 			require.NoError(t, err)
 			require.True(t, ok, "big takes it")
@@ -257,7 +258,7 @@ func TestLessStrandedComparesGPUsThenCoresThenMemory(t *testing.T) {
 			p := b.runner(t, tc.preferred[0], int64(tc.preferred[1]), int(tc.preferred[2]))
 			o := b.runner(t, tc.other[0], int64(tc.other[1]), int(tc.other[2]))
 			b.waitFor(t, p, o)
-			j := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+			j := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 			_, ok, err := b.store.ClaimJob(ctx, waiting(o))
 			require.NoError(t, err)
 			require.False(t, ok, "the other passes over it")
@@ -278,7 +279,7 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	b := jobsSetup(t)
 	r, big := b.runner(t, 8, 65536, 0), b.runner(t, 64, 65536, 0)
 	b.waitFor(t, big, r)
-	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 
 	l := listening(ctx, b.db)
 	work := l.Subscribe(store.ChannelJobs)
@@ -289,7 +290,7 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	wakesPool(t, work, b.pool.ID)
 
 	// Not waiting before, it wakes nobody.
-	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	drain(work)
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
@@ -302,7 +303,7 @@ func TestARunnerThatStopsWaitingWakesItsPool(t *testing.T) {
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
 	require.False(t, ok)
-	b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+	b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	drain(work)
 	_, ok, err = b.store.ClaimJob(ctx, waiting(r))
 	require.NoError(t, err)
@@ -317,7 +318,7 @@ func TestRunnersAlikeDoNotWaitForEachOther(t *testing.T) {
 	b := jobsSetup(t)
 	one, two := b.runner(t, 8, 65536, 2), b.runner(t, 8, 65536, 2)
 	b.waitFor(t, one, two)
-	j := b.submit(t, store.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
+	j := b.submit(t, record.Claim{Cores: 1, GPUs: 1, WallClockSeconds: 60})
 	// Each would be first by some order of ids: the later one asks.
 	later := max(one.String(), two.String())
 	got, ok, err := b.store.ClaimJob(ctx, waiting(uuid.MustParse(later)))
@@ -335,11 +336,11 @@ func TestBlockedJobsSayWhichRuleNoRunnerPasses(t *testing.T) {
 	b := jobsSetup(t)
 	r := b.runner(t, 8, 65536, 2)
 	b.labelled(t, r, map[string]string{"zone": "a"})
-	batch := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.Kind = "batch" })
-	elsewhere := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60}, selecting(t, "zone in (b,c)"))
-	bigHere := b.submit(t, store.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60}, selecting(t, "zone=a"))
-	reason := func(id uuid.UUID) (store.JobState, string) {
-		j, err := b.store.Job(ctx, store.AllOrganisations(), id)
+	batch := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) { n.Kind = "batch" })
+	elsewhere := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, selecting(t, "zone in (b,c)"))
+	bigHere := b.submit(t, record.Claim{Cores: 1, GPUs: 4, WallClockSeconds: 60}, selecting(t, "zone=a"))
+	reason := func(id uuid.UUID) (record.JobState, string) {
+		j, err := b.store.Job(ctx, record.AllOrganisations(), id)
 		require.NoError(t, err)
 		return j.State, j.StateReason
 	}
@@ -348,9 +349,9 @@ func TestBlockedJobsSayWhichRuleNoRunnerPasses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, res.Blocked, "the kind is not blocked while the runner has not said which it runs")
 	state, _ := reason(batch.ID)
-	require.Equal(t, store.JobQueued, state)
+	require.Equal(t, record.JobQueued, state)
 	state, why := reason(elsewhere.ID)
-	require.Equal(t, store.JobBlocked, state)
+	require.Equal(t, record.JobBlocked, state)
 	require.Equal(t, `no approved runner of the pool that runs kind "default" matches its selector zone in (b,c)`, why)
 	_, why = reason(bigHere.ID)
 	require.Equal(t, "no approved runner of the pool could ever hold 1 cores, 0 MiB and 4 GPUs and match its selector zone=a", why)
@@ -361,7 +362,7 @@ func TestBlockedJobsSayWhichRuleNoRunnerPasses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, res.Blocked)
 	state, why = reason(batch.ID)
-	require.Equal(t, store.JobBlocked, state)
+	require.Equal(t, record.JobBlocked, state)
 	require.Equal(t, `no approved runner of the pool runs jobs of kind "batch"`, why)
 
 	// The runner now runs both kinds, in zone b: two of three can go.
@@ -373,11 +374,11 @@ func TestBlockedJobsSayWhichRuleNoRunnerPasses(t *testing.T) {
 	require.Equal(t, 2, res.Unblocked)
 	for _, id := range []uuid.UUID{batch.ID, elsewhere.ID} {
 		state, why = reason(id)
-		require.Equal(t, store.JobQueued, state)
+		require.Equal(t, record.JobQueued, state)
 		require.Empty(t, why)
 	}
 	state, _ = reason(bigHere.ID)
-	require.Equal(t, store.JobBlocked, state)
+	require.Equal(t, record.JobBlocked, state)
 }
 
 // claimedJob copies a claim's row column by column: a column added to

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // explained is a connection of the test's own on which auto_explain
@@ -67,9 +68,9 @@ func TestHotStatementsArePlannedForIndexScans(t *testing.T) {
 	require.NoError(t, err)
 	batch := make([]store.NewJob, 8)
 	for i := range batch {
-		batch[i] = b.newJob(store.Claim{Cores: 1, WallClockSeconds: 60})
+		batch[i] = b.newJob(record.Claim{Cores: 1, WallClockSeconds: 60})
 	}
-	_, _, err = b.store.SubmitJobs(ctx, store.AllOrganisations(), batch)
+	_, _, err = b.store.SubmitJobs(ctx, record.AllOrganisations(), batch)
 	require.NoError(t, err)
 
 	e := explainedConn(t, b)

@@ -6,10 +6,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func poolFromRow(r dbsqlc.Pool) Pool {
-	return Pool{
+func poolFromRow(r dbsqlc.Pool) record.Pool {
+	return record.Pool{
 		ID:                    r.ID,
 		OrganisationID:        uuidPtr(r.OrganisationID),
 		Name:                  r.Name,
@@ -25,7 +26,7 @@ func poolFromRow(r dbsqlc.Pool) Pool {
 // CreatePool adds a pool. The caller has checked that the actor may create
 // pools in p.OrganisationID; an organisation that does not exist is
 // ErrNotFound, a taken name ErrConflict, an out-of-range setting ErrInvalid.
-func (s *Querier) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
+func (s *Querier) CreatePool(ctx context.Context, p record.NewPool) (record.Pool, error) {
 	row, err := s.q.CreatePool(ctx, s.db, dbsqlc.CreatePoolParams{
 		OrganisationID:        nullUUID(p.OrganisationID),
 		Name:                  p.Name,
@@ -36,13 +37,13 @@ func (s *Querier) CreatePool(ctx context.Context, p NewPool) (Pool, error) {
 		Images:                nonNil(p.Images),
 	})
 	if err != nil {
-		return Pool{}, mapErr(err)
+		return record.Pool{}, mapErr(err)
 	}
 	return poolFromRow(row), nil
 }
 
 // Pools lists the pools inside scope that match f.
-func (s *Querier) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool, error) {
+func (s *Querier) Pools(ctx context.Context, scope record.Scope, f record.PoolFilter) ([]record.Pool, error) {
 	rows, err := s.q.ListPools(ctx, s.db, dbsqlc.ListPoolsParams{
 		AllOrgs:      scope.All(),
 		ScopeOrg:     scopeOrg(scope),
@@ -57,12 +58,12 @@ func (s *Querier) Pools(ctx context.Context, scope Scope, f PoolFilter) ([]Pool,
 
 // PoolsByOrganisation loads the pools of several organisations at once (for
 // dataloaders). Callers pass only organisations they were allowed to load.
-func (s *Querier) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[uuid.UUID][]Pool, error) {
+func (s *Querier) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (map[uuid.UUID][]record.Pool, error) {
 	rows, err := s.q.PoolsByOrganisations(ctx, s.db, orgs)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID][]Pool, len(orgs))
+	out := make(map[uuid.UUID][]record.Pool, len(orgs))
 	for _, p := range poolsFromRows(rows) {
 		out[*p.OrganisationID] = append(out[*p.OrganisationID], p)
 	}
@@ -70,10 +71,10 @@ func (s *Querier) PoolsByOrganisation(ctx context.Context, orgs []uuid.UUID) (ma
 }
 
 // Pool is one pool inside scope, or ErrNotFound.
-func (s *Querier) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+func (s *Querier) Pool(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Pool, error) {
 	row, err := s.q.GetPool(ctx, s.db, dbsqlc.GetPoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Pool{}, mapErr(err)
+		return record.Pool{}, mapErr(err)
 	}
 	return poolFromRow(row), nil
 }
@@ -81,20 +82,20 @@ func (s *Querier) Pool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, er
 // UsablePool is a pool scope may see and submit to: one of its
 // organisation's, or one of the platform's; or ErrNotFound. (Pool is one it
 // manages.)
-func (s *Querier) UsablePool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+func (s *Querier) UsablePool(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Pool, error) {
 	row, err := s.q.GetUsablePool(ctx, s.db, dbsqlc.GetUsablePoolParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Pool{}, mapErr(err)
+		return record.Pool{}, mapErr(err)
 	}
 	return poolFromRow(row), nil
 }
 
 // LockPool reads the pool (inside scope), locked until the transaction
 // ends, for SavePool.
-func (s *Tx) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, error) {
+func (s *Tx) LockPool(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Pool, error) {
 	row, err := s.q.GetPoolForUpdate(ctx, s.db, dbsqlc.GetPoolForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Pool{}, mapErr(err)
+		return record.Pool{}, mapErr(err)
 	}
 	return poolFromRow(row), nil
 }
@@ -104,7 +105,7 @@ func (s *Tx) LockPool(ctx context.Context, scope Scope, id uuid.UUID) (Pool, err
 // the write replaces every field, and only the lock keeps it from undoing
 // a change made since p was read). Once committed, runners
 // waiting on the pool wake, and every replica re-reads its runners.
-func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
+func (s *Tx) SavePool(ctx context.Context, p record.Pool) (record.Pool, error) {
 	row, err := s.q.UpdatePool(ctx, s.db, dbsqlc.UpdatePoolParams{
 		ID:                    p.ID,
 		Name:                  p.Name,
@@ -115,7 +116,7 @@ func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
 		Images:                nonNil(p.Images),
 	})
 	if err != nil {
-		return Pool{}, mapErr(err)
+		return record.Pool{}, mapErr(err)
 	}
 	// A changed rule may let waiting jobs fit waiting runners.
 	s.notifyAfterCommit(ChannelJobs, p.ID.String())
@@ -124,8 +125,8 @@ func (s *Tx) SavePool(ctx context.Context, p Pool) (Pool, error) {
 	return poolFromRow(row), nil
 }
 
-func poolsFromRows(rows []dbsqlc.Pool) []Pool {
-	out := make([]Pool, len(rows))
+func poolsFromRows(rows []dbsqlc.Pool) []record.Pool {
+	out := make([]record.Pool, len(rows))
 	for i, r := range rows {
 		out[i] = poolFromRow(r)
 	}
@@ -134,12 +135,12 @@ func poolsFromRows(rows []dbsqlc.Pool) []Pool {
 
 // PoolsByID loads several pools at once (for dataloaders); ids outside
 // scope are absent from the result.
-func (s *Querier) PoolsByID(ctx context.Context, scope Scope, ids []uuid.UUID) (map[uuid.UUID]Pool, error) {
+func (s *Querier) PoolsByID(ctx context.Context, scope record.Scope, ids []uuid.UUID) (map[uuid.UUID]record.Pool, error) {
 	rows, err := s.q.PoolsByIDs(ctx, s.db, dbsqlc.PoolsByIDsParams{Ids: ids, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make(map[uuid.UUID]Pool, len(rows))
+	out := make(map[uuid.UUID]record.Pool, len(rows))
 	for _, r := range rows {
 		out[r.ID] = poolFromRow(r)
 	}

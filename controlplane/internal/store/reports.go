@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -17,8 +18,8 @@ import (
 
 // runnerReports decodes the documents of a runner row into what record
 // keeps of them; everything else of the row is copied as it is.
-func runnerReports(r dbsqlc.Runner) (RunnerCapacity, error) {
-	c := RunnerCapacity{
+func runnerReports(r dbsqlc.Runner) (record.RunnerCapacity, error) {
+	c := record.RunnerCapacity{
 		AgentVersion: r.AgentVersion, LastHeartbeatAt: r.LastHeartbeatAt, LastWorkRequestAt: r.LastWorkRequestAt,
 		Cores: r.Cores, MemoryMiB: r.MemoryMib, GPUCount: int(r.GpuCount), GPUsHealthy: int(r.GpusHealthy),
 		QuarantinedAt: r.QuarantinedAt, QuarantineReason: r.QuarantineReason, Draining: r.Draining, RetiredAt: r.RetiredAt,
@@ -42,7 +43,7 @@ func runnerReports(r dbsqlc.Runner) (RunnerCapacity, error) {
 		return c, fmt.Errorf("read runner %s: stored gpu faults: %w", r.ID, err)
 	}
 	var err error
-	if c.Inventory, err = decodeOptional[Inventory](r.Inventory); err != nil {
+	if c.Inventory, err = decodeOptional[record.Inventory](r.Inventory); err != nil {
 		return c, fmt.Errorf("read runner %s: stored inventory: %w", r.ID, err)
 	}
 	if c.Recovery, err = decodeOptional[runnerapi.RecoveryProof](r.Recovery); err != nil {

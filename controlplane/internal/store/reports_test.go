@@ -9,6 +9,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // A stored report that does not decode fails every read of its runner
@@ -57,13 +58,13 @@ func TestAMalformedStoredRecoveryProofFailsTheRead(t *testing.T) {
 func requireReadsFail(t *testing.T, b testBundle, id uuid.UUID, want string) {
 	t.Helper()
 	ctx := context.Background()
-	_, err := b.store.Runner(ctx, store.AllOrganisations(), id)
+	_, err := b.store.Runner(ctx, record.AllOrganisations(), id)
 	require.ErrorContains(t, err, want)
-	list, err := b.store.Runners(ctx, store.AllOrganisations(), store.RunnerFilter{PoolID: &b.poolA.ID}, store.Page{})
+	list, err := b.store.Runners(ctx, record.AllOrganisations(), record.RunnerFilter{PoolID: &b.poolA.ID}, record.Page{})
 	require.ErrorContains(t, err, want)
 	require.Empty(t, list)
 	err = b.store.WithTx(ctx, func(tx *store.Tx) error {
-		_, err := tx.LockRunner(ctx, store.AllOrganisations(), id)
+		_, err := tx.LockRunner(ctx, record.AllOrganisations(), id)
 		return err
 	})
 	require.ErrorContains(t, err, want)

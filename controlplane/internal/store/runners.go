@@ -8,14 +8,15 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32, poolImages []string) (Runner, error) {
+func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32, poolImages []string) (record.Runner, error) {
 	reports, err := runnerReports(r)
 	if err != nil {
-		return Runner{}, err
+		return record.Runner{}, err
 	}
-	return Runner{
+	return record.Runner{
 		PoolLeaseSeconds: intPtr(leaseSeconds),
 		PoolImages:       nonNil(poolImages),
 		RunnerCapacity:   reports,
@@ -23,7 +24,7 @@ func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32, pool
 		PoolID:           r.PoolID,
 		OrganisationID:   uuidPtr(org),
 		Name:             r.Name,
-		Status:           RunnerStatus(r.Status),
+		Status:           record.RunnerStatus(r.Status),
 		StatusReason:     r.StatusReason,
 		PublicKey:        r.PublicKey,
 		Fingerprint:      r.Fingerprint,
@@ -36,17 +37,17 @@ func runnerFromRow(r dbsqlc.Runner, org uuid.NullUUID, leaseSeconds *int32, pool
 
 // CreateEnrolmentToken records a token for a pool inside scope (another
 // organisation's pool is ErrNotFound).
-func (s *Querier) CreateEnrolmentToken(ctx context.Context, scope Scope, poolID uuid.UUID, digest []byte, createdBy *uuid.UUID, expiresAt time.Time) (EnrolmentToken, error) {
+func (s *Querier) CreateEnrolmentToken(ctx context.Context, scope record.Scope, poolID uuid.UUID, digest []byte, createdBy *uuid.UUID, expiresAt time.Time) (record.EnrolmentToken, error) {
 	if _, err := s.Pool(ctx, scope, poolID); err != nil {
-		return EnrolmentToken{}, err
+		return record.EnrolmentToken{}, err
 	}
 	row, err := s.q.CreateEnrolmentToken(ctx, s.db, dbsqlc.CreateEnrolmentTokenParams{
 		PoolID: poolID, TokenHash: digest, CreatedBy: nullUUID(createdBy), ExpiresAt: expiresAt,
 	})
 	if err != nil {
-		return EnrolmentToken{}, mapErr(err)
+		return record.EnrolmentToken{}, mapErr(err)
 	}
-	return EnrolmentToken{ID: row.ID, PoolID: row.PoolID, ExpiresAt: row.ExpiresAt}, nil
+	return record.EnrolmentToken{ID: row.ID, PoolID: row.PoolID, ExpiresAt: row.ExpiresAt}, nil
 }
 
 // ErrTokenRefused: the enrolment token is unknown, used or expired. The
@@ -66,12 +67,12 @@ type NewRunner struct {
 // Enrol consumes the token and creates a PENDING runner in the token's pool,
 // in one transaction: a refused runner (a taken name or key) leaves the
 // token unused.
-func (s *Querier) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
-	var out Runner
+func (s *Querier) Enrol(ctx context.Context, n NewRunner) (record.Runner, error) {
+	var out record.Runner
 	err := s.atomically(ctx, func(tx *Tx) error {
 		tok, err := tx.q.UseEnrolmentToken(ctx, tx.db, dbsqlc.UseEnrolmentTokenParams{TokenHash: n.TokenDigest})
 		if err != nil {
-			if errors.Is(mapErr(err), ErrNotFound) {
+			if errors.Is(mapErr(err), record.ErrNotFound) {
 				return ErrTokenRefused
 			}
 			return mapErr(err)
@@ -88,24 +89,24 @@ func (s *Querier) Enrol(ctx context.Context, n NewRunner) (Runner, error) {
 		}
 		// runnerEvents subscribers see the new, pending runner.
 		tx.runnerChanged(ChannelRunnerStatus, row.ID.String())
-		out, err = tx.Runner(ctx, AllOrganisations(), row.ID)
+		out, err = tx.Runner(ctx, record.AllOrganisations(), row.ID)
 		return err
 	})
 	return out, err
 }
 
 // Runner is one runner inside scope, or ErrNotFound.
-func (s *Querier) Runner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+func (s *Querier) Runner(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
 	r, err := s.q.GetRunner(ctx, s.db, dbsqlc.GetRunnerParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Runner{}, mapErr(err)
+		return record.Runner{}, mapErr(err)
 	}
 	return runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds, r.PoolImages)
 }
 
 // Runners lists the runners inside scope that match f, oldest first: a
 // page of them, or all when p.Limit is 0.
-func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter, p Page) ([]Runner, error) {
+func (s *Querier) Runners(ctx context.Context, scope record.Scope, f record.RunnerFilter, p record.Page) ([]record.Runner, error) {
 	var status *string
 	if f.Status != nil {
 		v := string(*f.Status)
@@ -126,7 +127,7 @@ func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter, p Pa
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	out := make([]Runner, len(rows))
+	out := make([]record.Runner, len(rows))
 	for i, r := range rows {
 		if out[i], err = runnerFromRow(r.Runner, r.OrganisationID, r.PoolLeaseSeconds, r.PoolImages); err != nil {
 			return nil, err
@@ -137,17 +138,17 @@ func (s *Querier) Runners(ctx context.Context, scope Scope, f RunnerFilter, p Pa
 
 // RunnerDecision is what policy decided about a runner's status, and why.
 type RunnerDecision struct {
-	Status RunnerStatus
+	Status record.RunnerStatus
 	Reason string
 }
 
 // LockRunner reads the runner (inside scope), locked until the transaction
 // ends: decisions on one runner then apply one at a time, each decided on
 // what the last one left.
-func (s *Tx) LockRunner(ctx context.Context, scope Scope, id uuid.UUID) (Runner, error) {
+func (s *Tx) LockRunner(ctx context.Context, scope record.Scope, id uuid.UUID) (record.Runner, error) {
 	row, err := s.q.GetRunnerForUpdate(ctx, s.db, dbsqlc.GetRunnerForUpdateParams{ID: id, AllOrgs: scope.All(), ScopeOrg: scopeOrg(scope)})
 	if err != nil {
-		return Runner{}, mapErr(err)
+		return record.Runner{}, mapErr(err)
 	}
 	return runnerFromRow(row.Runner, row.OrganisationID, row.PoolLeaseSeconds, row.PoolImages)
 }
@@ -163,7 +164,7 @@ func (s *Tx) SetRunnerStatus(ctx context.Context, id uuid.UUID, d RunnerDecision
 	}); err != nil {
 		return mapErr(err)
 	}
-	if d.Status == RunnerRevoked {
+	if d.Status == record.RunnerRevoked {
 		if _, err := s.q.RevokeRunnerCertificates(ctx, s.db, dbsqlc.RevokeRunnerCertificatesParams{
 			RunnerID: uuid.NullUUID{UUID: id, Valid: true}, Reason: "runner revoked: " + d.Reason,
 		}); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // ErrContended: PostgreSQL ended the transaction to break a deadlock or a
@@ -138,27 +139,27 @@ func mapErr(err error) error {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
+		return record.ErrNotFound
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case "23505": // unique_violation
-			return fmt.Errorf("%w: %s", ErrConflict, pgErr.ConstraintName)
+			return fmt.Errorf("%w: %s", record.ErrConflict, pgErr.ConstraintName)
 		case "23514", "23502", "22001", "22003", "22021": // check, not null, too long, out of range, not UTF-8
-			return fmt.Errorf("%w: %s", ErrInvalid, firstNonEmpty(pgErr.ConstraintName, pgErr.ColumnName, pgErr.Code))
+			return fmt.Errorf("%w: %s", record.ErrInvalid, firstNonEmpty(pgErr.ConstraintName, pgErr.ColumnName, pgErr.Code))
 		case "23503": // foreign_key_violation: the referenced row does not exist
-			return ErrNotFound
+			return record.ErrNotFound
 		case "40P01", "40001": // deadlock_detected, serialization_failure
-			return fmt.Errorf("%w (%w): %s", ErrContended, ErrUnavailable, pgErr.Code)
+			return fmt.Errorf("%w (%w): %s", ErrContended, record.ErrUnavailable, pgErr.Code)
 		}
 		if unavailableCode(pgErr.Code) {
-			return fmt.Errorf("%w: %s", ErrUnavailable, pgErr.Code)
+			return fmt.Errorf("%w: %s", record.ErrUnavailable, pgErr.Code)
 		}
 		return fmt.Errorf("database error %s", pgErr.Code)
 	}
 	if unreachable(err) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", record.ErrUnavailable, err)
 	}
 	return err
 }
@@ -179,7 +180,7 @@ func unavailableCode(code string) bool {
 func connectErr(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && unavailableCode(pgErr.Code) || !errors.As(err, &pgErr) && unreachable(err) {
-		return fmt.Errorf("connect to database: %w: %v", ErrUnavailable, err)
+		return fmt.Errorf("connect to database: %w: %v", record.ErrUnavailable, err)
 	}
 	return fmt.Errorf("connect to database: %w", err)
 }

@@ -13,14 +13,15 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 type testBundle struct {
 	store *store.Store
-	orgA  store.Organisation
-	orgB  store.Organisation
-	poolA store.Pool
-	poolB store.Pool
+	orgA  record.Organisation
+	orgB  record.Organisation
+	poolA record.Pool
+	poolB record.Pool
 }
 
 // setup fills s with two organisations and a pool each. Tests that expect
@@ -36,9 +37,9 @@ func setup(t *testing.T, s *store.Store) testBundle {
 	require.NoError(t, err)
 	b.orgB, err = s.CreateOrganisation(ctx, "org-b")
 	require.NoError(t, err)
-	b.poolA, err = s.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
+	b.poolA, err = s.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
 	require.NoError(t, err)
-	b.poolB, err = s.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgB.ID, Name: "gpu"})
+	b.poolB, err = s.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgB.ID, Name: "gpu"})
 	require.NoError(t, err)
 	return b
 }
@@ -48,44 +49,44 @@ func TestScopeBoundsPools(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 
-	platform, err := b.store.CreatePool(ctx, store.NewPool{Name: "shared"})
+	platform, err := b.store.CreatePool(ctx, record.NewPool{Name: "shared"})
 	require.NoError(t, err)
 
-	all, err := b.store.Pools(ctx, store.AllOrganisations(), store.PoolFilter{})
+	all, err := b.store.Pools(ctx, record.AllOrganisations(), record.PoolFilter{})
 	require.NoError(t, err)
 	require.Len(t, all, 3)
 
-	onlyA, err := b.store.Pools(ctx, store.OneOrganisation(b.orgA.ID), store.PoolFilter{})
+	onlyA, err := b.store.Pools(ctx, record.OneOrganisation(b.orgA.ID), record.PoolFilter{})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{platform.ID, b.poolA.ID}, poolIDs(onlyA), "its own, and the platform's it may submit to")
 
 	// Asking for another organisation inside a narrow scope finds nothing.
-	none, err := b.store.Pools(ctx, store.OneOrganisation(b.orgA.ID), store.PoolFilter{OrganisationID: &b.orgB.ID})
+	none, err := b.store.Pools(ctx, record.OneOrganisation(b.orgA.ID), record.PoolFilter{OrganisationID: &b.orgB.ID})
 	require.NoError(t, err)
 	require.Empty(t, none)
 
-	plat, err := b.store.Pools(ctx, store.AllOrganisations(), store.PoolFilter{OnlyPlatform: true})
+	plat, err := b.store.Pools(ctx, record.AllOrganisations(), record.PoolFilter{OnlyPlatform: true})
 	require.NoError(t, err)
 	require.Equal(t, []uuid.UUID{platform.ID}, poolIDs(plat))
 
-	_, err = b.store.Pool(ctx, store.OneOrganisation(b.orgA.ID), b.poolB.ID)
-	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = b.store.Pool(ctx, store.OneOrganisation(b.orgA.ID), platform.ID)
-	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = b.store.Pool(ctx, store.Scope{}, b.poolA.ID)
-	require.ErrorIs(t, err, store.ErrNotFound, "the zero scope sees nothing")
-	usable, err := b.store.UsablePool(ctx, store.OneOrganisation(b.orgA.ID), platform.ID)
+	_, err = b.store.Pool(ctx, record.OneOrganisation(b.orgA.ID), b.poolB.ID)
+	require.ErrorIs(t, err, record.ErrNotFound)
+	_, err = b.store.Pool(ctx, record.OneOrganisation(b.orgA.ID), platform.ID)
+	require.ErrorIs(t, err, record.ErrNotFound)
+	_, err = b.store.Pool(ctx, record.Scope{}, b.poolA.ID)
+	require.ErrorIs(t, err, record.ErrNotFound, "the zero scope sees nothing")
+	usable, err := b.store.UsablePool(ctx, record.OneOrganisation(b.orgA.ID), platform.ID)
 	require.NoError(t, err, "an organisation may submit to a platform pool")
 	require.Equal(t, platform.ID, usable.ID)
-	_, err = b.store.UsablePool(ctx, store.OneOrganisation(b.orgA.ID), b.poolB.ID)
-	require.ErrorIs(t, err, store.ErrNotFound)
-	_, err = b.store.UsablePool(ctx, store.Scope{}, platform.ID)
-	require.ErrorIs(t, err, store.ErrNotFound, "the zero scope sees no platform pool either")
-	none, err = b.store.Pools(ctx, store.Scope{}, store.PoolFilter{})
+	_, err = b.store.UsablePool(ctx, record.OneOrganisation(b.orgA.ID), b.poolB.ID)
+	require.ErrorIs(t, err, record.ErrNotFound)
+	_, err = b.store.UsablePool(ctx, record.Scope{}, platform.ID)
+	require.ErrorIs(t, err, record.ErrNotFound, "the zero scope sees no platform pool either")
+	none, err = b.store.Pools(ctx, record.Scope{}, record.PoolFilter{})
 	require.NoError(t, err)
 	require.Empty(t, none, "the zero scope lists nothing")
 
-	orgs, err := b.store.Organisations(ctx, store.OneOrganisation(b.orgB.ID))
+	orgs, err := b.store.Organisations(ctx, record.OneOrganisation(b.orgB.ID))
 	require.NoError(t, err)
 	require.Len(t, orgs, 1)
 	require.Equal(t, b.orgB.ID, orgs[0].ID)
@@ -96,13 +97,13 @@ func TestUpdatePoolOutsideScopeChangesNothing(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 	called := false
-	_, err := updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolB.ID, func(p *store.Pool) {
+	_, err := updatePool(ctx, b.store, record.OneOrganisation(b.orgA.ID), b.poolB.ID, func(p *record.Pool) {
 		called = true
 		p.Name = "stolen"
 	})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 	require.False(t, called)
-	got, err := b.store.Pool(ctx, store.AllOrganisations(), b.poolB.ID)
+	got, err := b.store.Pool(ctx, record.AllOrganisations(), b.poolB.ID)
 	require.NoError(t, err)
 	require.Equal(t, "gpu", got.Name)
 }
@@ -112,7 +113,7 @@ func TestUpdatePoolSettings(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, storetest.TxStore(t))
 	sixty := 60
-	p, err := updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) {
+	p, err := updatePool(ctx, b.store, record.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *record.Pool) {
 		p.LeaseSeconds = &sixty
 	})
 	require.NoError(t, err)
@@ -121,19 +122,19 @@ func TestUpdatePoolSettings(t *testing.T) {
 
 	// Out of range: refused by the database, nothing stored.
 	tooLong := 100000
-	_, err = updatePool(ctx, b.store, store.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *store.Pool) {
+	_, err = updatePool(ctx, b.store, record.OneOrganisation(b.orgA.ID), b.poolA.ID, func(p *record.Pool) {
 		p.LeaseSeconds = &tooLong
 	})
-	require.ErrorIs(t, err, store.ErrInvalid)
-	got, err := b.store.Pool(ctx, store.AllOrganisations(), b.poolA.ID)
+	require.ErrorIs(t, err, record.ErrInvalid)
+	got, err := b.store.Pool(ctx, record.AllOrganisations(), b.poolA.ID)
 	require.NoError(t, err)
 	require.Equal(t, 60, *got.LeaseSeconds)
 }
 
 // updatePool is an update as tenancy makes one: lock, change, save, in one
 // transaction.
-func updatePool(ctx context.Context, s *store.Store, scope store.Scope, id uuid.UUID, change func(*store.Pool)) (store.Pool, error) {
-	var out store.Pool
+func updatePool(ctx context.Context, s *store.Store, scope record.Scope, id uuid.UUID, change func(*record.Pool)) (record.Pool, error) {
+	var out record.Pool
 	err := s.WithTx(ctx, func(tx *store.Tx) error {
 		p, err := tx.LockPool(ctx, scope, id)
 		if err != nil {
@@ -165,11 +166,11 @@ func TestLocksAndTheWritesOnThemNeedATransaction(t *testing.T) {
 
 	// Inside one, the lock is taken, and only inside the scope.
 	require.NoError(t, b.store.WithTx(ctx, func(tx *store.Tx) error {
-		locked, err := tx.LockRunner(ctx, store.OneOrganisation(b.orgA.ID), r)
+		locked, err := tx.LockRunner(ctx, record.OneOrganisation(b.orgA.ID), r)
 		require.NoError(t, err)
 		require.Equal(t, r, locked.ID)
-		_, err = tx.LockRunner(ctx, store.OneOrganisation(b.orgB.ID), r)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		_, err = tx.LockRunner(ctx, record.OneOrganisation(b.orgB.ID), r)
+		require.ErrorIs(t, err, record.ErrNotFound)
 		return nil
 	}))
 }
@@ -180,20 +181,20 @@ func TestErrorsAreTheStoresOwn(t *testing.T) {
 	b := setup(t, store.New(storetest.NewPool(t)))
 
 	_, err := b.store.CreateOrganisation(ctx, "org-a")
-	require.ErrorIs(t, err, store.ErrConflict)
+	require.ErrorIs(t, err, record.ErrConflict)
 	_, err = b.store.CreateOrganisation(ctx, "Not A Handle!")
-	require.ErrorIs(t, err, store.ErrInvalid)
-	_, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
-	require.ErrorIs(t, err, store.ErrConflict)
+	require.ErrorIs(t, err, record.ErrInvalid)
+	_, err = b.store.CreatePool(ctx, record.NewPool{OrganisationID: &b.orgA.ID, Name: "gpu"})
+	require.ErrorIs(t, err, record.ErrConflict)
 	missing := uuid.New()
-	_, err = b.store.CreatePool(ctx, store.NewPool{OrganisationID: &missing, Name: "x"})
-	require.ErrorIs(t, err, store.ErrNotFound)
+	_, err = b.store.CreatePool(ctx, record.NewPool{OrganisationID: &missing, Name: "x"})
+	require.ErrorIs(t, err, record.ErrNotFound)
 
 	// Two platform pools may not share a name either (NULLS NOT DISTINCT).
-	_, err = b.store.CreatePool(ctx, store.NewPool{Name: "p"})
+	_, err = b.store.CreatePool(ctx, record.NewPool{Name: "p"})
 	require.NoError(t, err)
-	_, err = b.store.CreatePool(ctx, store.NewPool{Name: "p"})
-	require.ErrorIs(t, err, store.ErrConflict)
+	_, err = b.store.CreatePool(ctx, record.NewPool{Name: "p"})
+	require.ErrorIs(t, err, record.ErrConflict)
 }
 
 func TestAdminTokens(t *testing.T) {
@@ -203,41 +204,41 @@ func TestAdminTokens(t *testing.T) {
 
 	live := sha256.Sum256([]byte("live"))
 	a, err := b.store.CreateAdminWithToken(ctx, store.NewAdmin{
-		Name: "alice", Role: store.RoleOrgAdmin, OrganisationID: &b.orgA.ID, TokenHash: live[:],
+		Name: "alice", Role: record.RoleOrgAdmin, OrganisationID: &b.orgA.ID, TokenHash: live[:],
 	})
 	require.NoError(t, err)
 	got, err := b.store.AdminByTokenHash(ctx, live[:])
 	require.NoError(t, err)
 	require.Equal(t, a.ID, got.ID)
-	require.Equal(t, store.OneOrganisation(b.orgA.ID), got.Scope())
+	require.Equal(t, record.OneOrganisation(b.orgA.ID), got.Scope())
 
 	expired := sha256.Sum256([]byte("expired"))
 	past := time.Now().Add(-time.Minute)
 	_, err = b.store.CreateAdminWithToken(ctx, store.NewAdmin{
-		Name: "bob", Role: store.RolePlatformAdmin, TokenHash: expired[:], ExpiresAt: &past,
+		Name: "bob", Role: record.RolePlatformAdmin, TokenHash: expired[:], ExpiresAt: &past,
 	})
 	require.NoError(t, err)
 	_, err = b.store.AdminByTokenHash(ctx, expired[:])
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 
 	unknown := sha256.Sum256([]byte("unknown"))
 	_, err = b.store.AdminByTokenHash(ctx, unknown[:])
-	require.ErrorIs(t, err, store.ErrNotFound)
+	require.ErrorIs(t, err, record.ErrNotFound)
 
 	// A platform admin with an organisation breaks the schema's rule.
 	n, err := b.store.CountAdmins(ctx)
 	require.NoError(t, err)
 	bad := sha256.Sum256([]byte("bad"))
 	_, err = b.store.CreateAdminWithToken(ctx, store.NewAdmin{
-		Name: "eve", Role: store.RolePlatformAdmin, OrganisationID: &b.orgA.ID, TokenHash: bad[:],
+		Name: "eve", Role: record.RolePlatformAdmin, OrganisationID: &b.orgA.ID, TokenHash: bad[:],
 	})
-	require.ErrorIs(t, err, store.ErrInvalid)
+	require.ErrorIs(t, err, record.ErrInvalid)
 	after, err := b.store.CountAdmins(ctx)
 	require.NoError(t, err)
 	require.Equal(t, n, after)
 }
 
-func poolIDs(ps []store.Pool) []uuid.UUID {
+func poolIDs(ps []record.Pool) []uuid.UUID {
 	out := make([]uuid.UUID, len(ps))
 	for i, p := range ps {
 		out[i] = p.ID
@@ -270,7 +271,7 @@ func TestATxEndsWithItsFunction(t *testing.T) {
 		_, err = outer.CreateOrganisation(ctx, "in-parent")
 		return err
 	}))
-	orgs, err := s.Organisations(ctx, store.AllOrganisations())
+	orgs, err := s.Organisations(ctx, record.AllOrganisations())
 	require.NoError(t, err)
 	var names []string
 	for _, o := range orgs {

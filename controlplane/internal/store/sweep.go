@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store/internal/dbsqlc"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -50,14 +51,14 @@ func (s *Tx) ExpiredLeases(ctx context.Context, now *time.Time, max int) ([]Expi
 // granted it went down before the answer went out), and it is given back as
 // not delivered rather than charged a try.
 type ExpiredLease struct {
-	Job
+	record.Job
 	Unheard bool
 }
 
 // LeaseRescue is what policy decided for a job ExpiredLeases returned: back
 // to JobQueued at AvailableAt, or JobFailed.
 type LeaseRescue struct {
-	Job Job
+	Job record.Job
 	Transition
 }
 
@@ -74,15 +75,15 @@ func (s *Tx) RescueLeases(ctx context.Context, rescues []LeaseRescue) (RescuedLe
 	pools := map[uuid.UUID]bool{}
 	for _, r := range rescues {
 		j, t := r.Job, r.Transition
-		if !(t.State == JobQueued && t.AvailableAt != nil || t.State == JobFailed) {
-			return res, fmt.Errorf("rescue expired lease of job %s: %w: %s", j.ID, ErrInvalid, t.State)
+		if !(t.State == record.JobQueued && t.AvailableAt != nil || t.State == record.JobFailed) {
+			return res, fmt.Errorf("rescue expired lease of job %s: %w: %s", j.ID, record.ErrInvalid, t.State)
 		}
 		detail := fmt.Sprintf("lease of attempt %d expired", j.Attempt)
 		if err := s.q.EndExpiredRun(ctx, s.db, dbsqlc.EndExpiredRunParams{JobID: j.ID, Attempt: int32(j.Attempt)}); err != nil {
 			return res, fmt.Errorf("end the run of job %s: %w", j.ID, mapErr(err))
 		}
-		if t.State == JobFailed {
-			if err := s.q.SetJobState(ctx, s.db, dbsqlc.SetJobStateParams{ID: j.ID, State: string(JobFailed), StateReason: t.Reason}); err != nil {
+		if t.State == record.JobFailed {
+			if err := s.q.SetJobState(ctx, s.db, dbsqlc.SetJobStateParams{ID: j.ID, State: string(record.JobFailed), StateReason: t.Reason}); err != nil {
 				return res, fmt.Errorf("fail job %s: %w", j.ID, mapErr(err))
 			}
 			res.Failed++
@@ -121,7 +122,7 @@ func (s *Querier) ExpireTimedOut(ctx context.Context, now *time.Time, defaultHou
 		}
 		const reason = "waited longer than the pool's queue timeout"
 		for _, row := range rows {
-			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobExpired), StateReason: reason}); err != nil {
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(record.JobExpired), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
 			n++
@@ -159,7 +160,7 @@ func (s *Querier) BlockUnplaceable(ctx context.Context, since time.Time, max int
 		res.Cut = len(rows) == int(batchOr(max))
 		for _, u := range rows {
 			row, reason := u.job, u.reason()
-			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(JobBlocked), StateReason: reason}); err != nil {
+			if err := tx.q.SetJobState(ctx, tx.db, dbsqlc.SetJobStateParams{ID: row.ID, State: string(record.JobBlocked), StateReason: reason}); err != nil {
 				return mapErr(err)
 			}
 			res.Blocked++
@@ -203,7 +204,7 @@ func unplaceable(ctx context.Context, tx *Tx, since time.Time, max int32) ([]unp
 // order, that no runner of its pool passes.
 func (u unplaceableJob) reason() string {
 	j := u.job
-	var o JobOptions
+	var o record.JobOptions
 	_ = json.Unmarshal(j.Options, &o) // NULL (no options) leaves it zero
 	switch {
 	case !u.kindOK:

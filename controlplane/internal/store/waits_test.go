@@ -44,7 +44,7 @@ func TestARunnerThatStopsWaitingLetsGoOfWhatWasLeftToIt(t *testing.T) {
 			b := jobsSetup(t)
 			small, big := b.runner(t, 8, 65536, 2), b.runner(t, 8, 65536, 8)
 			b.waitFor(t, big, small)
-			j := b.submit(t, store.Claim{Cores: 1, WallClockSeconds: 60})
+			j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 			_, ok, err := b.store.ClaimJob(ctx, waiting(big))
 			require.NoError(t, err)
 			require.False(t, ok, "left to the smaller runner, which waits")

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
 // ApprovedRunner enrols a runner into the pool with cores, memory and
@@ -18,7 +19,7 @@ func ApprovedRunner(t testing.TB, s *store.Store, poolID uuid.UUID, cores float6
 	ctx := context.Background()
 	name := "r-" + uuid.NewString()[:8]
 	tokenHash := sha256.Sum256([]byte(name))
-	if _, err := s.CreateEnrolmentToken(ctx, store.AllOrganisations(), poolID, tokenHash[:], nil, time.Now().Add(time.Hour)); err != nil {
+	if _, err := s.CreateEnrolmentToken(ctx, record.AllOrganisations(), poolID, tokenHash[:], nil, time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("enrolment token: %v", err)
 	}
 	key := sha256.Sum256([]byte("key" + name))
@@ -39,10 +40,10 @@ func Approve(t testing.TB, s *store.Store, id uuid.UUID) {
 	t.Helper()
 	err := s.WithTx(context.Background(), func(tx *store.Tx) error {
 		ctx := context.Background()
-		if _, err := tx.LockRunner(ctx, store.AllOrganisations(), id); err != nil {
+		if _, err := tx.LockRunner(ctx, record.AllOrganisations(), id); err != nil {
 			return err
 		}
-		return tx.SetRunnerStatus(ctx, id, store.RunnerDecision{Status: store.RunnerApproved}, nil)
+		return tx.SetRunnerStatus(ctx, id, store.RunnerDecision{Status: record.RunnerApproved}, nil)
 	})
 	if err != nil {
 		t.Fatalf("approve: %v", err)
