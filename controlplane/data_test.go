@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runmesh/runmesh/controlplane"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/internal/s3test"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -24,9 +24,9 @@ import (
 func withStorage(t *testing.T, s *s3test.Server) func(*controlplane.Options) {
 	creds, err := s.CredentialsFile(t.TempDir())
 	require.NoError(t, err)
-	st, err := storage.Open(storage.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
+	st, err := objects.Open(objects.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
 	require.NoError(t, err)
-	return func(o *controlplane.Options) { o.Storage = st }
+	return func(o *controlplane.Options) { o.Bucket = st }
 }
 
 // A job's inputs and outputs: checked when submitted (a refusal queues

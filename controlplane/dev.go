@@ -15,7 +15,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/record"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/devenv"
@@ -33,7 +33,7 @@ type DevOptions struct {
 	Out        io.Writer     // where the human-readable banner goes
 	Log        *slog.Logger
 	// Storage, when its endpoint is set, is the jobs' object storage.
-	Storage storage.Config
+	Storage objects.Config
 }
 
 // RunDev runs the embedded default: a private PostgreSQL in the state
@@ -66,16 +66,16 @@ func RunDev(ctx context.Context, o DevOptions) error {
 		return err
 	}
 
-	var objects *storage.Store
+	var bucket *objects.Bucket
 	if o.Storage.Enabled() {
-		if objects, err = storage.Open(o.Storage); err != nil {
+		if bucket, err = objects.Open(o.Storage); err != nil {
 			return err
 		}
 	}
 	srv, err := New(Options{
 		Pool: pool, Store: st, Log: o.Log, AdminAddr: o.AdminAddr, Defaults: graph.DefaultDefaults,
 		CA: keys, RunnerAddr: o.RunnerAddr, RunnerNames: runnerNames(runnerHost), RunnerCertLifetime: o.CertLife,
-		Storage: objects,
+		Bucket: bucket,
 	})
 	if err != nil {
 		return err

@@ -26,7 +26,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/maintenance"
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/health"
@@ -56,8 +56,9 @@ type Options struct {
 	AdminTLS *tls.Config
 	Defaults graph.Defaults
 
-	// Storage is the jobs' object storage (nil: none configured).
-	Storage *storage.Store
+	// Bucket is where jobs' inputs and outputs are kept (nil: no object
+	// storage configured).
+	Bucket *objects.Bucket
 
 	// CA signs runner certificates and the runner listener's own.
 	CA *ca.Keys
@@ -157,7 +158,7 @@ func New(o Options) (*Server, error) {
 	s.metrics.certificateExpiry("ca_intermediate", func() time.Time { return o.CA.Intermediate.NotAfter })
 
 	s.queue = queue.NewService(o.Store, s.listener)
-	s.queue.HasStorage = o.Storage != nil
+	s.queue.HasStorage = o.Bucket != nil
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
 		Tenancy:       tenancy.New(o.Store, s.listener),
@@ -169,7 +170,7 @@ func New(o Options) (*Server, error) {
 		CAFingerprint: o.CA.Fingerprint(),
 		Health:        s.health.reg,
 		Version:       Version,
-		Storage:       o.Storage,
+		Storage:       o.Bucket,
 	})))
 	playground := graph.PlaygroundHandler("/graphql") // the page, and its files under /playground/
 	mux.Handle("GET /playground", playground)
@@ -192,7 +193,7 @@ func New(o Options) (*Server, error) {
 		Queue: s.queue,
 		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
 		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
-		Version: "runmesh " + Version, Storage: o.Storage,
+		Version: "runmesh " + Version, Storage: o.Bucket,
 	})
 	// This replica's identity cache forgets as soon as a runner change it
 	// made commits; other replicas' caches forget on the NOTIFY.

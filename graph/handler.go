@@ -22,7 +22,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph/generated"
 	"github.com/runmesh/runmesh/internal/health"
@@ -57,7 +57,7 @@ type Options struct {
 	// Version is the serving replica's, for Query.version.
 	Version string
 	// Storage is the jobs' object storage (nil: none).
-	Storage *storage.Store
+	Storage *objects.Bucket
 	// SocketInitTimeout is how long a websocket may go without
 	// connection_init; SocketRecheck how often an open one's token is
 	// checked again (0: the defaults).

@@ -12,7 +12,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/internal/health"
 )
@@ -40,5 +40,5 @@ type Resolver struct {
 	// Version is the serving replica's.
 	Version string
 	// Storage is the jobs' object storage (nil: none configured).
-	Storage *storage.Store
+	Storage *objects.Bucket
 }

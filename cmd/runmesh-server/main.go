@@ -23,7 +23,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
@@ -122,15 +122,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if created {
 		log.Info("created the CA", "dir", caDir(cfg.StateDir), "fingerprint", keys.Fingerprint())
 	}
-	var objects *storage.Store
+	var bucket *objects.Bucket
 	if cfg.Storage.Enabled() {
-		if objects, err = storage.Open(cfg.Storage); err != nil {
+		if bucket, err = objects.Open(cfg.Storage); err != nil {
 			return err
 		}
-		log.Info("object storage", "origin", objects.Origin().String(), "bucket", cfg.Storage.Bucket)
+		log.Info("object storage", "origin", bucket.Origin().String(), "bucket", cfg.Storage.Bucket)
 	}
 	srv, err := controlplane.New(controlplane.Options{
-		Storage:            objects,
+		Bucket: bucket,
 		Pool:               pool,
 		Log:                log,
 		AdminAddr:          cfg.Admin.Listen,
@@ -245,7 +245,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	runnerAddr := fs.String("runner-addr", "127.0.0.1:8443", "runner listener (TLS from the dev CA)")
 	certLifetime := fs.Duration("runner-cert-lifetime", 24*time.Hour, "lifetime of runner certificates (short ones show renewal at work)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	var st storage.Config
+	var st objects.Config
 	fs.StringVar(&st.Endpoint, "storage-endpoint", "", "the jobs' S3-compatible storage (http only on loopback); none by default")
 	fs.StringVar(&st.Bucket, "storage-bucket", "", "its bucket")
 	fs.StringVar(&st.Region, "storage-region", "us-east-1", "its region")

@@ -16,7 +16,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -37,7 +37,7 @@ type Config struct {
 	// Storage is the S3-compatible bucket jobs read their inputs from and
 	// write their outputs to, through URLs the server presigns; without
 	// it, jobs may name only inputs the submitter presigned.
-	Storage storage.Config `yaml:"storage"`
+	Storage objects.Config `yaml:"storage"`
 }
 
 // Database says where PostgreSQL is. The URL may carry a password, so it

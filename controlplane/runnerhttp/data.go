@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/controlplane/record"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -100,7 +100,7 @@ func (s *Server) verifyOutputs(ctx context.Context, want []runnerapi.JobOutput, 
 		}
 		obj, err := s.o.Storage.Stat(ctx, w.Key)
 		switch {
-		case errors.Is(err, storage.ErrNoObject):
+		case errors.Is(err, objects.ErrNoObject):
 			return fmt.Sprintf("output %s: not in the storage", w.Key), nil
 		case err != nil:
 			return "", err

@@ -25,7 +25,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -52,7 +52,7 @@ type Options struct {
 	// Version is the server's, as step-ca's /version tells it.
 	Version string
 	// Storage presigns the URLs of jobs' object keys (nil: none).
-	Storage *storage.Store
+	Storage *objects.Bucket
 }
 
 // Server serves the runner API.

@@ -1,8 +1,8 @@
-// Package storage is the control plane's object storage: an S3-compatible
+// Package objects is the control plane's object storage: an S3-compatible
 // bucket whose objects jobs read and write through URLs the server
 // presigns at lease time. The server holds the credentials; a runner sees
 // only presigned URLs, each for one object, one method and a bounded time.
-package storage
+package objects
 
 import (
 	"context"
@@ -76,9 +76,9 @@ func (c Config) Check() error {
 	return nil
 }
 
-// Store presigns URLs for the bucket's objects and checks what was
+// Bucket presigns URLs for the bucket's objects and checks what was
 // uploaded.
-type Store struct {
+type Bucket struct {
 	client *minio.Client
 	bucket string
 	origin Origin
@@ -86,7 +86,7 @@ type Store struct {
 
 // Open reads the credentials and makes a client; it does not reach the
 // storage.
-func Open(c Config) (*Store, error) {
+func Open(c Config) (*Bucket, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
@@ -120,14 +120,14 @@ func Open(c Config) (*Store, error) {
 	if o.Port == 0 {
 		o.Port = map[string]int{"https": 443, "http": 80}[u.Scheme]
 	}
-	return &Store{client: client, bucket: c.Bucket, origin: o}, nil
+	return &Bucket{client: client, bucket: c.Bucket, origin: o}, nil
 }
 
 // Origin is where runners reach the storage.
-func (s *Store) Origin() Origin { return s.origin }
+func (s *Bucket) Origin() Origin { return s.origin }
 
 // PresignGet is a URL that reads key for valid.
-func (s *Store) PresignGet(ctx context.Context, key string, valid time.Duration) (string, error) {
+func (s *Bucket) PresignGet(ctx context.Context, key string, valid time.Duration) (string, error) {
 	u, err := s.client.PresignedGetObject(ctx, s.bucket, key, min(valid, MaxValidity), nil)
 	if err != nil {
 		return "", fmt.Errorf("presign GET %s: %w", key, err)
@@ -136,7 +136,7 @@ func (s *Store) PresignGet(ctx context.Context, key string, valid time.Duration)
 }
 
 // PresignPut is a URL that writes key for valid.
-func (s *Store) PresignPut(ctx context.Context, key string, valid time.Duration) (string, error) {
+func (s *Bucket) PresignPut(ctx context.Context, key string, valid time.Duration) (string, error) {
 	u, err := s.client.PresignedPutObject(ctx, s.bucket, key, min(valid, MaxValidity))
 	if err != nil {
 		return "", fmt.Errorf("presign PUT %s: %w", key, err)
@@ -156,7 +156,7 @@ type Object struct {
 var ErrNoObject = errors.New("no such object")
 
 // Stat asks the storage for key's size and ETag (a HEAD).
-func (s *Store) Stat(ctx context.Context, key string) (Object, error) {
+func (s *Bucket) Stat(ctx context.Context, key string) (Object, error) {
 	info, err := s.client.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{})
 	if err != nil {
 		if minio.ToErrorResponse(err).StatusCode == http.StatusNotFound {

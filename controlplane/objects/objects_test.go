@@ -1,4 +1,4 @@
-package storage_test
+package objects_test
 
 import (
 	"context"
@@ -13,17 +13,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/controlplane/storage"
+	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/internal/s3test"
 )
 
-func open(t *testing.T, s *s3test.Server) *storage.Store {
+func open(t *testing.T, s *s3test.Server) *objects.Bucket {
 	t.Helper()
 	creds, err := s.CredentialsFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := storage.Open(storage.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
+	st, err := objects.Open(objects.Config{Endpoint: s.Endpoint(), Bucket: s.Bucket, Region: s.Region, CredentialsFile: creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestPresignedURLs(t *testing.T) {
 	if code, _ := do(t, http.MethodPut, other, data); code != http.StatusForbidden {
 		t.Fatalf("PUT with a changed key: %d, want 403", code)
 	}
-	if _, err := st.Stat(ctx, "jobs/42/out/resulx.txt"); !errors.Is(err, storage.ErrNoObject) {
+	if _, err := st.Stat(ctx, "jobs/42/out/resulx.txt"); !errors.Is(err, objects.ErrNoObject) {
 		t.Fatalf("the refused PUT wrote an object: %v", err)
 	}
 	// The GET URL does not write.
@@ -102,25 +102,25 @@ func TestPresignedURLs(t *testing.T) {
 	if code, _ := do(t, http.MethodGet, short, ""); code != http.StatusForbidden {
 		t.Fatalf("GET past its time: %d, want 403", code)
 	}
-	if _, err := st.Stat(ctx, "absent"); !errors.Is(err, storage.ErrNoObject) {
+	if _, err := st.Stat(ctx, "absent"); !errors.Is(err, objects.ErrNoObject) {
 		t.Fatalf("stat of an absent key: %v", err)
 	}
 }
 
 func TestConfigIsChecked(t *testing.T) {
 	t.Parallel()
-	good := storage.Config{Endpoint: "https://s3.example.com", Bucket: "b", CredentialsFile: "/etc/runmesh/s3"}
+	good := objects.Config{Endpoint: "https://s3.example.com", Bucket: "b", CredentialsFile: "/etc/runmesh/s3"}
 	if err := good.Check(); err != nil {
 		t.Fatal(err)
 	}
-	for name, mod := range map[string]func(*storage.Config){
-		"not a URL":         func(c *storage.Config) { c.Endpoint = "s3.example.com" },
-		"ftp":               func(c *storage.Config) { c.Endpoint = "ftp://s3.example.com" },
-		"a path":            func(c *storage.Config) { c.Endpoint = "https://s3.example.com/bucket" },
-		"user info":         func(c *storage.Config) { c.Endpoint = "https://key:secret@s3.example.com" },
-		"http off loopback": func(c *storage.Config) { c.Endpoint = "http://s3.example.com" },
-		"no bucket":         func(c *storage.Config) { c.Bucket = "" },
-		"no credentials":    func(c *storage.Config) { c.CredentialsFile = "" },
+	for name, mod := range map[string]func(*objects.Config){
+		"not a URL":         func(c *objects.Config) { c.Endpoint = "s3.example.com" },
+		"ftp":               func(c *objects.Config) { c.Endpoint = "ftp://s3.example.com" },
+		"a path":            func(c *objects.Config) { c.Endpoint = "https://s3.example.com/bucket" },
+		"user info":         func(c *objects.Config) { c.Endpoint = "https://key:secret@s3.example.com" },
+		"http off loopback": func(c *objects.Config) { c.Endpoint = "http://s3.example.com" },
+		"no bucket":         func(c *objects.Config) { c.Bucket = "" },
+		"no credentials":    func(c *objects.Config) { c.CredentialsFile = "" },
 	} {
 		c := good
 		mod(&c)
@@ -128,20 +128,20 @@ func TestConfigIsChecked(t *testing.T) {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := storage.Open(storage.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: filepath.Join(t.TempDir(), "none")}); err == nil {
+	if _, err := objects.Open(objects.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: filepath.Join(t.TempDir(), "none")}); err == nil {
 		t.Error("opened without a credentials file")
 	}
 	open := filepath.Join(t.TempDir(), "credentials")
 	if err := os.WriteFile(open, []byte("[default]\naws_access_key_id = a\naws_secret_access_key = b\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storage.Open(storage.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: open}); err == nil || !strings.Contains(err.Error(), "readable by everyone") {
+	if _, err := objects.Open(objects.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: open}); err == nil || !strings.Contains(err.Error(), "readable by everyone") {
 		t.Errorf("a world-readable credentials file: %v", err)
 	}
 	if err := os.Chmod(open, 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storage.Open(storage.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: open}); err != nil {
+	if _, err := objects.Open(objects.Config{Endpoint: "http://127.0.0.1:9", Bucket: "b", CredentialsFile: open}); err != nil {
 		t.Errorf("a 0640 credentials file: %v", err)
 	}
 }
