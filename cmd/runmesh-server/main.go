@@ -130,7 +130,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("object storage", "origin", bucket.Origin().String(), "bucket", cfg.Storage.Bucket)
 	}
 	srv, err := controlplane.New(controlplane.Options{
-		Bucket: bucket,
+		Bucket:             bucket,
 		Pool:               pool,
 		Log:                log,
 		AdminAddr:          cfg.Admin.Listen,
