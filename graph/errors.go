@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,9 +13,7 @@ import (
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
-	"github.com/runmesh/runmesh/graph/model"
 )
 
 // Error codes clients may rely on (extensions.code).
@@ -34,16 +31,11 @@ const (
 
 var errForbidden = errors.New("forbidden")
 
-// badInput is a refusal whose message is meant for the caller.
-type badInput struct{ msg string }
-
-func (e badInput) Error() string { return e.msg }
-
-func badInputf(format string, args ...any) error { return badInput{fmt.Sprintf(format, args...)} }
+// badInputf is a refusal whose message is meant for the caller.
+func badInputf(format string, args ...any) error { return record.Invalidf(format, args...) }
 
 // errorCode classifies err for clients and the audit log.
 func errorCode(err error) string {
-	var bi badInput
 	switch {
 	case err == nil:
 		return outcomeSuccess
@@ -55,8 +47,7 @@ func errorCode(err error) string {
 		return CodeForbidden
 	case errors.Is(err, record.ErrConflict), errors.As(err, new(*enrolment.WrongStatusError)), errors.Is(err, fleet.ErrRetired):
 		return CodeConflict
-	case errors.Is(err, record.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch), errors.As(err, &bi), errors.As(err, new(*model.InputError)),
-		errors.As(err, new(*queue.InputError)), errors.As(err, new(*record.InputError)):
+	case errors.Is(err, record.ErrInvalid), errors.Is(err, enrolment.ErrFingerprintMismatch):
 		return CodeBadInput
 	}
 	// gqlgen's own errors (parsing, validation, arguments) wrap nothing;
@@ -108,20 +99,11 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 				gqlErr.Message = "conflict: " + trimStoreErr(err)
 			}
 		case CodeBadInput:
-			var bi badInput
-			var ie *model.InputError
-			var qe *queue.InputError
 			var re *record.InputError
 			if errors.Is(err, enrolment.ErrFingerprintMismatch) {
 				gqlErr.Message = enrolment.ErrFingerprintMismatch.Error()
-			} else if errors.As(err, &ie) {
-				gqlErr.Message = ie.Msg
-			} else if errors.As(err, &qe) {
-				gqlErr.Message = qe.Msg
 			} else if errors.As(err, &re) {
 				gqlErr.Message = re.Msg
-			} else if errors.As(err, &bi) {
-				gqlErr.Message = bi.msg
 			} else {
 				gqlErr.Message = "invalid input: " + trimStoreErr(err)
 			}

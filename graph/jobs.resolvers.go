@@ -236,9 +236,9 @@ func (r *mutationResolver) SubmitJobs(ctx context.Context, inputs []model.Submit
 	}
 	jobs, _, err := r.Queue.SubmitAll(ctx, me.Scope(), subs)
 	// A refused job is named by its place among the inputs.
-	var ie *queue.InputError
-	if errors.As(err, &ie) && ie.Job >= 0 {
-		return nil, badInputf("inputs[%d]: %s", ie.Job, ie.Msg)
+	var ie *record.InputError
+	if errors.As(err, &ie) && ie.Item != nil {
+		return nil, badInputf("inputs[%d]: %s", *ie.Item, ie.Msg)
 	}
 	return jobs, err
 }

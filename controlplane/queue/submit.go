@@ -37,16 +37,6 @@ type Submission struct {
 // EnvVar is one environment variable of a submission.
 type EnvVar struct{ Name, Value string }
 
-// InputError is a submission the queue refuses: the caller's mistake, with
-// a reason meant for the caller.
-type InputError struct {
-	// Job is the refused job's place in the batch (0 for a single
-	// submission); -1 when the batch as a whole is refused.
-	Job int
-	Msg string
-}
-
-func (e *InputError) Error() string { return e.Msg }
 
 // MaxBatch bounds one batch submission.
 const MaxBatch = store.MaxBatch
@@ -67,19 +57,19 @@ func (s *Service) Submit(ctx context.Context, scope record.Scope, sub Submission
 // only what its statement depends on.
 func (s *Service) SubmitAll(ctx context.Context, scope record.Scope, subs []Submission) (jobs []record.Job, created []bool, err error) {
 	if len(subs) == 0 || len(subs) > MaxBatch {
-		return nil, nil, &InputError{Job: -1, Msg: fmt.Sprintf("1 to %d jobs a batch", MaxBatch)}
+		return nil, nil, record.Invalidf("1 to %d jobs a batch", MaxBatch)
 	}
 	ns := make([]store.NewJob, len(subs))
 	for i, sub := range subs {
 		if sub.PoolID != subs[0].PoolID {
-			return nil, nil, &InputError{Job: -1, Msg: "every job of a batch goes to the same pool"}
+			return nil, nil, record.Invalidf("every job of a batch goes to the same pool")
 		}
 		n, msg := check(sub)
 		if msg == "" {
 			msg = s.checkStorage(sub)
 		}
 		if msg != "" {
-			return nil, nil, &InputError{Job: i, Msg: msg}
+			return nil, nil, record.InvalidItemf(i, "%s", msg)
 		}
 		ns[i] = n
 	}
@@ -117,7 +107,7 @@ func networkAllowed(ctx context.Context, tx *store.Tx, scope record.Scope, ns []
 		return err
 	}
 	if !pool.AllowNetwork {
-		return &InputError{Job: i, Msg: fmt.Sprintf("network: pool %s does not allow its jobs a network (Pool.allowNetwork)", pool.Name)}
+		return record.InvalidItemf(i, "network: pool %s does not allow its jobs a network (Pool.allowNetwork)", pool.Name)
 	}
 	return nil
 }

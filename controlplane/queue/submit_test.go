@@ -44,9 +44,14 @@ func TestTheQueueChecksSubmissionsBeforeTheStore(t *testing.T) {
 		})}, 0, "image, command, env, inputs and outputs: at most 64 KiB together (a presigned URL counts 1024 bytes and its key four times)"},
 	} {
 		_, _, err := q.SubmitAll(context.Background(), record.AllOrganisations(), c.batch)
-		var ie *queue.InputError
+		var ie *record.InputError
 		require.ErrorAs(t, err, &ie, name)
-		require.Equal(t, c.job, ie.Job, name)
+		if c.job < 0 {
+			require.Nil(t, ie.Item, name+": the batch as a whole")
+		} else {
+			require.NotNil(t, ie.Item, name)
+			require.Equal(t, c.job, *ie.Item, name)
+		}
 		require.Equal(t, c.msg, ie.Msg, name)
 	}
 }

@@ -31,10 +31,16 @@ var (
 	ErrUnavailable = errors.New("the database is unavailable; try again")
 )
 
-// InputError: a request's value refused by the domain's rules before
-// anything changed. Msg names the input and says what it must be
-// ("name: 1 to 200 characters"); it is meant for the caller.
-type InputError struct{ Msg string }
+// InputError: a request's value refused before anything changed, by the
+// domain's rules or by the API that read it; the one type every part of
+// the control plane refuses input with. Msg names the input and says what
+// it must be ("name: 1 to 200 characters"); it is meant for the caller.
+type InputError struct {
+	Msg string
+	// Item, when not nil, is the place in a batch of the one item refused
+	// (the batch as a whole is refused with it).
+	Item *int
+}
 
 func (e *InputError) Error() string { return e.Msg }
 
@@ -44,6 +50,11 @@ func (e *InputError) Unwrap() error { return ErrInvalid }
 // Invalidf is an InputError.
 func Invalidf(format string, args ...any) error {
 	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// InvalidItemf is an InputError about the item at place item of a batch.
+func InvalidItemf(item int, format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...), Item: &item}
 }
 
 // Reasons are what an administrator writes down with a decision.

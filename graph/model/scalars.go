@@ -4,23 +4,18 @@
 package model
 
 import (
-	"fmt"
 	"io"
 	"strconv"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/controlplane/record"
 )
 
-// InputError is a value the caller sent that a scalar cannot read: always
-// the caller's mistake (BAD_INPUT), never ours.
-type InputError struct{ Msg string }
-
-func (e *InputError) Error() string { return e.Msg }
-
-func inputErrorf(format string, args ...any) error {
-	return &InputError{Msg: fmt.Sprintf(format, args...)}
-}
+// inputErrorf: a value the caller sent that a scalar cannot read is
+// always the caller's mistake (BAD_INPUT), never ours.
+func inputErrorf(format string, args ...any) error { return record.Invalidf(format, args...) }
 
 // MarshalUUID writes an ID held as a UUID.
 func MarshalUUID(id uuid.UUID) graphql.Marshaler {
