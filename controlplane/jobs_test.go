@@ -21,7 +21,6 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
-	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -821,7 +820,7 @@ func TestOutputPastTheBoundIsNotKept(t *testing.T) {
 	}
 	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": id})
 	require.Empty(t, code)
-	require.Equal(t, "first\nlast kept\n"+runnerhttp.LogLimitNote, data["job"].(map[string]any)["logs"])
+	require.Equal(t, "first\nlast kept\n"+queue.LogLimitNote, data["job"].(map[string]any)["logs"])
 }
 
 // The job pruner of a running server prunes jobs past the retention (here

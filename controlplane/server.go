@@ -111,6 +111,7 @@ type Server struct {
 	bg         sync.WaitGroup
 	health     *serverHealth
 	queue      *queue.Service
+	enrolment  *enrolment.Service
 }
 
 // withDefaults is o with what it leaves zero filled in.
@@ -151,7 +152,9 @@ func New(o Options) (*Server, error) {
 	}
 	s.authority = auth
 	s.listener = store.NewListener(o.Pool, o.Log)
-	enrol := enrolment.New(o.Store, auth, o.RunnerCertLifetime)
+	enrol := enrolment.New(enrolment.Options{Store: o.Store, Listener: s.listener, Authority: auth,
+		CertLifetime: o.RunnerCertLifetime, Log: o.Log})
+	s.enrolment = enrol
 	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
 	s.metrics.certificateExpiry("runner_listener", s.cert.notAfter)
 	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
@@ -190,14 +193,16 @@ func New(o Options) (*Server, error) {
 
 	s.heartbeats = fleet.NewWriter(o.Store, o.Log.With("component", "heartbeats"), fleet.WriterOptions{BatchSize: s.metrics.heartbeatBatch})
 	s.runnerAPI = runnerhttp.New(runnerhttp.Options{
-		Queue: s.queue,
-		Store: o.Store, Authority: auth, Enrolment: enrol, Listener: s.listener, Heartbeats: s.heartbeats, Log: o.Log,
-		DefaultLeaseSeconds: o.Defaults.LeaseSeconds, HeartbeatLatency: s.metrics.heartbeatLatency,
-		Version: "runmesh " + Version, Storage: o.Bucket,
+		Enrolment: enrol,
+		Heartbeats: fleet.NewHeartbeats(o.Store, s.heartbeats, fleet.HeartbeatsOptions{
+			DefaultLeaseSeconds: o.Defaults.LeaseSeconds, Latency: s.metrics.heartbeatLatency, Log: o.Log}),
+		Leases:  s.queue.Leases(queue.LeasesOptions{Bucket: o.Bucket, DefaultLeaseSeconds: o.Defaults.LeaseSeconds, Log: o.Log}),
+		Log:     o.Log,
+		Version: "runmesh " + Version,
 	})
 	// This replica's identity cache forgets as soon as a runner change it
 	// made commits; other replicas' caches forget on the NOTIFY.
-	o.Store.OnRunnerChange(s.runnerAPI.Heard)
+	o.Store.OnRunnerChange(enrol.Heard)
 	s.runner = &http.Server{
 		Handler:           s.metrics.instrument("runner", "", s.runnerAPI.Handler()),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -216,7 +221,7 @@ func New(o Options) (*Server, error) {
 // server accepts connections and listens for notifications.
 func (s *Server) Start(ctx context.Context) error {
 	bg, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
-	s.cancel = func() { cancel(runnerhttp.ErrStopping) }
+	s.cancel = func() { cancel(queue.ErrStopping) }
 	if err := s.cert.issue(ctx); err != nil {
 		return err
 	}
@@ -226,7 +231,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.listener.Run(bg) })
 	s.goBackground(func() { s.cert.renew(bg) })
 	s.goBackground(func() { s.heartbeats.Run(bg) })
-	s.goBackground(func() { s.runnerAPI.Run(bg) })
+	s.goBackground(func() { s.enrolment.Watch(bg) })
 	select {
 	case <-s.listener.Ready():
 	case <-ctx.Done():

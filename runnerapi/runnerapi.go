@@ -5,6 +5,7 @@
 package runnerapi
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -92,10 +93,19 @@ type Error struct {
 	Error ErrorBody `json:"error"`
 }
 
-// ErrorBody carries a stable code and a message for people.
+// ErrorBody carries a stable code and a message for people. It is also
+// the error with which the control plane's domain refuses a runner's
+// request, so that the code it decides on is the code the runner reads.
 type ErrorBody struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+}
+
+func (e *ErrorBody) Error() string { return e.Code + ": " + e.Message }
+
+// Refuse is the refusal with code and the message format makes.
+func Refuse(code, format string, args ...any) error {
+	return &ErrorBody{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 // Error codes.

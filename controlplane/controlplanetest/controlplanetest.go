@@ -104,7 +104,7 @@ func NewServices(t testing.TB, pool *pgxpool.Pool, keys *ca.Keys) *Services {
 		Tenancy:   tenancy.New(st, l),
 		Queue:     queue.NewService(st, l),
 		Fleet:     fleet.NewService(st, l),
-		Enrolment: enrolment.New(st, auth, 0),
+		Enrolment: enrolment.New(enrolment.Options{Store: st, Listener: l, Authority: auth}),
 		Authority: auth,
 		st:        st,
 	}

@@ -28,7 +28,7 @@ func TestRefusedDecisionsChangeNothing(t *testing.T) {
 	require.NoError(t, err)
 	auth, err := ca.NewAuthority(keys, castore.New(st))
 	require.NoError(t, err)
-	s := enrolment.New(st, auth, 0)
+	s := enrolment.New(enrolment.Options{Store: st, Authority: auth})
 	org, err := st.CreateOrganisation(ctx, "org")
 	require.NoError(t, err)
 	pool, err := st.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "gpu"})

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
@@ -32,23 +33,44 @@ func (e *WrongStatusError) Error() string {
 	return fmt.Sprintf("the runner is %s: this does not apply to it", e.Status)
 }
 
-// Service issues enrolment tokens and decides on runners.
+// Service issues enrolment tokens, decides on runners, enrols them and
+// tells who a runner's certificate belongs to.
 type Service struct {
 	st        *store.Store
+	listener  *store.Listener
 	authority *ca.Authority
 	lifetime  time.Duration
+	log       *slog.Logger
+	ids       *identities
 }
 
 // DefaultCertLifetime is DESIGN.md's 24 hours.
 const DefaultCertLifetime = 24 * time.Hour
 
-// New decides on runners in st and has authority sign their certificates,
-// each valid for certLifetime (zero: DefaultCertLifetime).
-func New(st *store.Store, authority *ca.Authority, certLifetime time.Duration) *Service {
-	if certLifetime == 0 {
-		certLifetime = DefaultCertLifetime
+// Options are what a Service works with.
+type Options struct {
+	Store *store.Store
+	// Listener wakes enrolled runners waiting for a decision, and keeps
+	// Authenticate's cache honest while Watch runs (nil: Wait and Watch
+	// must not be called).
+	Listener *store.Listener
+	// Authority signs runner certificates.
+	Authority *ca.Authority
+	// CertLifetime is each certificate's (zero: DefaultCertLifetime).
+	CertLifetime time.Duration
+	Log          *slog.Logger
+}
+
+// New returns the service.
+func New(o Options) *Service {
+	if o.CertLifetime == 0 {
+		o.CertLifetime = DefaultCertLifetime
 	}
-	return &Service{st: st, authority: authority, lifetime: certLifetime}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{st: o.Store, listener: o.Listener, authority: o.Authority, lifetime: o.CertLifetime,
+		log: o.Log.With("component", "enrolment"), ids: newIdentities(o.Store)}
 }
 
 // Bounds of an enrolment token's life: long enough to reach the host, short

@@ -37,7 +37,6 @@ type Submission struct {
 // EnvVar is one environment variable of a submission.
 type EnvVar struct{ Name, Value string }
 
-
 // MaxBatch bounds one batch submission.
 const MaxBatch = store.MaxBatch
 

@@ -1,84 +1,50 @@
-// Package runnerhttp is the runner listener: enrolment, the long-poll
-// that hands an approved runner its certificate, the mutual-TLS runner API,
-// and step-ca's own endpoints. The organisation and pool of a request come
-// from the runner's row, never from the request.
+// Package runnerhttp is the runner listener: it translates. Each handler
+// decodes a request, authenticates the runner, calls one method of the
+// domain package that owns the decision (enrolment: enrol, wait, who a
+// certificate belongs to, step-ca's renewal; fleet: the heartbeat; queue:
+// leases, output, results), and encodes the answer or the refusal. It
+// imports no store, opens no transaction and decides nothing (its deps
+// test says so); the organisation and pool of a request come from the
+// runner's row, which enrolment reads, never from the request.
 package runnerhttp
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
-	"unicode/utf8"
-
-	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
 	"github.com/runmesh/runmesh/controlplane/fleet"
-	"github.com/runmesh/runmesh/controlplane/internal/store"
-	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/queue"
-	"github.com/runmesh/runmesh/pki"
-	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// Options configure the runner listener's handlers.
+// Options are the domain the handlers speak to.
 type Options struct {
-	Store      *store.Store
-	Authority  *ca.Authority
 	Enrolment  *enrolment.Service
-	Listener   *store.Listener
-	Heartbeats *fleet.Writer
+	Heartbeats *fleet.Heartbeats
+	Leases     *queue.Leases
 	Log        *slog.Logger
-	// DefaultLeaseSeconds is the lease of pools without their own; a
-	// runner heartbeats every third of it.
-	DefaultLeaseSeconds int
-	// HeartbeatLatency observes how long each heartbeat took, storage
-	// included, if set.
-	HeartbeatLatency prometheus.Observer
-	// Queue claims jobs for runners and ends their attempts.
-	Queue *queue.Service
-	// QuarantineAfter host faults in a row quarantine a runner.
-	QuarantineAfter int
 	// Version is the server's, as step-ca's /version tells it.
 	Version string
-	// Storage presigns the URLs of jobs' object keys (nil: none).
-	Storage *objects.Bucket
 }
 
 // Server serves the runner API.
-type Server struct {
-	o        Options
-	ids      *identities
-	finisher *queue.Finisher
-	names    *names
-}
+type Server struct{ o Options }
 
-// New returns the runner API. Run it for the life of the listener.
+// New returns the runner API.
 func New(o Options) *Server {
-	o.Log = o.Log.With("component", "runnerapi")
-	if o.QuarantineAfter == 0 {
-		o.QuarantineAfter = queue.DefaultQuarantineAfter
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{o: o, ids: newIdentities(o.Store), finisher: o.Queue.Finisher(o.QuarantineAfter), names: newNames(o.Store)}
+	o.Log = o.Log.With("component", "runnerapi")
+	return &Server{o: o}
 }
-
-// Run keeps the identity cache honest until ctx ends.
-func (s *Server) Run(ctx context.Context) { s.ids.watch(ctx, s.o.Listener) }
-
-// Heard drops what a runner change names (see store.OnRunnerChange): call
-// it when this replica has just changed a runner or revoked a certificate,
-// so its next request does not wait for the notification.
-func (s *Server) Heard(channel, payload string) { s.ids.heard(channel, payload) }
 
 // Handler routes the runner listener.
 func (s *Server) Handler() http.Handler {
@@ -96,19 +62,19 @@ func (s *Server) Handler() http.Handler {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))
 	// Everything else is step-ca's: bootstrap, renewal and revocation.
-	mux.Handle("/", peers.limit(s.o.Authority.StepHandler(s.o.Version)))
+	mux.Handle("/", peers.limit(s.o.Enrolment.StepHandler(s.o.Version)))
 	return mux
 }
 
 // TLSConfig is the listener's TLS: our server certificate, and client
-// certificates verified against our CA when a client offers one (enrolment
-// and bootstrap happen before a runner has one). A certificate that is
-// revoked, unknown, or belongs to a runner that is not approved fails the
-// handshake; requests on connections opened before a revocation are caught
-// per request.
+// certificates verified against our CA when a client offers one
+// (enrolment and bootstrap happen before a runner has one). enrolment
+// refuses at the handshake a certificate that is revoked, unknown, or
+// whose runner is not approved; requests on connections opened before a
+// revocation are caught per request.
 func (s *Server) TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
 	clientCAs := x509.NewCertPool()
-	clientCAs.AddCert(s.o.Authority.Keys().Root)
+	clientCAs.AddCert(s.o.Enrolment.Root())
 	return &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: getCertificate,
@@ -120,71 +86,73 @@ func (s *Server) TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certi
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			leaf := cs.PeerCertificates[0]
-			runnerID := uuid.Nil
-			if id, ok := pki.RunnerID(leaf); ok {
-				runnerID, _ = uuid.Parse(id)
-			}
-			who, err := s.ids.lookup(ctx, leaf.SerialNumber.String(), runnerID)
-			if err != nil {
-				return fmt.Errorf("check client certificate: %w", err)
-			}
-			if !who.standing.Usable() {
-				return errors.New("client certificate revoked or unknown")
-			}
-			return nil
+			return s.o.Enrolment.CheckPeer(ctx, cs.PeerCertificates[0])
 		},
 	}
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+type callerKey struct{}
+
+// authenticated admits requests whose client certificate enrolment
+// recognises, every request anew. Admin bearer tokens mean nothing here.
+func (s *Server) authenticated(next func(http.ResponseWriter, *http.Request, enrolment.Caller)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var leaf *x509.Certificate
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			leaf = r.TLS.PeerCertificates[0]
+		}
+		c, err := s.o.Enrolment.Authenticate(r.Context(), leaf, time.Now())
+		if err != nil {
+			s.fail(w, r, "authenticate runner", err)
+			return
+		}
+		next(w, r, c)
+	})
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, runnerapi.Error{Error: runnerapi.ErrorBody{Code: code, Message: msg}})
+// statusOf is the HTTP status of each refusal's code.
+var statusOf = map[string]int{
+	runnerapi.CodeBadRequest:       http.StatusBadRequest,
+	runnerapi.CodeInvalidKey:       http.StatusBadRequest,
+	runnerapi.CodeInvalidCSR:       http.StatusBadRequest,
+	runnerapi.CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	runnerapi.CodeLogLimit:         http.StatusRequestEntityTooLarge,
+	runnerapi.CodeUnauthenticated:  http.StatusUnauthorized,
+	runnerapi.CodeTokenRefused:     http.StatusForbidden,
+	runnerapi.CodeForbidden:        http.StatusForbidden,
+	runnerapi.CodeNotFound:         http.StatusNotFound,
+	runnerapi.CodeConflict:         http.StatusConflict,
+	runnerapi.CodeStaleAttempt:     http.StatusConflict,
+	runnerapi.CodeRecoveryRequired: http.StatusConflict,
+	runnerapi.CodeTooMany:          http.StatusTooManyRequests,
+	runnerapi.CodeRetry:            http.StatusServiceUnavailable,
 }
 
-// decode reads exactly one JSON object with no unknown fields, within
-// runnerapi.MaxBodyBytes.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	return decodeWithin(w, r, v, runnerapi.MaxBodyBytes)
-}
-
-// decodeStrict decodes one JSON object of v's fields alone.
-func decodeStrict(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.Decode(&struct{}{}) != io.EOF {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
-// decodeWithin is decode within limit bytes.
-func decodeWithin(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err == nil && !utf8.Valid(body) {
-		// JSON decoders put U+FFFD for such bytes: what was sent would be
-		// kept as something else.
-		err = errors.New("the body is not valid UTF-8")
-	}
-	if err == nil {
-		err = decodeStrict(body, v)
-	}
-	var tooLarge *http.MaxBytesError
+// fail answers a request the domain refused or could not serve: a
+// refusal with its own code; a database that cannot serve now with 503
+// retry (nothing changed; send it again, as Retry-After says); anything
+// else with 500 internal, logged here. A request already gone gets
+// nothing.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, op string, err error) {
+	var refusal *runnerapi.ErrorBody
 	switch {
-	case err == nil:
-		return true
-	case errors.As(err, &tooLarge):
-		writeError(w, http.StatusRequestEntityTooLarge, runnerapi.CodeTooLarge, fmt.Sprintf("request body over %d bytes", limit))
+	case errors.As(err, &refusal):
+		status, ok := statusOf[refusal.Code]
+		if !ok {
+			status = http.StatusBadRequest
+		}
+		if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
+		}
+		writeError(w, status, refusal.Code, refusal.Message)
+	case r.Context().Err() != nil:
+		// Gone (the runner left, or this replica stops): no one to answer.
+	case errors.Is(err, record.ErrUnavailable):
+		s.o.Log.WarnContext(r.Context(), op+": the database is unavailable", "err", err)
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, runnerapi.CodeRetry, "the database is unavailable; nothing changed: send the request again")
 	default:
-		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "malformed request: "+err.Error())
+		s.o.Log.ErrorContext(r.Context(), op, "err", err)
+		writeError(w, http.StatusInternalServerError, runnerapi.CodeInternal, "internal error")
 	}
-	return false
 }

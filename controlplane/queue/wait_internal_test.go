@@ -1,4 +1,4 @@
-package runnerhttp
+package queue
 
 import (
 	"context"

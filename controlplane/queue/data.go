@@ -1,4 +1,4 @@
-package runnerhttp
+package queue
 
 import (
 	"context"
@@ -23,25 +23,25 @@ const presignSlack = time.Hour
 // local (no request to the storage). A key the server cannot presign (its
 // storage removed from the config since the job was submitted) goes with
 // no URL, which the agent reports as the host's failure.
-func (s *Server) presign(ctx context.Context, j record.Job, leaseSeconds int) ([]runnerapi.LeaseInput, []runnerapi.LeaseOutput) {
+func (l *Leases) presign(ctx context.Context, j record.Job, leaseSeconds int) ([]runnerapi.LeaseInput, []runnerapi.LeaseOutput) {
 	if len(j.Options.Inputs) == 0 && len(j.Options.Outputs) == 0 {
 		return nil, nil
 	}
 	valid := time.Duration(j.Claim.WallClockSeconds+leaseSeconds)*time.Second + presignSlack
 	sign := func(put bool, key string) string {
-		if s.o.Storage == nil {
-			s.o.Log.Error("a job names an object key, and this server has no storage", "job_id", j.ID, "key", key)
+		if l.bucket == nil {
+			l.log.Error("a job names an object key, and this server has no storage", "job_id", j.ID, "key", key)
 			return ""
 		}
 		var u string
 		var err error
 		if put {
-			u, err = s.o.Storage.PresignPut(ctx, key, valid)
+			u, err = l.bucket.PresignPut(ctx, key, valid)
 		} else {
-			u, err = s.o.Storage.PresignGet(ctx, key, valid)
+			u, err = l.bucket.PresignGet(ctx, key, valid)
 		}
 		if err != nil {
-			s.o.Log.Error("presign", "job_id", j.ID, "key", key, "err", err)
+			l.log.Error("presign", "job_id", j.ID, "key", key, "err", err)
 		}
 		return u
 	}
@@ -68,11 +68,11 @@ func (s *Server) presign(ctx context.Context, j record.Job, leaseSeconds int) ([
 // fault (the job does not run elsewhere for a missing object otherwise). A
 // storage that does not answer is an error: the runner sends the result
 // again later.
-func (s *Server) checkOutputs(ctx context.Context, o *record.Outcome) error {
-	if s.o.Storage == nil || o.ExitCode == nil || *o.ExitCode != 0 {
+func (l *Leases) checkOutputs(ctx context.Context, o *record.Outcome) error {
+	if l.bucket == nil || o.ExitCode == nil || *o.ExitCode != 0 {
 		return nil
 	}
-	opts, err := s.o.Store.JobOptionsOf(ctx, o.JobID)
+	opts, err := l.st.JobOptionsOf(ctx, o.JobID)
 	if errors.Is(err, record.ErrNotFound) || err == nil && len(opts.Outputs) == 0 {
 		return nil // the finish answers for a job that is not there
 	}
@@ -83,7 +83,7 @@ func (s *Server) checkOutputs(ctx context.Context, o *record.Outcome) error {
 	if o.Data != nil {
 		got = o.Data.Outputs
 	}
-	reason, err := s.verifyOutputs(ctx, opts.Outputs, got)
+	reason, err := l.verifyOutputs(ctx, opts.Outputs, got)
 	if err != nil || reason == "" {
 		return err
 	}
@@ -93,12 +93,12 @@ func (s *Server) checkOutputs(ctx context.Context, o *record.Outcome) error {
 
 var md5ETag = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
-func (s *Server) verifyOutputs(ctx context.Context, want []runnerapi.JobOutput, got []runnerapi.OutputRecord) (string, error) {
+func (l *Leases) verifyOutputs(ctx context.Context, want []runnerapi.JobOutput, got []runnerapi.OutputRecord) (string, error) {
 	for i, w := range want {
 		if i >= len(got) || got[i].Key != w.Key {
 			return fmt.Sprintf("output %s: the runner did not attest its upload", w.Key), nil
 		}
-		obj, err := s.o.Storage.Stat(ctx, w.Key)
+		obj, err := l.bucket.Stat(ctx, w.Key)
 		switch {
 		case errors.Is(err, objects.ErrNoObject):
 			return fmt.Sprintf("output %s: not in the storage", w.Key), nil

@@ -1,4 +1,4 @@
-package runnerhttp
+package enrolment
 
 import (
 	"context"
