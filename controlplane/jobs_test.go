@@ -22,6 +22,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/testutil"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -258,6 +259,39 @@ func TestSubmittingWakesAWaitingRunner(t *testing.T) {
 	at, ok := <-got
 	require.True(t, ok, "no lease")
 	require.Less(t, at.Sub(submitted), time.Second)
+}
+
+// One runner holds at most queue.MaxLeaseRequestsPerRunner lease requests
+// at once on a replica: the next is answered 429 too_many_requests at
+// once, and when one ends there is room again. Another runner is not
+// counted against it.
+func TestARunnerHoldsFewLongPolls(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, c, _ := b.approvedRunner(t, measured(0))
+	var cancels []func()
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+	}()
+	for range queue.MaxLeaseRequestsPerRunner {
+		cancel, _ := askForWork(t, c, b.runnerURL, anyWork(60))
+		cancels = append(cancels, cancel)
+	}
+	body, err := json.Marshal(anyWork(0))
+	require.NoError(t, err)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		r := b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
+		return r.Status == http.StatusTooManyRequests && r.Code == runnerapi.CodeTooMany
+	}, "a request past the bound is refused while the others wait")
+	_, other, _ := b.approvedRunner(t, measured(0))
+	require.Empty(t, b.lease(t, other, anyWork(0)), "another runner asks as before")
+
+	cancels[0]()
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return b.call(t, c, http.MethodPost, runnerapi.PathLeases, body).Status == http.StatusOK
+	}, "room again once one request ended")
 }
 
 // A job given back waits out its backoff (2 s after a first host fault);

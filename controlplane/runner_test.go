@@ -201,6 +201,11 @@ func newRunnerKey(t testing.TB) runnerKey {
 
 func (k runnerKey) pub() ed25519.PublicKey { return k.priv.Public().(ed25519.PublicKey) }
 
+// twice is the JSON object body with member added at its end.
+func twice(body []byte, member string) []byte {
+	return append(append(bytes.TrimSuffix(bytes.TrimSpace(body), []byte("}")), ","+member...), '}')
+}
+
 func enrolBody(token, name string, pub []byte, csr string) []byte {
 	b, _ := json.Marshal(runnerapi.EnrolRequest{Token: token, Name: name, PublicKey: pub, CSR: csr})
 	return b
@@ -392,6 +397,11 @@ func TestEnrolmentRefusalsChangeNothing(t *testing.T) {
 		{"unknown field", []byte(`{"token":"x","name":"n","public_key":"","csr":"","pool":"mine"}`), 400, runnerapi.CodeBadRequest},
 		{"two objects", append(enrolBody(fresh, "a", other.pub(), other.csr), '{', '}'), 400, runnerapi.CodeBadRequest},
 		{"oversize body", []byte(`{"token":"` + strings.Repeat("a", runnerapi.MaxBodyBytes) + `"}`), 413, runnerapi.CodeTooLarge},
+		// Go's decoder would let the last of two equal keys win: a bogus
+		// token, then the real one, would enrol.
+		{"token named twice", twice(enrolBody(unknown, "twice", other.pub(), other.csr), `"token":"`+fresh+`"`), 400, runnerapi.CodeBadRequest},
+		{"token named twice in another case", twice(enrolBody(unknown, "twice", other.pub(), other.csr), `"Token":"`+fresh+`"`), 400, runnerapi.CodeBadRequest},
+		{"token named twice, escaped", twice(enrolBody(unknown, "twice", other.pub(), other.csr), `"\u0074oken":"`+fresh+`"`), 400, runnerapi.CodeBadRequest},
 	}
 	bodies := map[string]string{}
 	for _, c := range cases {

@@ -98,3 +98,50 @@ outer:
 	}
 	return bad
 }
+
+// LinkedPast is what the packages of pattern link, following imports
+// through every package but those of stop (which are listed but not
+// followed): for a package that may speak to some packages (the domain)
+// but must not reach, past them, what they use (the store, the driver).
+func LinkedPast(t *testing.T, pattern string, stop []string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}{{range .Imports}} {{.}}{{end}}", pattern).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pattern, err, out)
+	}
+	imports := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		imports[fields[0]] = fields[1:]
+	}
+	roots, err := exec.Command("go", "list", pattern).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", pattern, err, roots)
+	}
+	domain := map[string]bool{}
+	for _, p := range stop {
+		if _, ok := imports[p]; !ok {
+			t.Fatalf("%s does not link %s: the list of packages to stop at is stale", pattern, p)
+		}
+		domain[p] = true
+	}
+	seen := map[string]bool{}
+	todo := strings.Fields(string(roots))
+	var reached []string
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		reached = append(reached, p)
+		if !domain[p] {
+			todo = append(todo, imports[p]...)
+		}
+	}
+	if len(reached) < len(stop) {
+		t.Fatalf("go list %s reached %d packages: the check would pass vacuously", pattern, len(reached))
+	}
+	return reached
+}
