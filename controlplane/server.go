@@ -1,6 +1,11 @@
-// Package controlplane is the runmesh server: its listeners and handlers,
-// wired to the domain packages and those to the store. It is also the one
-// way into the database from outside the control plane (Connect, Migrate,
+// Package controlplane is the runmesh server's composition root: the one
+// package of the control plane that wires the two listeners' translators
+// (graph for the admin API, runnerhttp for the runner API) to the domain
+// packages (tenancy, queue, fleet, enrolment, maintenance) and those to
+// the store. Run is the server as `runmesh-server serve` runs it (beside
+// agent.Run, the agent's); RunDev is the embedded default; Server is one
+// replica's listeners and background services. It is also the one way
+// into the database from outside the control plane (Connect, Migrate,
 // CheckSchema, BootstrapAdmin). The admin listener serves the GraphQL API
 // (/graphql, /playground), /metrics and /healthz; the runner listener
 // serves the runner API and step-ca's endpoints over TLS from our own CA.

@@ -19,13 +19,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/runmesh/runmesh/controlplane"
 	"github.com/runmesh/runmesh/controlplane/config"
 	"github.com/runmesh/runmesh/controlplane/objects"
-	"github.com/runmesh/runmesh/graph"
-	"github.com/runmesh/runmesh/internal/sdnotify"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
@@ -105,114 +101,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(stderr, cfg.Log.Level)
-	pool, err := waitForDatabase(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	tlsCfg, err := adminTLS(cfg)
-	if err != nil {
-		return err
-	}
-	keys, created, err := ca.Init(caDir(cfg.StateDir), "runmesh")
-	if err != nil {
-		return err
-	}
-	if created {
-		log.Info("created the CA", "dir", caDir(cfg.StateDir), "fingerprint", keys.Fingerprint())
-	}
-	var bucket *objects.Bucket
-	if cfg.Storage.Enabled() {
-		if bucket, err = objects.Open(cfg.Storage); err != nil {
-			return err
-		}
-		log.Info("object storage", "origin", bucket.Origin().String(), "bucket", cfg.Storage.Bucket)
-	}
-	srv, err := controlplane.New(controlplane.Options{
-		Bucket:             bucket,
-		Pool:               pool,
-		Log:                log,
-		AdminAddr:          cfg.Admin.Listen,
-		AdminTLS:           tlsCfg,
-		Defaults:           graph.Defaults{LeaseSeconds: cfg.Pools.DefaultLeaseSeconds, QueueTimeoutHours: cfg.Pools.DefaultQueueTimeoutHours},
-		JobRetention:       time.Duration(cfg.Jobs.RetentionDays) * 24 * time.Hour,
-		AuditRetention:     time.Duration(cfg.Audit.RetentionDays) * 24 * time.Hour,
-		CA:                 keys,
-		RunnerAddr:         cfg.Runner.Listen,
-		RunnerNames:        cfg.Runner.Names,
-		RunnerCertLifetime: cfg.Runner.CertLifetime(),
-	})
-	if err != nil {
-		return err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	sdnotify.Ready("serving")
-	go srv.Health().Follow(ctx, func(summary string) { sdnotify.Status("serving; " + summary) })
-	go sdnotify.Watchdog(ctx, srv.Alive)
-	select {
-	case <-ctx.Done():
-	case err := <-srv.Done():
-		return err
-	}
-	log.Info("shutting down")
-	sdnotify.Stopping()
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-	defer cancel()
-	return srv.Stop(stopCtx)
-}
-
-// waitForDatabase opens the database, waiting with backoff (and saying so
-// in the log and STATUS=) while it cannot be reached: a replica started
-// during an outage serves once it ends, instead of exiting into a restart
-// loop. What waiting cannot mend (a URL that does not parse, a schema of
-// another version) ends it at once.
-func waitForDatabase(ctx context.Context, cfg *config.Config, log *slog.Logger) (*pgxpool.Pool, error) {
-	const first, most = 250 * time.Millisecond, 10 * time.Second
-	for attempt, delay := 1, first; ; attempt, delay = attempt+1, min(2*delay, most) {
-		pool, err := openCurrentDatabase(ctx, cfg)
-		if err == nil {
-			if attempt > 1 {
-				log.Info("the database answers", "attempts", attempt)
-			}
-			return pool, nil
-		}
-		if !errors.Is(err, controlplane.ErrUnavailable) {
-			return nil, err
-		}
-		log.Warn("waiting for the database", "attempt", attempt, "retry_in", delay.String(), "err", err)
-		sdnotify.Status(fmt.Sprintf("waiting for the database (attempt %d): %v", attempt, err))
-		sdnotify.ExtendTimeout(delay + most)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(delay):
-		}
-	}
-}
-
-func openDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
-	url, err := cfg.DatabaseURL()
-	if err != nil {
-		return nil, err
-	}
-	return controlplane.Connect(ctx, url)
-}
-
-// openCurrentDatabase opens the database and refuses it unless its schema
-// is exactly the one this binary knows.
-func openCurrentDatabase(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
-	pool, err := openDatabase(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := controlplane.CheckSchema(ctx, pool); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
+	return controlplane.Run(ctx, cfg, newLogger(stderr, cfg.Log.Level))
 }
 
 func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -220,7 +109,7 @@ func migrate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	pool, err := openDatabase(ctx, cfg)
+	pool, err := controlplane.OpenDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -287,8 +176,6 @@ func defaultDevStateDir() string {
 	return filepath.Join(home, ".local", "state", "runmesh-dev")
 }
 
-func caDir(stateDir string) string { return filepath.Join(stateDir, "ca") }
-
 func caCommand(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("usage: runmesh-server ca init|fingerprint [--state-dir DIR]")
@@ -301,17 +188,17 @@ func caCommand(args []string, stdout, stderr io.Writer) error {
 	}
 	switch args[0] {
 	case "init":
-		keys, created, err := ca.Init(caDir(*stateDir), "runmesh")
+		keys, created, err := ca.Init(controlplane.CADir(*stateDir), "runmesh")
 		if err != nil {
 			return err
 		}
 		if !created {
-			fmt.Fprintf(stderr, "a CA already exists in %s; leaving it as it is\n", caDir(*stateDir))
+			fmt.Fprintf(stderr, "a CA already exists in %s; leaving it as it is\n", controlplane.CADir(*stateDir))
 		}
 		fmt.Fprintln(stdout, keys.Fingerprint())
 		return nil
 	case "fingerprint":
-		keys, err := ca.Load(caDir(*stateDir))
+		keys, err := ca.Load(controlplane.CADir(*stateDir))
 		if err != nil {
 			return err
 		}
@@ -338,7 +225,7 @@ func bootstrapAdmin(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	pool, err := openCurrentDatabase(ctx, cfg)
+	pool, err := controlplane.OpenCurrentDatabase(ctx, cfg)
 	if err != nil {
 		return err
 	}
