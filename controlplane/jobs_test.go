@@ -243,7 +243,7 @@ func TestAStaleResultIsRefusedWith409(t *testing.T) {
 func TestSubmittingWakesAWaitingRunner(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, c, _ := b.approvedRunner(t, measured(0))
+	id, c, _ := b.approvedRunner(t, measured(0))
 	got := make(chan time.Time, 1)
 	go func() {
 		leases := b.lease(t, c, anyWork(30))
@@ -252,7 +252,9 @@ func TestSubmittingWakesAWaitingRunner(t *testing.T) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		return b.count(t, "SELECT count(*) FROM runner_waits WHERE runner_id = $1", id) == 1
+	}, "the runner waits for work")
 	submitted := time.Now()
 	_, code := b.submit(t, b.platform, jobInput(b.poolA.ID))
 	require.Empty(t, code)
@@ -807,7 +809,10 @@ func TestALeaseTheRunnerNeverSawGoesBackAtOnce(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the claim waits")
 	cancel()
 	require.Error(t, <-answered, "the runner stopped asking")
-	time.Sleep(200 * time.Millisecond) // for the server to see the request end
+	// No signal tells when the server has seen the request end, short of
+	// the answer this test is about; 200 ms is its margin. (Had it not
+	// seen it, writing the answer fails, and the leases go back too.)
+	time.Sleep(200 * time.Millisecond)
 	require.NoError(t, tx.Commit(ctx))
 
 	// The claim ran to its end, leased attempt 1, and gave it back.
@@ -876,7 +881,8 @@ func TestTheServerPrunesFinishedJobs(t *testing.T) {
 	data, code := b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": done})
 	require.Empty(t, code)
 	require.Nil(t, data["job"], "no such job any more")
-	// Several passes later, the queued and the held job are still there.
+	// Several passes later, the queued and the held job are still there:
+	// a sleep that shows nothing happens.
 	time.Sleep(500 * time.Millisecond)
 	for id, state := range map[string]string{waiting: "QUEUED", held: "LEASED"} {
 		data, code = b.gql(t, b.platform, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})

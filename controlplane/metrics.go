@@ -20,6 +20,7 @@ import (
 type metrics struct {
 	reg              *prometheus.Registry
 	requests         *prometheus.HistogramVec
+	inFlight         *prometheus.GaugeVec
 	heartbeatLatency prometheus.Histogram
 	heartbeatBatch   prometheus.Histogram
 	jobEvents        *prometheus.CounterVec
@@ -33,6 +34,10 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *sl
 			Help:    "HTTP request latency by listener, route and status code.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"listener", "route", "code"}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "runmesh_http_requests_in_flight",
+			Help: "HTTP requests being served, by listener: on the runner listener, mostly runners long-polling for work or for their approval.",
+		}, []string{"listener"}),
 		heartbeatLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "runmesh_heartbeat_duration_seconds",
 			Help:    "Time from a heartbeat's arrival to its answer, with the report durable in PostgreSQL.",
@@ -65,6 +70,7 @@ func newMetrics(version string, s *store.Store, defaultLeaseSeconds int, log *sl
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.requests,
+		m.inFlight,
 		m.heartbeatLatency,
 		m.heartbeatBatch,
 		m.jobEvents,
@@ -167,7 +173,10 @@ func (m *metrics) handler() http.Handler {
 // "the pattern the ServeMux inside next matched" (a bounded set, unlike
 // paths, which carry ids).
 func (m *metrics) instrument(listener, route string, next http.Handler) http.Handler {
+	inFlight := m.inFlight.WithLabelValues(listener)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Inc()
+		defer inFlight.Dec()
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)

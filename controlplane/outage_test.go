@@ -53,7 +53,7 @@ func TestADatabaseOutageLongerThanTheLeaseCostsNoWork(t *testing.T) {
 		r := b.beat(t, c, held)
 		require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Body)
 		require.Equal(t, runnerapi.CodeRetry, r.Code)
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the runner's pace; the point is that nothing expires meanwhile
 	}
 	// Every request that needs the database is one retryable answer: 503,
 	// a stable code, Retry-After, on both listeners.
@@ -80,7 +80,8 @@ func TestADatabaseOutageLongerThanTheLeaseCostsNoWork(t *testing.T) {
 		_, code := b.gql(t, b.platform, `{ viewer { role } }`, nil)
 		return code == ""
 	}, 20*time.Second, 50*time.Millisecond)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // ten passes of the rescuer, which must expire nothing
+
 	r = b.beat(t, c, held)
 	require.Equal(t, http.StatusOK, r.Status, r.Body)
 	require.Contains(t, r.Body, runnerapi.LeaseContinue, "the lease is still the runner's")

@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,6 +32,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
+	"github.com/runmesh/runmesh/internal/testutil"
 	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 	"github.com/runmesh/runmesh/runnerapi"
@@ -255,6 +258,24 @@ func tlsCert(t testing.TB, k runnerKey, chainPEM string) *tls.Certificate {
 		c.Certificate = append(c.Certificate, x.Raw)
 	}
 	return c
+}
+
+// inFlight is how many requests the server is serving on listener, as
+// /metrics says.
+func (b *testBundle) inFlight(t testing.TB, listener string) int {
+	t.Helper()
+	resp, err := http.Get(b.adminURL + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	m := regexp.MustCompile(`(?m)^runmesh_http_requests_in_flight\{listener="` + listener + `"\} (\d+)$`).FindSubmatch(raw)
+	if m == nil {
+		return 0
+	}
+	n, err := strconv.Atoi(string(m[1]))
+	require.NoError(t, err)
+	return n
 }
 
 func (b *testBundle) count(t testing.TB, sql string, args ...any) int {
@@ -484,7 +505,7 @@ func TestApprovalWakesTheLongPoll(t *testing.T) {
 		}
 		close(got)
 	}()
-	time.Sleep(200 * time.Millisecond) // let the poll start waiting
+	testutil.Eventually(t, 10*time.Second, func() bool { return b.inFlight(t, "runner") == 1 }, "the poll waits")
 	approved := time.Now()
 	b.approve(t, id, k)
 	at, ok := <-got

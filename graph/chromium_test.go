@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runmesh/runmesh/internal/testutil"
 	"github.com/stretchr/testify/require"
 )
 
@@ -39,13 +40,9 @@ func startChromium(ctx context.Context, t *testing.T) string {
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		for range 50 {
-			if os.RemoveAll(profile) == nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := testutil.Within(5*time.Second, func() bool { return os.RemoveAll(profile) == nil }); err != nil {
+			t.Errorf("chromium's profile %s could not be removed: %v", profile, err)
 		}
-		t.Errorf("chromium's profile %s could not be removed", profile)
 	})
 	found := make(chan string, 1)
 	var mu sync.Mutex

@@ -120,9 +120,7 @@ func TestARevokedTokenStopsOnEveryReplica(t *testing.T) {
 	var msg map[string]any
 	require.NoError(t, conn.ReadJSON(&msg))
 	require.Equal(t, "connection_ack", msg["type"])
-	require.NoError(t, conn.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{
-		"query": "subscription($p: ID!) { runnerEvents(poolId: $p) { id } }", "variables": map[string]any{"p": b.poolB.ID}}}))
-	time.Sleep(200 * time.Millisecond)
+	b.followAJob(t, conn, b.poolB.ID)
 
 	r := b.do(t, b.platform, `mutation($id: ID!) { revokeAdminToken(id: $id) { id } }`, map[string]any{"id": b.tokenID(t, "bob")})
 	require.Empty(t, r.Errors, r.Raw)

@@ -56,9 +56,10 @@ func TestJobsPageThroughEveryJobOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.submitN(t, 23, "default")
-	middle := time.Now()
-	time.Sleep(5 * time.Millisecond)
 	b.submitN(t, 4, "render")
+	// When the later batch was submitted, as the database stamped it.
+	var middle time.Time
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT min(submitted_at) FROM jobs WHERE kind = 'render'").Scan(&middle))
 	const q = `query($after: String, $kind: String, $since: Time, $first: Int! = 10) {
 		jobs(first: $first, after: $after, kind: $kind, submittedAfter: $since) { nodes { id } pageInfo { hasNextPage endCursor } edges { cursor } } }`
 	ids, pages := b.pages(t, b.memberA, q, nil, "jobs")

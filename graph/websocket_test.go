@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/record"
 	"github.com/runmesh/runmesh/controlplane/tokens"
 	"github.com/runmesh/runmesh/graph"
 )
@@ -64,6 +67,21 @@ func dialSocket(t *testing.T, b *testBundle) *websocket.Conn {
 	t.Cleanup(func() { conn.Close() })
 	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
 	return conn
+}
+
+// followAJob submits a job to pool and subscribes to its events on conn
+// (acknowledged already), and returns once the first event has come: the
+// operation is running, past the checks of its start.
+func (b *testBundle) followAJob(t *testing.T, conn *websocket.Conn, pool uuid.UUID) {
+	t.Helper()
+	jobs, _, err := b.services.Queue.SubmitAll(context.Background(), record.AllOrganisations(), []queue.Submission{
+		{PoolID: pool, Image: "busybox", Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, MaxAttempts: 1, Kind: "default"}})
+	require.NoError(t, err)
+	require.NoError(t, conn.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{
+		"query": "subscription($j: ID!) { jobEvents(jobId: $j) { type } }", "variables": map[string]any{"j": jobs[0].ID}}}))
+	var msg map[string]any
+	require.NoError(t, conn.ReadJSON(&msg))
+	require.Equal(t, "next", msg["type"], "the first event: %v", msg)
 }
 
 // closeCode reads until the socket closes, and returns its close code.
@@ -120,9 +138,7 @@ func TestASubscriptionEndsWhenItsTokenIsRevoked(t *testing.T) {
 	var msg map[string]any
 	require.NoError(t, conn.ReadJSON(&msg))
 	require.Equal(t, "connection_ack", msg["type"])
-	require.NoError(t, conn.WriteJSON(map[string]any{"id": "1", "type": "subscribe", "payload": map[string]any{
-		"query": "subscription($p: ID!) { runnerEvents(poolId: $p) { id } }", "variables": map[string]any{"p": b.poolA.ID}}}))
-	time.Sleep(300 * time.Millisecond) // open, and checked a few times
+	b.followAJob(t, conn, b.poolA.ID)
 	_, err := b.pool.Exec(context.Background(), "UPDATE admin_tokens SET revoked_at = now()")
 	require.NoError(t, err)
 	start := time.Now()

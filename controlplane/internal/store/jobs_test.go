@@ -21,6 +21,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/internal/testutil"
 )
 
 type jobsBundle struct {
@@ -901,11 +902,11 @@ func TestJobIdsAreTimeOrdered(t *testing.T) {
 	ctx := context.Background()
 	b := jobsSetup(t)
 	before := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
-	time.Sleep(2 * time.Millisecond)
+	nextMillisecond(t) // a UUIDv7 orders by the millisecond only
 	var id uuid.UUID
 	require.NoError(t, b.db.QueryRow(ctx, `INSERT INTO jobs (pool_id, image, cores, memory_mib, gpus, wall_clock_seconds)
 		VALUES ($1, 'x', 1, 0, 0, 60) RETURNING id`, b.pool.ID).Scan(&id))
-	time.Sleep(2 * time.Millisecond)
+	nextMillisecond(t)
 	after := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
 	require.Equal(t, uuid.Version(7), id.Version())
 	require.Equal(t, uuid.RFC4122, id.Variant())
@@ -1177,9 +1178,9 @@ func TestTheBlockedCheckCanReadOnlyNewJobs(t *testing.T) {
 		SELECT $1, 'x', 1, 0, 0, 60 FROM generate_series(1, 5000)`, b.pool.ID)
 	require.NoError(t, err)
 	old := b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60}) // fits no runner
-	time.Sleep(2 * time.Millisecond)
+	nextMillisecond(t)
 	since := time.Now()
-	time.Sleep(2 * time.Millisecond)
+	nextMillisecond(t)
 	fresh := b.submit(t, record.Claim{Cores: 16, WallClockSeconds: 60})
 	_, err = b.db.Exec(ctx, `ANALYZE jobs`)
 	require.NoError(t, err)
@@ -1589,4 +1590,13 @@ func TestJobEventsAreCountedWhenCommitted(t *testing.T) {
 	}))
 	require.Equal(t, map[string]int{"SUBMITTED": 2}, counted)
 	require.Equal(t, []string{"SUBMITTED"}, calls, "one call for the type")
+}
+
+// nextMillisecond returns once the clock has passed into the next
+// millisecond: what is stamped after it is later than what was stamped
+// before, at the millisecond's resolution too.
+func nextMillisecond(t *testing.T) {
+	t.Helper()
+	now := time.Now().UnixMilli()
+	testutil.Eventually(t, time.Second, func() bool { return time.Now().UnixMilli() > now }, "the clock moves on")
 }

@@ -70,15 +70,26 @@ func TestASlowSubscriberIsToldToReadEverything(t *testing.T) {
 	l := listening(ctx, pool)
 	sub := l.Subscribe(store.ChannelRunnerStatus)
 	defer sub.Close()
+	marks := l.Subscribe(store.ChannelJobs)
+	defer marks.Close()
 
 	const sent = 40
 	for i := range sent {
 		_, err := pool.Exec(ctx, "SELECT pg_notify($1, $2)", store.ChannelRunnerStatus, fmt.Sprint(i))
 		require.NoError(t, err)
 	}
+	_, err := pool.Exec(ctx, "SELECT pg_notify($1, 'mark')", store.ChannelJobs)
+	require.NoError(t, err)
 	// Read nothing while the listener takes them in: 40 overflow a buffer
-	// of 16. Then the last one is there, or has given way to "".
-	time.Sleep(2 * time.Second)
+	// of 16. The listener hands out notifications in the order they come,
+	// so once the mark sent after them arrives, all 40 were handed out.
+	// Then the last one is there, or has given way to "".
+	select {
+	case p := <-marks.C:
+		require.Equal(t, "mark", p)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the mark did not come")
+	}
 	var got []string
 	deadline := time.After(10 * time.Second)
 	for len(got) == 0 || (got[len(got)-1] != "" && got[len(got)-1] != fmt.Sprint(sent-1)) {
