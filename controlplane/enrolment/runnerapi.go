@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"time"
@@ -217,7 +218,7 @@ func (s *Service) CheckPeer(ctx context.Context, leaf *x509.Certificate) error {
 	}
 	who, err := s.ids.lookup(ctx, leaf.SerialNumber.String(), runnerID)
 	if err != nil {
-		return err
+		return fmt.Errorf("check client certificate: %w", err)
 	}
 	if !who.standing.Usable() {
 		return errors.New("client certificate revoked or unknown")
