@@ -148,8 +148,13 @@ bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS wit
 chaos: build ## faults under load against two real replicas: a replica killed, PostgreSQL restarted and down past the lease, a runner frozen, results twice, forged results
 	$(BENCH) chaos -server $(CURDIR)/bin/runmesh-server $(CHAOSFLAGS)
 
-bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL
-	$(BENCH) lease
+# BASELINE=REF: the build REF and the working tree take turns (PAIRS pairs of
+# whole runs, default 3), and it fails when the median of the pairs' ratios,
+# new/old, is below MIN_RATIO (default 0.95). LEASEFLAGS go to every run.
+LEASEFLAGS ?=
+
+bench-lease: ## queue throughput and submit-to-lease latency, against River on the same PostgreSQL; BASELINE=REF: against REF, taking turns
+	$(if $(BASELINE),LEASEFLAGS='$(LEASEFLAGS)' GO='$(GO)' scripts/bench-turns.sh '$(BASELINE)',$(BENCH) lease $(LEASEFLAGS))
 
 bench-data: ## a job's input fetch and output upload through the agent's mover vs curl of the same presigned URLs (goal ≥ 0.9)
 	$(BENCH) data
