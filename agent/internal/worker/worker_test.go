@@ -25,7 +25,9 @@ type fakeAPI struct {
 	leases      chan []runnerapi.Lease
 	results     map[string]runnerapi.ResultRequest
 	asked       chan runnerapi.LeaseRequest
-	failResults int // this many results fail with a 500 first
+	failResults int         // this many results fail with a 500 first
+	failLeases  int         // this many requests for work fail with a 500 first
+	resultsAt   []time.Time // when each result was sent, accepted or not
 }
 
 func newAPI() *fakeAPI {
@@ -34,6 +36,15 @@ func newAPI() *fakeAPI {
 
 func (a *fakeAPI) Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error) {
 	a.asked <- req
+	a.mu.Lock()
+	fail := a.failLeases > 0
+	if fail {
+		a.failLeases--
+	}
+	a.mu.Unlock()
+	if fail {
+		return nil, &runnerclient.APIError{Status: 500, Code: runnerapi.CodeInternal, Msg: "internal error"}
+	}
 	select {
 	case ls := <-a.leases:
 		return ls, nil
@@ -48,6 +59,7 @@ func (a *fakeAPI) UploadLog(context.Context, string, runnerapi.LogUpload) error 
 func (a *fakeAPI) Result(_ context.Context, lease string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.resultsAt = append(a.resultsAt, time.Now())
 	if a.failResults > 0 {
 		a.failResults--
 		return runnerapi.ResultResponse{}, &runnerclient.APIError{Status: 500, Code: runnerapi.CodeInternal, Msg: "internal error"}
@@ -160,10 +172,12 @@ func TestNotIsolatedWhileAStrayRuns(t *testing.T) {
 
 func ready(t *testing.T, w *Worker) {
 	t.Helper()
-	if _, err := w.Recover(context.Background(), answer(w, nil)); err != nil {
+	// What Recover starts (the watch of podman's events, the adopted jobs'
+	// followers) ends with the test.
+	if _, err := w.Recover(t.Context(), answer(w, nil)); err != nil {
 		t.Fatal(err)
 	}
-	answer(w, nil)(context.Background())
+	answer(w, nil)(t.Context())
 	if !w.Ready() {
 		t.Fatal("not ready")
 	}
@@ -206,7 +220,8 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 		_, ok2 := api.result(cancelled)
 		return ok1 && ok2 && !sys.Has(unit(gone))
 	})
-	if r, _ := api.result(done); r.ExitCode == nil || *r.ExitCode != 3 || r.ImageDigest == nil || *r.ImageDigest != "sha256:0123" {
+	if r, _ := api.result(done); r.ExitCode == nil || *r.ExitCode != 3 || r.ImageDigest == nil || *r.ImageDigest != "sha256:0123" ||
+		r.RunnerVersion == nil || *r.RunnerVersion != "test" || r.Attempt != 1 {
 		t.Fatalf("result %+v", r)
 	}
 	if r, _ := api.result(cancelled); r.ReturnReason == nil || *r.ReturnReason != "cancelled" || r.HostFault {

@@ -40,6 +40,7 @@ type System struct {
 	containers map[string]runtime.Container
 	stuck      map[string]bool // containers that refuse to go
 	reads      map[string]int  // Status calls, by unit
+	pulls      map[string]int  // EnsureImage calls, by image
 }
 
 // New is a system whose environment, log and data directories are the
@@ -48,6 +49,7 @@ func New(t testing.TB) *System {
 	return &System{
 		host:  runtime.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: t.TempDir(), LogDir: t.TempDir(), DataDir: t.TempDir()},
 		units: map[string]*unit{}, containers: map[string]runtime.Container{}, stuck: map[string]bool{}, reads: map[string]int{},
+		pulls: map[string]int{},
 	}
 }
 
@@ -99,6 +101,13 @@ func (s *System) ReadsOf(unit string) int {
 	return s.reads[unit]
 }
 
+// Pulls is how often an image was asked for.
+func (s *System) Pulls(image string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pulls[image]
+}
+
 // Has reports whether systemd holds the unit.
 func (s *System) Has(unit string) bool {
 	s.mu.Lock()
@@ -125,6 +134,9 @@ func (s *System) EnsureImage(_ context.Context, image string, progress io.Writer
 		io.WriteString(progress, p)
 		<-s.Release
 	}
+	s.mu.Lock()
+	s.pulls[image]++
+	s.mu.Unlock()
 	switch d := s.Images[image]; {
 	case d == "":
 		return "sha256:0123", nil
