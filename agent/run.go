@@ -227,7 +227,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	}
 	var measured atomic.Pointer[runnerapi.Capacity]
 	w := &worker.Worker{
-		API: d.client, Kinds: d.cfg.Kinds, Dir: leases, Version: d.cfg.AgentVersion, Log: d.log.With("component", "worker"),
+		API: d.client, Kinds: d.cfg.Kinds, Version: d.cfg.AgentVersion, Log: d.log.With("component", "worker"),
 		Capacity: func() (runnerapi.Capacity, bool) {
 			if p := measured.Load(); p != nil {
 				return *p, true
@@ -235,9 +235,8 @@ func (d *daemon) wire(ctx context.Context) error {
 			return runnerapi.Capacity{}, false
 		},
 	}
-	// A nil *runtime.Local in the interface would not be a nil Runtime.
 	if d.rt != nil {
-		w.Runtime = d.rt
+		w.Runtime = &runtime.Runtime{System: d.rt, Conn: d.client, Dir: leases, Log: d.log.With("component", "runtime")}
 	}
 	d.worker = w
 	d.loop = &heartbeat.Loop{

@@ -110,6 +110,10 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("the server refused: %s (%s, HTTP %d)", e.Msg, e.Code, e.Status)
 }
 
+// Unwrap is the refusal as the runner API's body carried it, so that code
+// given the client behind an interface reads its code with runnerapi alone.
+func (e *APIError) Unwrap() error { return &runnerapi.ErrorBody{Code: e.Code, Message: e.Msg} }
+
 // Do sends in as JSON (nil: no body) and decodes the answer into out. A
 // non-2xx answer is an *APIError.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -198,5 +199,24 @@ func TestARequestForWorkEndsPastItsWait(t *testing.T) {
 	}
 	if took := time.Since(start); took < time.Second || took > 3*time.Second {
 		t.Fatalf("an unanswered request for work with a 1 s wait ended after %v", took)
+	}
+}
+
+// A refusal carries its stable code both as the client's APIError and as
+// the runner API's ErrorBody, which code given the client behind an
+// interface reads.
+func TestARefusalIsTheRunnerAPIsErrorBody(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(runnerapi.Error{Error: runnerapi.ErrorBody{Code: runnerapi.CodeStaleAttempt, Message: "attempt 1 is not current"}})
+	}))
+	defer srv.Close()
+	err := anonymous(t, srv).UploadLog(context.Background(), "l", runnerapi.LogUpload{Attempt: 1})
+	if Code(err) != runnerapi.CodeStaleAttempt {
+		t.Fatalf("code %q of %v", Code(err), err)
+	}
+	var body *runnerapi.ErrorBody
+	if !errors.As(err, &body) || body.Code != runnerapi.CodeStaleAttempt || body.Message != "attempt 1 is not current" {
+		t.Fatalf("the refusal as an ErrorBody: %+v (%v)", body, err)
 	}
 }

@@ -126,7 +126,7 @@ type Status struct {
 	OOM bool
 }
 
-// Status reads a unit's state. The worker asks every second of every job,
+// Status reads a unit's state. Every job's follower asks again and again,
 // so a running unit costs two small calls (its states, its memory); only an
 // ended one has all its properties read, for how it ended.
 func (r *Local) Status(ctx context.Context, unit string) (Status, error) {

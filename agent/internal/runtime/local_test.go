@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
+	"github.com/runmesh/runmesh/internal/testutil"
 )
 
 func TestParseUnitName(t *testing.T) {
@@ -57,22 +58,15 @@ func jobSpec(cmd ...string) runtime.Spec {
 
 func waitEnded(t *testing.T, r *runtime.Local, unit string) runtime.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		s, err := r.Status(ctx, unit)
-		if err != nil {
+	var s runtime.Status
+	testutil.Eventually(t, 60*time.Second, func() bool {
+		var err error
+		if s, err = r.Status(context.Background(), unit); err != nil {
 			t.Fatal(err)
 		}
-		if s.Ended {
-			return s
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s did not end", unit)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return s.Ended
+	}, "%s ended", unit)
+	return s
 }
 
 // containers lists the containers podman has for a lease, running or not.
@@ -225,8 +219,9 @@ func TestASucceededJobKeepsItsResultUntilForgotten(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := waitEnded(t, r, u.Name)
-	// Read again a while later: systemd would have dropped a unit that
-	// exited 0 at once, and with it the result.
+	// Read again a while later (a wait in which nothing may change):
+	// systemd would have dropped a unit that exited 0 at once, and with it
+	// the result.
 	time.Sleep(time.Second)
 	if s, err = r.Status(ctx, u.Name); err != nil {
 		t.Fatal(err)

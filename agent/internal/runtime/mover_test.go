@@ -19,6 +19,7 @@ import (
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/internal/s3test"
+	"github.com/runmesh/runmesh/internal/testutil"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -100,9 +101,11 @@ func TestInputsAndOutputsThroughPresignedURLs(t *testing.T) {
 		fault(t, err, true, c.says)
 		t.Logf("%s: %v", name, err)
 	}
-	expiring := presign(t, s, http.MethodGet, "sets/one.csv", time.Second)
-	time.Sleep(2 * time.Second)
-	_, err = m.Fetch(ctx, []runnerapi.LeaseInput{{Name: "e", URL: expiring}}, t.TempDir(), &runtime.Budget{Left: -1})
+	expiring, into := presign(t, s, http.MethodGet, "sets/one.csv", time.Second), t.TempDir()
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		_, err = m.Fetch(ctx, []runnerapi.LeaseInput{{Name: "e", URL: expiring}}, into, &runtime.Budget{Left: -1})
+		return err != nil
+	}, "a fetch past the URL's time refused")
 	fault(t, err, true, "403")
 
 	// Outputs: uploaded and seen by the storage with the same size and MD5.

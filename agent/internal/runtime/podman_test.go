@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
+	"github.com/runmesh/runmesh/internal/testutil"
 )
 
 // The calls the agent makes to podman's service, against the sandbox's
@@ -42,7 +43,37 @@ func TestThePodmanAPI(t *testing.T) {
 			mu.Unlock()
 		})
 	}()
-	time.Sleep(500 * time.Millisecond) // the stream is open before the job starts
+	died := func(lease string) *runtime.ContainerEvent {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range events {
+			if e.LeaseID == lease && e.Event == runtime.EventDied {
+				return &e
+			}
+		}
+		return nil
+	}
+	// The stream is open once it carries a job's death: jobs that exit at
+	// once are started, one a second, until one's is seen.
+	var probes []string
+	var probed time.Time
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		if time.Since(probed) > time.Second {
+			probe := jobSpec("true")
+			u, err := r.Start(ctx, probe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Forget(context.Background(), u.Name) })
+			probes, probed = append(probes, probe.LeaseID), time.Now()
+		}
+		for _, p := range probes {
+			if died(p) != nil {
+				return true
+			}
+		}
+		return false
+	}, "the event stream open")
 
 	// A running job's container is listed by its label.
 	sleeper := jobSpec("sleep", "300")
@@ -72,22 +103,9 @@ func TestThePodmanAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Forget(context.Background(), eu.Name)
-	died := func(lease string) *runtime.ContainerEvent {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, e := range events {
-			if e.LeaseID == lease && e.Event == runtime.EventDied {
-				return &e
-			}
-		}
-		return nil
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for died(exiter.LeaseID) == nil && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return died(exiter.LeaseID) != nil }, "a died event for the exiting job")
 	e := died(exiter.LeaseID)
-	if e == nil || e.Attempt != 1 || e.ExitCode == nil || *e.ExitCode != 7 {
+	if e.Attempt != 1 || e.ExitCode == nil || *e.ExitCode != 7 {
 		t.Fatalf("died event for the exiting job: %+v (all: %+v)", e, events)
 	}
 
@@ -106,12 +124,7 @@ func TestThePodmanAPI(t *testing.T) {
 			}
 		}
 	}
-	for died(sleeper.LeaseID) == nil && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if died(sleeper.LeaseID) == nil {
-		t.Fatal("no died event for the removed container")
-	}
+	testutil.Eventually(t, 30*time.Second, func() bool { return died(sleeper.LeaseID) != nil }, "a died event for the removed container")
 	cancel()
 	if err := <-streamed; err != nil {
 		t.Fatalf("the event stream ended with %v, not with its context", err)

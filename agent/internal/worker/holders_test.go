@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/runmesh/runmesh/agent/internal/runtime/runtimetest"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -12,12 +13,12 @@ import (
 // those of its claim, and none once it has ended.
 func TestGPUHoldersNameTheJobOnItsGPUs(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
-	w := newWorker(t, rt, api)
+	sys, api := runtimetest.New(t), newAPI()
+	w := newWorker(t, sys, api)
 	var gpus []runnerapi.GPU
 	for i := range 8 {
 		gpus = append(gpus, runnerapi.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), Healthy: true})
-		rt.host.CDIDevices = append(rt.host.CDIDevices, "nvidia.com/gpu="+fmt.Sprintf("GPU-%d", i))
+		sys.AddCDIDevices("nvidia.com/gpu=" + fmt.Sprintf("GPU-%d", i))
 	}
 	w.Capacity = func() (runnerapi.Capacity, bool) {
 		return runnerapi.Capacity{Host: runnerapi.HostCapacity{Cores: 8, MemoryMiB: 16384}, GPUs: gpus}, true
@@ -30,8 +31,8 @@ func TestGPUHoldersNameTheJobOnItsGPUs(t *testing.T) {
 	const id = "cccccccc-0000-4000-8000-000000000001"
 	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 2, Image: "localhost/busybox:latest", Organisation: "acme", Pool: "gpu",
 		Claim: runnerapi.Resources{Cores: 1, GPUs: 2}}}
-	p := rt.host.Paths(id, 2)
-	eventually(t, "the unit", func() bool { return rt.has(p.Unit) })
+	p := sys.Host().Paths(id, 2)
+	eventually(t, "the unit", func() bool { return sys.Has(p.Unit) })
 
 	held := w.GPUHolders()
 	if len(held) != 2 {
@@ -44,7 +45,7 @@ func TestGPUHoldersNameTheJobOnItsGPUs(t *testing.T) {
 		}
 	}
 
-	rt.end(p.Unit, 0)
+	sys.End(p.Unit, 0)
 	eventually(t, "the result sent", func() bool { _, ok := api.result(id); return ok })
 	answer(w, nil)(context.Background()) // the server has the result: the job is let go
 	eventually(t, "no GPU held once the job has ended", func() bool { return len(w.GPUHolders()) == 0 })

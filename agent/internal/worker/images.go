@@ -156,7 +156,7 @@ func (w *Worker) pullPoolImage(ctx context.Context, img string) runnerapi.ImageS
 	w.images.states[img] = runnerapi.ImageState{Image: img, State: runnerapi.ImagePulling, At: start.UTC()}
 	w.images.mu.Unlock()
 	log := w.Log.With("image", img)
-	digest, err := w.Runtime.EnsureImage(ctx, ref, &pullProgress{line: func(line string) {
+	digest, err := w.Runtime.EnsureImage(ctx, ref, func(line string) {
 		log.Info("pulling pool image", "progress", line)
 		w.images.mu.Lock()
 		if st := w.images.states[img]; st.State == runnerapi.ImagePulling {
@@ -164,7 +164,7 @@ func (w *Worker) pullPoolImage(ctx context.Context, img string) runnerapi.ImageS
 			w.images.states[img] = st
 		}
 		w.images.mu.Unlock()
-	}})
+	})
 	st := runnerapi.ImageState{Image: img, Digest: digest, At: time.Now().UTC()}
 	switch {
 	case err != nil:

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runmesh/runmesh/agent/internal/runtime/runtimetest"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -15,13 +16,13 @@ import (
 // every request for work (jobs naming it go to other runners).
 func TestPoolImagesComeBeforeWork(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
+	sys, api := runtimetest.New(t), newAPI()
 	pin := "sha256:" + strings.Repeat("b", 64)
-	rt.images = map[string]string{
+	sys.Images = map[string]string{
 		"registry.example/private:1": "unauthorized: authentication required",
 		"localhost/tools:2":          "sha256:" + strings.Repeat("c", 64),
 	}
-	w := newWorker(t, rt, api)
+	w := newWorker(t, sys, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := w.Recover(ctx, func(context.Context) error { return nil }); err != nil {
@@ -74,10 +75,10 @@ func TestPoolImagesComeBeforeWork(t *testing.T) {
 // progress line (GraphQL's RunnerImage.progress); once pulled, none.
 func TestAPullsProgressIsReported(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
-	rt.progress = map[string]string{"registry.example/big:1": "Trying to pull registry.example/big:1...\nCopying blob sha256:abc\n"}
-	rt.release = make(chan struct{})
-	w := newWorker(t, rt, api)
+	sys, api := runtimetest.New(t), newAPI()
+	sys.Progress = map[string]string{"registry.example/big:1": "Trying to pull registry.example/big:1...\nCopying blob sha256:abc\n"}
+	sys.Release = make(chan struct{})
+	w := newWorker(t, sys, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// As Run does: the worker is set up (PoolImages inits it) before the keeper starts.
@@ -88,7 +89,7 @@ func TestAPullsProgressIsReported(t *testing.T) {
 		st := state()
 		return st.State == runnerapi.ImagePulling && st.Progress == "Copying blob sha256:abc"
 	})
-	close(rt.release)
+	close(sys.Release)
 	eventually(t, "pulled", func() bool { return state().State == runnerapi.ImagePulled })
 	if st := state(); st.Progress != "" {
 		t.Errorf("progress once pulled: %+v", st)

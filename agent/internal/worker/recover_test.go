@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
+	"github.com/runmesh/runmesh/agent/internal/runtime/runtimetest"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -17,8 +18,8 @@ import (
 // heartbeat of its own.
 func TestRecoverAsksNothingWithoutSurvivors(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
-	w := newWorker(t, rt, api)
+	sys, api := runtimetest.New(t), newAPI()
+	w := newWorker(t, sys, api)
 	beats := 0
 	proof, err := w.Recover(context.Background(), func(ctx context.Context) error { beats++; return answer(w, nil)(ctx) })
 	if err != nil {
@@ -34,10 +35,10 @@ func TestRecoverAsksNothingWithoutSurvivors(t *testing.T) {
 // stopped.
 func TestRecoverHoldsTheNewestAttemptOfALease(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
+	sys, api := runtimetest.New(t), newAPI()
 	const lease = "aaaaaaaa-0000-4000-8000-000000000003"
-	older, newer := rt.addUnit(lease, 1), rt.addUnit(lease, 2)
-	w := newWorker(t, rt, api)
+	older, newer := sys.AddUnit(lease, 1), sys.AddUnit(lease, 2)
+	w := newWorker(t, sys, api)
 	var asked []runnerapi.HeldLease
 	var mu sync.Mutex
 	proof, err := w.Recover(context.Background(), func(ctx context.Context) error {
@@ -52,8 +53,8 @@ func TestRecoverHoldsTheNewestAttemptOfALease(t *testing.T) {
 	if len(asked) == 0 || asked[0].Attempt != 2 {
 		t.Fatalf("asked about %+v, want attempt 2", asked)
 	}
-	if proof.Adopted != 1 || !rt.has(newer) || rt.has(older) {
-		t.Fatalf("proof %+v; newer kept %v, older kept %v", proof, rt.has(newer), rt.has(older))
+	if proof.Adopted != 1 || !sys.Has(newer) || sys.Has(older) {
+		t.Fatalf("proof %+v; newer kept %v, older kept %v", proof, sys.Has(newer), sys.Has(older))
 	}
 }
 
@@ -62,15 +63,15 @@ func TestRecoverHoldsTheNewestAttemptOfALease(t *testing.T) {
 // boot.
 func TestRecoverCleansUpWhatItStops(t *testing.T) {
 	t.Parallel()
-	rt, api := newRuntime(t), newAPI()
+	sys, api := runtimetest.New(t), newAPI()
 	const lease = "aaaaaaaa-0000-4000-8000-000000000004"
-	rt.addUnit(lease, 1)
-	logPath := rt.host.Paths(lease, 1).Log
+	sys.AddUnit(lease, 1)
+	logPath := sys.Host().Paths(lease, 1).Log
 	if err := os.WriteFile(logPath, []byte("output\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt.containers["runmesh-job-stray-2"] = runtime.Container{Name: "runmesh-job-stray-2", LeaseID: "stray", Attempt: 1}
-	w := newWorker(t, rt, api)
+	sys.AddContainer(runtime.Container{Name: "runmesh-job-stray-2", LeaseID: "stray", Attempt: 1}, false)
+	w := newWorker(t, sys, api)
 	var logs bytes.Buffer
 	w.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	proof, err := w.Recover(context.Background(), answer(w, map[string]string{lease: runnerapi.LeaseGone}))

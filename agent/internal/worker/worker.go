@@ -1,7 +1,7 @@
 // Package worker holds the runner's leases. It asks the control plane for
-// work that fits what is free, runs each lease as a job unit, reports the
-// leases' phases through the heartbeat and obeys its answers (CONTINUE,
-// CANCEL, GONE), uploads the output, and reports how each attempt ended.
+// work that fits what is free, has the runtime run each lease's job,
+// reports the leases' phases through the heartbeat and obeys its answers
+// (CONTINUE, CANCEL, GONE), and reports how each attempt ended.
 //
 // After every start of the agent, before it asks for work, it finds the
 // jobs an earlier agent left (Recover): the units outlive the agent, so a
@@ -12,10 +12,7 @@ package worker
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,57 +30,27 @@ import (
 // API is the part of the runner API the worker uses.
 type API interface {
 	Lease(ctx context.Context, req runnerapi.LeaseRequest) ([]runnerapi.Lease, error)
-	UploadLog(ctx context.Context, leaseID string, chunk runnerapi.LogUpload) error
 	Result(ctx context.Context, leaseID string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error)
 }
 
-// Runtime starts and follows job units (runtime.Local).
-type Runtime interface {
-	Host() runtime.Host
-	EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error)
-	Start(ctx context.Context, job runtime.Spec) (runtime.Unit, error)
-	Status(ctx context.Context, unit string) (runtime.Status, error)
-	Stop(ctx context.Context, unit string) error
-	Forget(ctx context.Context, unit string) error
-	Survivors(ctx context.Context) ([]runtime.Survivor, error)
-	Containers(ctx context.Context) ([]runtime.Container, error)
-	RemoveContainer(ctx context.Context, name string) error
-	ContainerEvents(ctx context.Context, fn func(runtime.ContainerEvent)) error
-}
-
-// Worker runs leases. Set the fields, then Recover, then Run.
+// Worker holds leases. Set the fields, then Recover, then Run.
 type Worker struct {
-	API     API
-	Runtime Runtime
+	API API
+	// Runtime runs the leases' jobs on this host.
+	Runtime *runtime.Runtime
 	// Kinds are the job kinds this runner takes.
 	Kinds []string
 	// Capacity is the latest measurement (false before the first).
 	Capacity func() (runnerapi.Capacity, bool)
-	// Dir keeps a record of each held lease (its claim, GPUs and how far
-	// its output was uploaded) for the agent after a restart. No
-	// environment values: they can be secrets.
-	Dir     string
-	Version string
-	Log     *slog.Logger
-	// Data moves jobs' inputs and outputs (its zero value: the defaults).
-	Data runtime.Mover
-	// Poll is how often a running job's output is sent (default 1 s).
-	Poll time.Duration
-	// Recheck is how often a running job's unit is read when podman said
-	// nothing of its container (default 5 s): podman's events say when a
-	// container died, and the unit is read then.
-	Recheck time.Duration
+	Version  string
+	Log      *slog.Logger
 	// Kick, if set, asks for a heartbeat now (a job started running).
 	Kick func()
-	// MaxLocalOutput bounds a job's output file on this host once the
-	// server takes no more of it (default 256 MiB): past that the file is
-	// emptied, so that a job writing without end cannot fill the disk.
-	MaxLocalOutput int64
 
 	instance string
 	draining atomic.Bool
 	mu       sync.Mutex
-	held     map[string]*job // by lease id: one attempt at a time
+	held     map[string]*held // by lease id: one attempt at a time
 	proof    *runnerapi.RecoveryProof
 	recorded bool
 	changed  chan struct{} // wakes Run: a job ended, the proof was recorded, a drain
@@ -92,12 +59,10 @@ type Worker struct {
 	// asking: a request for work is in flight, or its leases are being
 	// taken; the agent is not idle then.
 	asking bool
-	local  map[string]time.Time
 	// drained is closed once the worker drains and holds nothing (Drained).
 	drained     chan struct{}
 	drainedOnce sync.Once
 	images      poolImages
-	watchOnce   sync.Once
 }
 
 // MaxJobs bounds the jobs one runner holds at once.
@@ -109,18 +74,11 @@ func (w *Worker) init() {
 	if w.held != nil {
 		return
 	}
-	w.held = map[string]*job{}
+	w.held = map[string]*held{}
 	w.changed = make(chan struct{}, 1)
 	w.drained = make(chan struct{})
-	w.local = map[string]time.Time{}
 	w.images = poolImages{states: map[string]runnerapi.ImageState{}, wake: make(chan struct{}, 1)}
 	w.instance = uuid.NewString()
-	if w.Poll == 0 {
-		w.Poll = time.Second
-	}
-	if w.Recheck == 0 {
-		w.Recheck = 5 * time.Second
-	}
 	if w.Kick == nil {
 		w.Kick = func() {}
 	}
@@ -211,9 +169,9 @@ func (w *Worker) Answer(resp runnerapi.HeartbeatResponse, sent *runnerapi.Recove
 		j.answered = true
 		switch a.Action {
 		case runnerapi.LeaseCancel:
-			j.cancel = true
+			j.job.Cancel()
 		case runnerapi.LeaseGone:
-			j.gone = true
+			j.job.LeaseLost()
 		}
 	}
 }
@@ -259,7 +217,7 @@ func (w *Worker) Idle() bool {
 // Run asks for work while there is room, until ctx ends or Drain.
 func (w *Worker) Run(ctx context.Context) {
 	w.init()
-	w.watchContainers(ctx)
+	w.Runtime.Watch(ctx)
 	go w.keepImages(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil && !w.draining.Load() {
@@ -335,7 +293,7 @@ func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 		free.Cores -= j.lease.Claim.Cores
 		free.MemoryMiB -= j.lease.Claim.MemoryMiB
 		free.GPUs -= len(j.gpus)
-		unknown = unknown || j.unknownClaim()
+		unknown = unknown || j.job.UnknownClaim()
 	}
 	w.mu.Unlock()
 	free.Cores, free.MemoryMiB, free.GPUs = max(free.Cores, 0), max(free.MemoryMiB, 0), max(free.GPUs, 0)
@@ -367,7 +325,7 @@ func (w *Worker) freeGPUs(n int) []string {
 	taken := map[string]bool{}
 	w.mu.Lock()
 	for _, j := range w.held {
-		if j.unknownClaim() {
+		if j.job.UnknownClaim() {
 			w.mu.Unlock()
 			return nil // any GPU may be its
 		}
@@ -388,20 +346,13 @@ func (w *Worker) freeGPUs(n int) []string {
 	return out
 }
 
-// recordPath is where a lease's record lives.
-func (w *Worker) recordPath(p runtime.Paths) string {
-	return filepath.Join(w.Dir, p.Container+".json")
-}
-
-func (w *Worker) drop(j *job) {
+// drop lets a lease go once its job has ended.
+func (w *Worker) drop(j *held) {
 	w.mu.Lock()
 	if w.held[j.lease.LeaseID] == j {
 		delete(w.held, j.lease.LeaseID)
 	}
 	w.mu.Unlock()
-	os.Remove(w.recordPath(j.paths))
-	os.Remove(j.paths.Log)
-	w.dropData(j)
 	w.signal()
 	w.noteIdle()
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/runmesh/runmesh/agent/datamove"
+	"github.com/runmesh/runmesh/agent/standalone"
 	"github.com/runmesh/runmesh/internal/s3test"
 )
 
@@ -67,9 +67,9 @@ func benchData(ctx context.Context, rounds int, sizeMiB int64, out io.Writer) er
 			return err
 		}
 		steps := []func() error{
-			func() error { _, _, err := datamove.Fetch(ctx, get, filepath.Join(dir, "in-mover.bin")); return err },
+			func() error { _, _, err := standalone.Fetch(ctx, get, filepath.Join(dir, "in-mover.bin")); return err },
 			func() error { return runTool(ctx, curl, "-sSf", "-o", filepath.Join(dir, "in-curl.bin"), get) },
-			func() error { _, _, err := datamove.Upload(ctx, put, src); return err },
+			func() error { _, _, err := standalone.Upload(ctx, put, src); return err },
 			func() error { return runTool(ctx, curl, "-sSf", "-o", "/dev/null", "-T", src, put) },
 		}
 		for k, step := range steps {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/agent/jobstart"
+	"github.com/runmesh/runmesh/agent/standalone"
 )
 
 // benchStart measures, as the runmesh user inside agent/sandbox, how long
@@ -21,7 +21,7 @@ import (
 // against a plain `podman run -d` of the same image and command. Both are
 // measured alternately, so that drift of the machine hits both alike.
 func benchStart(ctx context.Context, rounds int, podman, image string, out io.Writer) error {
-	starter, err := jobstart.Open(ctx, podman, filepath.Join(os.Getenv("HOME"), "bench-logs"))
+	starter, err := standalone.Open(ctx, podman, filepath.Join(os.Getenv("HOME"), "bench-logs"))
 	if err != nil {
 		return err
 	}
@@ -30,7 +30,7 @@ func benchStart(ctx context.Context, rounds int, podman, image string, out io.Wr
 	var ours, plain []time.Duration
 	for i := range rounds + 1 { // the first round warms caches and is not counted
 		id := uuid.NewString()
-		job := jobstart.Job{ID: id, Image: image, Command: []string{"sleep", "60"}, Cores: 1, WallClockSeconds: 600}
+		job := standalone.Job{ID: id, Image: image, Command: []string{"sleep", "60"}, Cores: 1, WallClockSeconds: 600}
 		start := time.Now()
 		started, err := starter.Start(ctx, job)
 		if err != nil {

@@ -1,4 +1,4 @@
-package worker
+package runtime
 
 import (
 	"context"
@@ -6,13 +6,11 @@ import (
 	"io"
 	"os"
 
-	"github.com/runmesh/runmesh/agent/internal/runnerclient"
-	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// A job's output: conmon writes it to a file on this host, and the worker
-// sends it to the server in chunks as it grows.
+// A job's output: conmon writes it to a file on this host, and the
+// runtime sends it to the server in chunks as it grows.
 
 // chunk is a piece of the output file: bytes [From, To) of the log are
 // sequence number Seq. It is written down before it is sent, so an agent
@@ -29,11 +27,12 @@ type chunk struct {
 const maxRaw = runnerapi.MaxLogChunk
 
 // sendOutput sends what the job wrote since the last chunk, and reports
-// whether all of it is sent (false: try again later). Only follow, one
+// whether all of it is sent (false: try again later). Only Follow, one
 // goroutine per job, touches j.log, j.pending and j.logFull.
-func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
+func (j *Job) sendOutput(ctx context.Context) bool {
+	r := j.r
 	if j.logFull {
-		w.keepSmall(j)
+		j.keepSmall()
 		return true // nothing more of it is wanted
 	}
 	for ctx.Err() == nil {
@@ -46,35 +45,33 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 			// restarted after sending must find the very same chunk.
 			prev := j.log
 			j.log, j.pending = next, true
-			if err := w.save(j); err != nil {
+			if err := j.Save(); err != nil {
 				j.log, j.pending = prev, false
-				w.Log.Warn("lease record", "err", err)
+				r.Log.Warn("lease record", "err", err)
 				return false
 			}
 		}
 		data, err := readChunk(j.paths.Log, j.log)
 		if err != nil {
-			w.Log.Warn("job output", "lease_id", j.lease.LeaseID, "err", err)
+			r.Log.Warn("job output", "lease_id", j.lease.LeaseID, "err", err)
 			return false
 		}
-		err = w.API.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
+		err = r.Conn.UploadLog(ctx, j.lease.LeaseID, runnerapi.LogUpload{Attempt: j.lease.Attempt, Seq: j.log.Seq, Data: data})
 		if refusedForGood(err) {
 			// The rest stays in the file on this host only: output is
 			// never worth holding back the job's result for. (An agent
 			// restarted later learns this again from its next chunk.)
-			w.Log.Warn("the server takes no more of this job's output: none is sent", "lease_id", j.lease.LeaseID,
+			r.Log.Warn("the server takes no more of this job's output: none is sent", "lease_id", j.lease.LeaseID,
 				"attempt", j.lease.Attempt, "err", err)
 			j.logFull, j.pending = true, false
 			return true
 		}
-		if runnerclient.Code(err) == runnerapi.CodeStaleAttempt {
-			w.mu.Lock()
-			j.gone = true
-			w.mu.Unlock()
+		if code(err) == runnerapi.CodeStaleAttempt {
+			j.LeaseLost()
 			return false
 		}
 		if err != nil {
-			w.Log.Warn("sending output", "lease_id", j.lease.LeaseID, "err", err)
+			r.Log.Warn("sending output", "lease_id", j.lease.LeaseID, "err", err)
 			return false // the same chunk again next time
 		}
 		j.pending = false
@@ -82,14 +79,15 @@ func (w *Worker) sendOutput(ctx context.Context, j *job) bool {
 	return false
 }
 
-// defaultMaxLocalOutput: see Worker.MaxLocalOutput.
+// defaultMaxLocalOutput: see Runtime.MaxLocalOutput.
 const defaultMaxLocalOutput = 256 << 20
 
 // keepSmall empties the output file of a job whose output the server no
 // longer takes, once it passes MaxLocalOutput. conmon writes it with
 // O_APPEND, so its next write lands at the new end.
-func (w *Worker) keepSmall(j *job) {
-	limit := w.MaxLocalOutput
+func (j *Job) keepSmall() {
+	r := j.r
+	limit := r.MaxLocalOutput
 	if limit <= 0 {
 		limit = defaultMaxLocalOutput
 	}
@@ -98,10 +96,10 @@ func (w *Worker) keepSmall(j *job) {
 		return
 	}
 	if err := os.Truncate(j.paths.Log, 0); err != nil {
-		w.Log.Warn("emptying a job's output file", "lease_id", j.lease.LeaseID, "err", err)
+		r.Log.Warn("emptying a job's output file", "lease_id", j.lease.LeaseID, "err", err)
 		return
 	}
-	w.Log.Warn("a job's output file passed its bound on this host and was emptied", "lease_id", j.lease.LeaseID,
+	r.Log.Warn("a job's output file passed its bound on this host and was emptied", "lease_id", j.lease.LeaseID,
 		"attempt", j.lease.Attempt, "bytes", st.Size())
 }
 
@@ -109,7 +107,21 @@ func (w *Worker) keepSmall(j *job) {
 // (past the server's bound, or malformed), unlike a stale attempt (the job
 // is gone) or a failure of the server or the network.
 func refusedForGood(err error) bool {
-	return runnerclient.Code(err) == runnerapi.CodeLogLimit || malformed(err)
+	switch code(err) {
+	case runnerapi.CodeLogLimit, runnerapi.CodeBadRequest, runnerapi.CodeTooLarge:
+		return true
+	}
+	return false
+}
+
+// code is the runner API's stable code of a refusal, or "" for any other
+// error.
+func code(err error) string {
+	var e *runnerapi.ErrorBody
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
 }
 
 // nextChunk finds the complete records after prev, at most maxRaw bytes.
@@ -129,7 +141,7 @@ func nextChunk(path string, prev chunk) (chunk, bool) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return prev, false
 	}
-	_, used, _ := runtime.ReadOutput(buf[:n])
+	_, used, _ := ReadOutput(buf[:n])
 	if used == 0 && n == maxRaw {
 		used = n // a record longer than a chunk: send it raw rather than stall
 	}
@@ -149,7 +161,7 @@ func readChunk(path string, c chunk) ([]byte, error) {
 	if _, err := f.ReadAt(buf, c.From); err != nil {
 		return nil, err
 	}
-	out, used, err := runtime.ReadOutput(buf)
+	out, used, err := ReadOutput(buf)
 	if err != nil || used != len(buf) {
 		return buf, nil
 	}

@@ -1,7 +1,8 @@
-package worker
+package runtime
 
 import (
 	"bytes"
+	"context"
 	"strings"
 	"sync"
 	"time"
@@ -65,4 +66,11 @@ func isStage(s string) bool {
 		}
 	}
 	return false
+}
+
+// EnsureImage makes an image local, pulling it when it is not, and returns
+// its digest; line is given the pull's progress, a line at a time (at most
+// one a second but for a new stage).
+func (r *Runtime) EnsureImage(ctx context.Context, image string, line func(string)) (string, error) {
+	return r.System.EnsureImage(ctx, image, &pullProgress{line: line})
 }

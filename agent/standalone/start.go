@@ -1,9 +1,10 @@
-// Package jobstart starts job containers exactly as the agent does (a
-// transient unit in the user's systemd manager running `podman run
-// --sdnotify=conmon`), without a control plane, so that what it costs can
-// be measured (runmesh-bench start). The agent's runtime itself stays in
-// agent/internal.
-package jobstart
+// Package standalone runs pieces of a job's life exactly as the agent
+// does, without a control plane or a worker, so that what each costs can
+// be measured (runmesh-bench): starting a job's container (a transient
+// unit in the user's systemd manager running `podman run --sdnotify=conmon`)
+// and moving one file as a job's input or output (the URL as given, hashed
+// as it travels). The agent's runtime itself stays in agent/internal.
+package standalone
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package worker
+package runtime_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/runmesh/runmesh/agent/internal/runtime"
+	"github.com/runmesh/runmesh/agent/internal/runtime/runtimetest"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -47,22 +49,22 @@ func TestAJobsDataMoves(t *testing.T) {
 	stub := &storageStub{put: map[string]string{}}
 	srv := httptest.NewServer(stub)
 	defer srv.Close()
-	rt, api := newRuntime(t), newAPI()
-	w := newWorker(t, rt, api)
-	ready(t, w)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	lease := func(id string) runnerapi.Lease {
-		return runnerapi.Lease{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}, DataMiB: 1,
-			Inputs:  []runnerapi.LeaseInput{{Name: "a.csv", Key: "sets/a.csv", URL: srv.URL + "/in/a.csv"}},
-			Outputs: []runnerapi.LeaseOutput{{Path: "/outputs/r/result.txt", Key: "res/" + id, URL: srv.URL + "/out/res/" + id}}}
+	sys := runtimetest.New(t)
+	r := newRuntime(t, sys, &fakeConn{})
+	withData := func(id string) runnerapi.Lease {
+		l := lease(id)
+		l.DataMiB = 1
+		l.Inputs = []runnerapi.LeaseInput{{Name: "a.csv", Key: "sets/a.csv", URL: srv.URL + "/in/a.csv"}}
+		l.Outputs = []runnerapi.LeaseOutput{{Path: "/outputs/r/result.txt", Key: "res/" + id, URL: srv.URL + "/out/res/" + id}}
+		return l
 	}
 	const ok, missing = "dddddddd-0000-4000-8000-000000000001", "dddddddd-0000-4000-8000-000000000002"
-	<-api.asked
-	api.leases <- []runnerapi.Lease{lease(ok), lease(missing)}
-	p, q := rt.host.Paths(ok, 1), rt.host.Paths(missing, 1)
-	eventually(t, "both units", func() bool { return rt.has(p.Unit) && rt.has(q.Unit) })
+	jok, okDone := launch(t, r, withData(ok))
+	jmissing, missingDone := launch(t, r, withData(missing))
+	p, q := sys.Host().Paths(ok, 1), sys.Host().Paths(missing, 1)
+	if !sys.Has(p.Unit) || !sys.Has(q.Unit) {
+		t.Fatal("launched without their units")
+	}
 	if b, err := os.ReadFile(filepath.Join(p.Inputs, "a.csv")); err != nil || string(b) != "input a.csv" {
 		t.Fatalf("the input when the unit started: %q, %v", b, err)
 	}
@@ -71,16 +73,12 @@ func TestAJobsDataMoves(t *testing.T) {
 	}
 	os.MkdirAll(filepath.Join(p.Outputs, "r"), 0o755)
 	os.WriteFile(filepath.Join(p.Outputs, "r", "result.txt"), []byte("42\n"), 0o644)
-	rt.end(p.Unit, 0)
-	rt.end(q.Unit, 0)
-	eventually(t, "both results", func() bool {
-		_, a := api.result(ok)
-		_, b := api.result(missing)
-		return a && b
-	})
-	r0, _ := api.result(ok)
-	if r0.ExitCode == nil || *r0.ExitCode != 0 || r0.ReturnReason != nil {
-		t.Fatalf("result %+v", r0)
+	sys.End(p.Unit, 0)
+	sys.End(q.Unit, 0)
+	f := ended(t, okDone)
+	r0 := f.res
+	if f.how != runtime.Finished || r0.ExitCode == nil || *r0.ExitCode != 0 || r0.ReturnReason != nil {
+		t.Fatalf("followed to %v, result %+v", f.how, r0)
 	}
 	// The result attests what moved.
 	if len(r0.Inputs) != 1 || r0.Inputs[0].Name != "a.csv" || r0.Inputs[0].Key != "sets/a.csv" || r0.Inputs[0].ETag != "e1" ||
@@ -96,15 +94,17 @@ func TestAJobsDataMoves(t *testing.T) {
 	if got != "42\n" {
 		t.Fatalf("uploaded %q", got)
 	}
-	r, _ := api.result(missing)
-	if r.ExitCode != nil || r.ReturnReason == nil || !strings.Contains(*r.ReturnReason, "did not write it") || r.HostFault {
-		t.Fatalf("a missing output: %+v", r)
+	res := ended(t, missingDone).res
+	if res.ExitCode != nil || res.ReturnReason == nil || !strings.Contains(*res.ReturnReason, "did not write it") || res.HostFault {
+		t.Fatalf("a missing output: %+v", res)
 	}
-	eventually(t, "the data removed", func() bool {
-		_, e1 := os.Stat(p.Data)
-		_, e2 := os.Stat(q.Data)
-		return os.IsNotExist(e1) && os.IsNotExist(e2)
-	})
+	jok.End(context.Background())
+	jmissing.End(context.Background())
+	_, e1 := os.Stat(p.Data)
+	_, e2 := os.Stat(q.Data)
+	if !os.IsNotExist(e1) || !os.IsNotExist(e2) {
+		t.Fatalf("the data outlived End: %v, %v", e1, e2)
+	}
 }
 
 // An input the storage refuses is the job's fault, and no unit starts.
@@ -115,20 +115,15 @@ func TestARefusedInputStartsNothing(t *testing.T) {
 	}))
 	defer srv.Close()
 	const id = "dddddddd-0000-4000-8000-000000000003"
-	rt, api := newRuntime(t), newAPI()
-	w := newWorker(t, rt, api)
-	ready(t, w)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go w.Run(ctx)
-	<-api.asked
-	api.leases <- []runnerapi.Lease{{LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Claim: runnerapi.Resources{Cores: 1}, DataMiB: 1,
-		Inputs: []runnerapi.LeaseInput{{Name: "a", URL: srv.URL + "/a?X-Amz-Signature=x"}}}}
-	eventually(t, "the result", func() bool {
-		r, ok := api.result(id)
-		return ok && r.ReturnReason != nil && strings.Contains(*r.ReturnReason, "403") && !r.HostFault
-	})
-	if rt.has(rt.host.Paths(id, 1).Unit) {
+	sys := runtimetest.New(t)
+	l := lease(id)
+	l.DataMiB = 1
+	l.Inputs = []runnerapi.LeaseInput{{Name: "a", URL: srv.URL + "/a?X-Amz-Signature=x"}}
+	res, ok := newRuntime(t, sys, &fakeConn{}).Take(l, nil).Launch(context.Background(), nil)
+	if ok || res.ReturnReason == nil || !strings.Contains(*res.ReturnReason, "403") || res.HostFault {
+		t.Fatalf("launched %v: %+v", ok, res)
+	}
+	if sys.Has(sys.Host().Paths(id, 1).Unit) {
 		t.Fatal("a unit started without its input")
 	}
 }

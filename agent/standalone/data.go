@@ -1,8 +1,4 @@
-// Package datamove moves one file exactly as the agent moves a job's data
-// (agent/internal/runtime's Mover: the URL as given, hashed as it
-// travels), so that what that costs can be measured against curl
-// (runmesh-bench data). The agent's mover itself stays in agent/internal.
-package datamove
+package standalone
 
 import (
 	"context"
