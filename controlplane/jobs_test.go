@@ -281,6 +281,11 @@ func TestARunnerHoldsFewLongPolls(t *testing.T) {
 		cancel, _ := askForWork(t, c, b.runnerURL, anyWork(60))
 		cancels = append(cancels, cancel)
 	}
+	// Every long poll in before the probes: a probe counted first would
+	// have the last of them refused instead, and the probes after it
+	// answered.
+	testutil.Eventually(t, 10*time.Second, func() bool { return b.inFlight(t, "runner") == queue.MaxLeaseRequestsPerRunner },
+		"the long polls are in")
 	body, err := json.Marshal(anyWork(0))
 	require.NoError(t, err)
 	testutil.Eventually(t, 10*time.Second, func() bool {
