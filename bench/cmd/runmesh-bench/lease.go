@@ -242,12 +242,16 @@ func writePGStats(ctx context.Context, e *benchEnv, on bool, walStart, name stri
 	if err := e.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)`, walStart).Scan(&wal); err != nil {
 		return err
 	}
+	var jitCompiled, jitTime float64
 	if err := e.pool.QueryRow(ctx, `
-		SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_plan_time + total_exec_time), 0)
-		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'`).Scan(&calls, &total); err != nil {
+		SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_plan_time + total_exec_time), 0),
+		       coalesce(sum(jit_functions), 0)::float8,
+		       coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'`).Scan(&calls, &total, &jitCompiled, &jitTime); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s: per job %.0f WAL bytes, %.1f µs of statement time; %.1f statements per 1,000 jobs\n", name, wal/n, total*1000/n, calls*1000/n)
+	fmt.Fprintf(w, "%s: per job %.0f WAL bytes, %.1f µs of statement time (%.1f of it compiling %.0f functions, JIT); %.1f statements per 1,000 jobs\n",
+		name, wal/n, total*1000/n, jitTime*1000/n, jitCompiled, calls*1000/n)
 	rows, err := e.pool.Query(ctx, `
 		SELECT total_plan_time, total_exec_time, plans, calls, rows, wal_bytes::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
 		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 20`)
