@@ -82,7 +82,7 @@ mutation: ## mutation-test pki, the fleet, the queue and the agent's worker; fai
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
 # Tests that run inside the sandbox, as the runmesh user.
-E2E_PACKAGES = ./agent/internal/jobrun
+E2E_PACKAGES = ./agent/internal/runtime
 # Tests that run here and drive an agent inside the sandbox.
 E2E_HOST_PACKAGES = ./cmd/runmesh-agent
 E2E_HOST_TESTS = TestJobsInTheSandbox|TestGPUsInTheSandbox

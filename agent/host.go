@@ -9,8 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/runmesh/runmesh/agent/internal/capacity"
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -30,7 +29,7 @@ func newCollector(cfg Config, limits *runnerapi.LimitEnforcement) *capacity.Coll
 // the limits the agent reports and whether it could run jobs.
 type podmanProbe struct {
 	path  string
-	facts jobunit.PodmanFacts
+	facts runtime.PodmanFacts
 	err   error
 }
 
@@ -45,7 +44,7 @@ func probePodman(ctx context.Context, cfg Config) podmanProbe {
 			return p
 		}
 	}
-	p.facts, p.err = jobunit.ProbePodman(ctx, p.path)
+	p.facts, p.err = runtime.ProbePodman(ctx, p.path)
 	return p
 }
 
@@ -55,14 +54,14 @@ func (p podmanProbe) limits() *runnerapi.LimitEnforcement {
 	if p.err != nil {
 		return &runnerapi.LimitEnforcement{Reason: runnerapi.Clip(p.err.Error(), 512)}
 	}
-	e := jobunit.DetectEnforcement(p.facts)
+	e := runtime.DetectEnforcement(p.facts)
 	return &runnerapi.LimitEnforcement{Memory: e.Memory, CPU: e.CPU, Pids: e.Pids, Reason: runnerapi.Clip(e.Reason, 512)}
 }
 
 // openRuntime connects to the user's systemd manager when podman answers
 // rootless, and says in cond whether the agent can run jobs. Without both
 // the agent still heartbeats, takes no work, and cond says why.
-func openRuntime(ctx context.Context, cfg Config, p podmanProbe, cond *health.Condition) *jobrun.Runtime {
+func openRuntime(ctx context.Context, cfg Config, p podmanProbe, cond *health.Condition) *runtime.Local {
 	rt, err := connectRuntime(ctx, cfg, p)
 	if err != nil {
 		cond.SetUnhealthy("cannot run jobs: " + err.Error())
@@ -78,7 +77,7 @@ func openRuntime(ctx context.Context, cfg Config, p podmanProbe, cond *health.Co
 	return rt
 }
 
-func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Runtime, error) {
+func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*runtime.Local, error) {
 	switch {
 	case p.err != nil:
 		return nil, p.err
@@ -90,9 +89,9 @@ func connectRuntime(ctx context.Context, cfg Config, p podmanProbe) (*jobrun.Run
 	if err := ownDirs(cfg.WorkDir, filepath.Join(cfg.WorkDir, "logs"), filepath.Join(cfg.WorkDir, "data")); err != nil {
 		return nil, err
 	}
-	host := jobunit.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
+	host := runtime.NewHost(p.path, p.facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(cfg.WorkDir, "logs"))
 	host.DataDir = filepath.Join(cfg.WorkDir, "data")
-	return jobrun.Connect(ctx, host, cfg.podmanSocket())
+	return runtime.Connect(ctx, host, cfg.podmanSocket())
 }
 
 // podmanSocket is where the user's podman service listens.

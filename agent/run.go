@@ -18,10 +18,10 @@ import (
 	"github.com/runmesh/runmesh/agent/internal/capacity"
 	"github.com/runmesh/runmesh/agent/internal/heartbeat"
 	"github.com/runmesh/runmesh/agent/internal/identity"
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
 	"github.com/runmesh/runmesh/agent/internal/metrics"
 	"github.com/runmesh/runmesh/agent/internal/renewal"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/agent/internal/worker"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/internal/sdnotify"
@@ -120,7 +120,7 @@ type daemon struct {
 	health  *agentHealth
 	// rt is nil when this host cannot run jobs; the runtime condition
 	// says why.
-	rt        *jobrun.Runtime
+	rt        *runtime.Local
 	collector *capacity.Collector
 	worker    *worker.Worker
 	loop      *heartbeat.Loop
@@ -235,7 +235,7 @@ func (d *daemon) wire(ctx context.Context) error {
 			return runnerapi.Capacity{}, false
 		},
 	}
-	// A nil *jobrun.Runtime in the interface would not be a nil Runtime.
+	// A nil *runtime.Local in the interface would not be a nil Runtime.
 	if d.rt != nil {
 		w.Runtime = d.rt
 	}

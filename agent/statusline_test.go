@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -83,7 +83,7 @@ func TestWithoutARuntimeTheConditionSaysWhy(t *testing.T) {
 	t.Parallel()
 	for why, p := range map[string]podmanProbe{
 		"cannot run jobs: podman not found on PATH": {err: errors.New("podman not found on PATH")},
-		"cannot run jobs: podman is not rootless":   {path: "/usr/bin/podman", facts: jobunit.PodmanFacts{CgroupVersion: "v2"}},
+		"cannot run jobs: podman is not rootless":   {path: "/usr/bin/podman", facts: runtime.PodmanFacts{CgroupVersion: "v2"}},
 	} {
 		h := newAgentHealth(health.NewRegistry())
 		require.Nil(t, openRuntime(context.Background(), Config{}, p, h.runtime))

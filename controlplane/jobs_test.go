@@ -68,7 +68,11 @@ func askForWork(t testing.TB, c *http.Client, base string, req runnerapi.LeaseRe
 	go func() {
 		resp, err := c.Do(r)
 		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("answered %s: %s", resp.Status, b)
+			}
 		}
 		done <- err
 	}()
@@ -277,20 +281,35 @@ func TestARunnerHoldsFewLongPolls(t *testing.T) {
 			cancel()
 		}
 	}()
+	var held []<-chan error
 	for range queue.MaxLeaseRequestsPerRunner {
-		cancel, _ := askForWork(t, c, b.runnerURL, anyWork(60))
+		cancel, answered := askForWork(t, c, b.runnerURL, anyWork(60))
 		cancels = append(cancels, cancel)
+		held = append(held, answered)
 	}
-	// Every long poll in before the probes: a probe counted first would
-	// have the last of them refused instead, and the probes after it
-	// answered.
-	testutil.Eventually(t, 10*time.Second, func() bool { return b.inFlight(t, "runner") == queue.MaxLeaseRequestsPerRunner },
-		"the long polls are in")
+	// The probes below count too while they are answered: they start once
+	// every long poll waits, or one of those could find no room.
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		return b.inFlight(t, "runner") == queue.MaxLeaseRequestsPerRunner
+	}, "the long polls wait")
 	body, err := json.Marshal(anyWork(0))
 	require.NoError(t, err)
-	testutil.Eventually(t, 10*time.Second, func() bool {
-		r := b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
-		return r.Status == http.StatusTooManyRequests && r.Code == runnerapi.CodeTooMany
+	var last reply
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last request past the bound was answered %d %s: %s", last.Status, last.Code, last.Body)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, func() bool {
+		for i, answered := range held {
+			select {
+			case err := <-answered:
+				t.Fatalf("long poll %d ended before its wait did: %v", i, err)
+			default:
+			}
+		}
+		last = b.call(t, c, http.MethodPost, runnerapi.PathLeases, body)
+		return last.Status == http.StatusTooManyRequests && last.Code == runnerapi.CodeTooMany
 	}, "a request past the bound is refused while the others wait")
 	_, other, _ := b.approvedRunner(t, measured(0))
 	require.Empty(t, b.lease(t, other, anyWork(0)), "another runner asks as before")

@@ -10,26 +10,25 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 // Starter starts jobs in the current user's systemd manager.
 type Starter struct {
-	rt    *jobrun.Runtime
-	facts jobunit.PodmanFacts
+	rt    *runtime.Local
+	facts runtime.PodmanFacts
 }
 
 // Open asks the podman at path what its containers get and connects to the
 // user's systemd manager. Environment files go where the agent keeps them
 // (under XDG_RUNTIME_DIR), output to logDir.
 func Open(ctx context.Context, podman, logDir string) (*Starter, error) {
-	facts, err := jobunit.ProbePodman(ctx, podman)
+	facts, err := runtime.ProbePodman(ctx, podman)
 	if err != nil {
 		return nil, err
 	}
-	host := jobunit.NewHost(podman, facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), logDir)
-	rt, err := jobrun.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
+	host := runtime.NewHost(podman, facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), logDir)
+	rt, err := runtime.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +63,7 @@ type Started struct {
 // Start starts job's unit and returns once its container runs (conmon said
 // READY), as the agent's own start does.
 func (s *Starter) Start(ctx context.Context, job Job) (*Started, error) {
-	u, err := s.rt.Start(ctx, jobunit.Job{
+	u, err := s.rt.Start(ctx, runtime.Spec{
 		JobID: job.ID, LeaseID: job.ID, Attempt: 1, Image: job.Image, Command: job.Command,
 		Cores: job.Cores, WallClockSeconds: job.WallClockSeconds,
 	})

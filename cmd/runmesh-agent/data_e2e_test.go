@@ -84,7 +84,7 @@ func dataSubtests(t *testing.T, sb sandbox, s3 *s3test.Server, submit func(strin
 	fails("a tampered URL", withData(inputs(map[string]any{"name": "t", "url": strings.Replace(url("in/a.txt", time.Minute), "a.txt", "b.txt", 1)}), 1),
 		[]string{"true"}, "403")
 	expired := url("in/a.txt", time.Second)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // the URL's lifetime passing is the condition
 	fails("an expired URL", withData(inputs(map[string]any{"name": "e", "url": expired}), 1), []string{"true"}, "403")
 	put("in/big.bin", strings.Repeat("x", 2<<20))
 	fails("an input past claim.dataMiB", withData(inputs(map[string]any{"name": "big", "key": "in/big.bin"}), 1), []string{"true"}, "the job's claim has left")

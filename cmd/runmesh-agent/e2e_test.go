@@ -113,7 +113,7 @@ func TestIdentityEndToEnd(t *testing.T) {
 	daemonWhileRunning := e2e.Start(t, stepEnv, step, "ca", "renew", "--daemon", "--renew-period", "5s", filepath.Join(agentDir, "cert.pem"), filepath.Join(agentDir, "key.pem"))
 	longer := time.Now().Add(75 * time.Second) // the one-minute certificate in use when it began has expired
 	for time.Now().Before(longer) {
-		time.Sleep(5 * time.Second)
+		time.Sleep(5 * time.Second) // a look every few renewals: that nothing fails is the check
 		require.False(t, agent.Stderr.HasLog("heartbeat failed"), "a heartbeat failed while step renewed:\n%s", agent.Stderr.String())
 	}
 	_ = daemonWhileRunning.Cmd.Process.Kill()

@@ -426,7 +426,7 @@ func killDrill(t *testing.T, sb sandbox, submit func(string, []string, int, map[
 	start := time.Now()
 	for k := range kills {
 		ids = append(ids, submit(image, []string{"sh", "-c", fmt.Sprintf("sleep 0.%d; echo done", rng.IntN(10))}, 120, nil))
-		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // the kills' pace, at random points of the jobs' lives
 		// reset-failed: systemd would stop restarting a unit killed this often.
 		sb.must("exec", "sh", "-c", "systemctl kill -s KILL runmesh-agent; systemctl reset-failed runmesh-agent; systemctl restart runmesh-agent")
 		if k%20 == 19 {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runmesh/runmesh/internal/testutil"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -98,15 +99,11 @@ func TestARenewedCertificateIsPresentedAtTheNextRequest(t *testing.T) {
 	// Renewed while a long poll holds its connection.
 	done := make(chan struct{})
 	go func() { get("/long"); close(done) }()
-	for {
+	testutil.Eventually(t, 10*time.Second, func() bool {
 		mu.Lock()
-		n := len(presented)
-		mu.Unlock()
-		if n == 4 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer mu.Unlock()
+		return len(presented) == 4
+	}, "the long poll presented its certificate")
 	cert.Store(selfSigned(t, "third"))
 	close(release)
 	<-done

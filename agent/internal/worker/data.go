@@ -5,7 +5,7 @@ import (
 	"errors"
 	"os"
 
-	"github.com/runmesh/runmesh/agent/internal/jobdata"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -36,7 +36,7 @@ func (w *Worker) fetchData(ctx context.Context, j *job) (runnerapi.ResultRequest
 	if err := os.Chmod(p.Outputs, 0o777); err != nil {
 		return giveBack("the job's data directory: "+err.Error(), true), false
 	}
-	recs, err := w.Data.Fetch(ctx, l.Inputs, p.Inputs, &jobdata.Budget{Left: l.DataMiB << 20})
+	recs, err := w.Data.Fetch(ctx, l.Inputs, p.Inputs, &runtime.Budget{Left: l.DataMiB << 20})
 	if err != nil {
 		return dataFailure(err), false
 	}
@@ -67,7 +67,7 @@ func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultReq
 	for _, in := range j.inputs {
 		left -= in.Size
 	}
-	recs, err := w.Data.Upload(ctx, l.Outputs, j.paths.Outputs, &jobdata.Budget{Left: max(left, 0)})
+	recs, err := w.Data.Upload(ctx, l.Outputs, j.paths.Outputs, &runtime.Budget{Left: max(left, 0)})
 	if err != nil {
 		failed := dataFailure(err)
 		failed.Attempt, failed.ImageDigest, failed.RunnerVersion, failed.PeakMemoryMiB = res.Attempt, res.ImageDigest, res.RunnerVersion, res.PeakMemoryMiB
@@ -83,7 +83,7 @@ func (w *Worker) uploadData(ctx context.Context, j *job, res runnerapi.ResultReq
 
 // dataFailure is a failed transfer as a result.
 func dataFailure(err error) runnerapi.ResultRequest {
-	var e *jobdata.Error
+	var e *runtime.DataError
 	if errors.As(err, &e) {
 		return giveBack(e.Error(), !e.JobFault)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 // watchContainers follows podman's events for job containers, once per
@@ -40,7 +40,7 @@ func (w *Worker) watch(ctx context.Context) {
 	}
 }
 
-func (w *Worker) containerEvent(e jobrun.ContainerEvent) {
+func (w *Worker) containerEvent(e runtime.ContainerEvent) {
 	w.mu.Lock()
 	j := w.held[e.LeaseID]
 	if j == nil || j.lease.Attempt != e.Attempt {
@@ -49,7 +49,7 @@ func (w *Worker) containerEvent(e jobrun.ContainerEvent) {
 	w.mu.Unlock()
 	log := w.Log.With("lease_id", e.LeaseID, "attempt", e.Attempt, "container", e.Container)
 	switch {
-	case e.Event == jobrun.EventOOM:
+	case e.Event == runtime.EventOOM:
 		log.Warn("the job's container ran out of memory")
 	case e.ExitCode != nil:
 		log.Info("the job's container died", "exit_code", *e.ExitCode)

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 // A running job's unit is read when podman says its container died, not
@@ -13,20 +13,20 @@ import (
 func TestAContainerDeathIsReadAtOnce(t *testing.T) {
 	t.Parallel()
 	rt, api := newRuntime(t), newAPI()
-	rt.events = make(chan jobrun.ContainerEvent, 4)
+	rt.events = make(chan runtime.ContainerEvent, 4)
 	const id = "cccccccc-0000-4000-8000-000000000001"
 	p := runOne(t, rt, api, id, func(w *Worker) { w.Recheck = time.Hour })
 	// The first read, at the start, finds it running.
 	eventually(t, "the first read", func() bool { return rt.readsOf(p.Unit) > 0 })
 	rt.end(p.Unit, 4)
-	rt.events <- jobrun.ContainerEvent{Event: jobrun.EventDied, Container: p.Container, LeaseID: "someone-else", Attempt: 1}
-	rt.events <- jobrun.ContainerEvent{Event: jobrun.EventDied, Container: p.Container, LeaseID: id, Attempt: 2}
+	rt.events <- runtime.ContainerEvent{Event: runtime.EventDied, Container: p.Container, LeaseID: "someone-else", Attempt: 1}
+	rt.events <- runtime.ContainerEvent{Event: runtime.EventDied, Container: p.Container, LeaseID: id, Attempt: 2}
 	time.Sleep(200 * time.Millisecond)
 	if _, ok := api.result(id); ok {
 		t.Fatal("an event of another lease or attempt woke the job")
 	}
 	code := 4
-	rt.events <- jobrun.ContainerEvent{Event: jobrun.EventDied, Container: p.Container, LeaseID: id, Attempt: 1, ExitCode: &code}
+	rt.events <- runtime.ContainerEvent{Event: runtime.EventDied, Container: p.Container, LeaseID: id, Attempt: 1, ExitCode: &code}
 	eventually(t, "the result after the container died", func() bool {
 		r, ok := api.result(id)
 		return ok && r.ExitCode != nil && *r.ExitCode == 4
@@ -38,11 +38,11 @@ func TestAContainerDeathIsReadAtOnce(t *testing.T) {
 func TestTheUnitIsReadAgainUntilItEnded(t *testing.T) {
 	t.Parallel()
 	rt, api := newRuntime(t), newAPI()
-	rt.events = make(chan jobrun.ContainerEvent, 1)
+	rt.events = make(chan runtime.ContainerEvent, 1)
 	const id = "cccccccc-0000-4000-8000-000000000002"
 	p := runOne(t, rt, api, id, func(w *Worker) { w.Recheck = time.Hour })
 	eventually(t, "the first read", func() bool { return rt.readsOf(p.Unit) > 0 })
-	rt.events <- jobrun.ContainerEvent{Event: jobrun.EventDied, Container: p.Container, LeaseID: id, Attempt: 1}
+	rt.events <- runtime.ContainerEvent{Event: runtime.EventDied, Container: p.Container, LeaseID: id, Attempt: 1}
 	eventually(t, "reads after the event", func() bool { return rt.readsOf(p.Unit) > 3 })
 	rt.end(p.Unit, 0)
 	eventually(t, "the result once the unit ended", func() bool {

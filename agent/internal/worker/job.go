@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -21,7 +20,7 @@ import (
 type job struct {
 	lease runnerapi.Lease // without Env once started
 	gpus  []string
-	paths jobunit.Paths
+	paths runtime.Paths
 	// Set under Worker.mu.
 	phase    string
 	answered bool // the server answered for it since the agent started
@@ -41,7 +40,7 @@ type job struct {
 	wake chan bool
 }
 
-func newJob(l runnerapi.Lease, p jobunit.Paths, phase string) *job {
+func newJob(l runnerapi.Lease, p runtime.Paths, phase string) *job {
 	return &job{lease: l, paths: p, phase: phase, log: chunk{Seq: -1}, wake: make(chan bool, 1)}
 }
 
@@ -147,7 +146,7 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 			log.Info("pulling the job's image", "progress", line)
 		}})
 		if err != nil {
-			var ie *jobrun.ImageError
+			var ie *runtime.ImageError
 			if errors.As(err, &ie) {
 				return giveBack(ie.Error(), !ie.JobFault), false
 			}
@@ -163,7 +162,7 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 			return res, false
 		}
 	}
-	u, err := w.Runtime.Start(ctx, jobunit.Job{
+	u, err := w.Runtime.Start(ctx, runtime.Spec{
 		JobID: l.LeaseID, LeaseID: l.LeaseID, Attempt: l.Attempt, Image: l.Image, Command: l.Command, Env: env,
 		Cores: l.Claim.Cores, MemoryMiB: l.Claim.MemoryMiB, GPUs: j.gpus, WallClockSeconds: l.WallClockSeconds,
 		Network: l.Network, WorkingDir: l.WorkingDir, ScratchMiB: l.ScratchMiB,
@@ -171,7 +170,7 @@ func (w *Worker) launch(ctx context.Context, j *job, env map[string]string) (run
 	})
 	j.unit = u.Name
 	switch {
-	case errors.Is(err, jobunit.ErrUnrunnable):
+	case errors.Is(err, runtime.ErrUnrunnable):
 		return giveBack(err.Error(), false), false
 	case err != nil && u.Name == "":
 		return giveBack("the job unit could not be made: "+err.Error(), true), false
@@ -213,7 +212,7 @@ func (w *Worker) follow(ctx context.Context, j *job) {
 	defer check.Stop()
 	burst := 0
 	for {
-		var st *jobrun.Status
+		var st *runtime.Status
 		select {
 		case <-ctx.Done():
 			return
@@ -227,7 +226,7 @@ func (w *Worker) follow(ctx context.Context, j *job) {
 		case <-check.C:
 			s, err := w.Runtime.Status(ctx, j.unit)
 			switch {
-			case errors.Is(err, jobrun.ErrNoUnit):
+			case errors.Is(err, runtime.ErrNoUnit):
 				w.finish(ctx, j, giveBack("the job's unit disappeared from the user's systemd manager", true))
 				return
 			case err != nil && ctx.Err() != nil:
@@ -266,7 +265,7 @@ type follower struct {
 
 // step acts on what is known of the job: st is the unit's state when it
 // was just read, nil otherwise. It reports whether the job is done with.
-func (f *follower) step(ctx context.Context, st *jobrun.Status) bool {
+func (f *follower) step(ctx context.Context, st *runtime.Status) bool {
 	w, j := f.w, f.j
 	ended := st != nil && st.Ended
 	if st != nil && st.MemoryBytes > j.peak {
@@ -320,7 +319,7 @@ func (f *follower) step(ctx context.Context, st *jobrun.Status) bool {
 }
 
 // outcome turns how the unit ended into a result.
-func (w *Worker) outcome(j *job, st jobrun.Status, cancelled bool) runnerapi.ResultRequest {
+func (w *Worker) outcome(j *job, st runtime.Status, cancelled bool) runnerapi.ResultRequest {
 	var r runnerapi.ResultRequest
 	switch {
 	case cancelled:

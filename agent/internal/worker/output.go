@@ -6,8 +6,8 @@ import (
 	"io"
 	"os"
 
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -129,7 +129,7 @@ func nextChunk(path string, prev chunk) (chunk, bool) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return prev, false
 	}
-	_, used, _ := jobunit.ReadOutput(buf[:n])
+	_, used, _ := runtime.ReadOutput(buf[:n])
 	if used == 0 && n == maxRaw {
 		used = n // a record longer than a chunk: send it raw rather than stall
 	}
@@ -149,7 +149,7 @@ func readChunk(path string, c chunk) ([]byte, error) {
 	if _, err := f.ReadAt(buf, c.From); err != nil {
 		return nil, err
 	}
-	out, used, err := jobunit.ReadOutput(buf)
+	out, used, err := runtime.ReadOutput(buf)
 	if err != nil || used != len(buf) {
 		return buf, nil
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -230,7 +230,7 @@ func (w *Worker) forgetRecords() {
 		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
 			path := filepath.Join(dir, e.Name())
-			if !keep[path] && strings.HasPrefix(e.Name(), jobunit.UnitPrefix) {
+			if !keep[path] && strings.HasPrefix(e.Name(), runtime.UnitPrefix) {
 				os.Remove(path)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -69,7 +69,7 @@ func TestRecoverCleansUpWhatItStops(t *testing.T) {
 	if err := os.WriteFile(logPath, []byte("output\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rt.containers["runmesh-job-stray-2"] = jobrun.Container{Name: "runmesh-job-stray-2", LeaseID: "stray", Attempt: 1}
+	rt.containers["runmesh-job-stray-2"] = runtime.Container{Name: "runmesh-job-stray-2", LeaseID: "stray", Attempt: 1}
 	w := newWorker(t, rt, api)
 	var logs bytes.Buffer
 	w.Log = slog.New(slog.NewTextHandler(&logs, nil))

@@ -25,10 +25,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/agent/internal/jobdata"
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -39,18 +37,18 @@ type API interface {
 	Result(ctx context.Context, leaseID string, req runnerapi.ResultRequest) (runnerapi.ResultResponse, error)
 }
 
-// Runtime starts and follows job units (jobrun.Runtime).
+// Runtime starts and follows job units (runtime.Local).
 type Runtime interface {
-	Host() jobunit.Host
+	Host() runtime.Host
 	EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error)
-	Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error)
-	Status(ctx context.Context, unit string) (jobrun.Status, error)
+	Start(ctx context.Context, job runtime.Spec) (runtime.Unit, error)
+	Status(ctx context.Context, unit string) (runtime.Status, error)
 	Stop(ctx context.Context, unit string) error
 	Forget(ctx context.Context, unit string) error
-	Survivors(ctx context.Context) ([]jobrun.Survivor, error)
-	Containers(ctx context.Context) ([]jobrun.Container, error)
+	Survivors(ctx context.Context) ([]runtime.Survivor, error)
+	Containers(ctx context.Context) ([]runtime.Container, error)
 	RemoveContainer(ctx context.Context, name string) error
-	ContainerEvents(ctx context.Context, fn func(jobrun.ContainerEvent)) error
+	ContainerEvents(ctx context.Context, fn func(runtime.ContainerEvent)) error
 }
 
 // Worker runs leases. Set the fields, then Recover, then Run.
@@ -68,7 +66,7 @@ type Worker struct {
 	Version string
 	Log     *slog.Logger
 	// Data moves jobs' inputs and outputs (its zero value: the defaults).
-	Data jobdata.Mover
+	Data runtime.Mover
 	// Poll is how often a running job's output is sent (default 1 s).
 	Poll time.Duration
 	// Recheck is how often a running job's unit is read when podman said
@@ -391,7 +389,7 @@ func (w *Worker) freeGPUs(n int) []string {
 }
 
 // recordPath is where a lease's record lives.
-func (w *Worker) recordPath(p jobunit.Paths) string {
+func (w *Worker) recordPath(p runtime.Paths) string {
 	return filepath.Join(w.Dir, p.Container+".json")
 }
 

@@ -12,9 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -25,21 +24,21 @@ import (
 type fakeUnit struct {
 	lease   string
 	attempt int
-	status  jobrun.Status
+	status  runtime.Status
 }
 
 type fakeRuntime struct {
 	mu         sync.Mutex
-	host       jobunit.Host
+	host       runtime.Host
 	units      map[string]*fakeUnit
-	containers map[string]jobrun.Container
+	containers map[string]runtime.Container
 	stuck      map[string]bool // containers that refuse to go
 	stopped    []string
 	// images are the digests EnsureImage gives, and errors its refusals
 	// (by reference); any other image is had as sha256:0123.
 	images map[string]string
 	pulled []string
-	events chan jobrun.ContainerEvent
+	events chan runtime.ContainerEvent
 	reads  map[string]int // Status calls, by unit
 	// progress is what EnsureImage writes of a pull (by reference), before
 	// it waits for release.
@@ -51,8 +50,8 @@ func newRuntime(t *testing.T) *fakeRuntime {
 	// Apart, as on a host: the survivor check clears the env directory of
 	// files no held job owns.
 	env, logs, data := t.TempDir(), t.TempDir(), t.TempDir()
-	return &fakeRuntime{host: jobunit.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: env, LogDir: logs, DataDir: data},
-		units: map[string]*fakeUnit{}, containers: map[string]jobrun.Container{}, stuck: map[string]bool{}}
+	return &fakeRuntime{host: runtime.Host{Podman: "/usr/bin/podman", Cgroup: 2, EnvDir: env, LogDir: logs, DataDir: data},
+		units: map[string]*fakeUnit{}, containers: map[string]runtime.Container{}, stuck: map[string]bool{}}
 }
 
 func (r *fakeRuntime) addUnit(lease string, attempt int) string {
@@ -60,7 +59,7 @@ func (r *fakeRuntime) addUnit(lease string, attempt int) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.units[p.Unit] = &fakeUnit{lease: lease, attempt: attempt}
-	r.containers[p.Container] = jobrun.Container{Name: p.Container, LeaseID: lease, Attempt: attempt, State: "running"}
+	r.containers[p.Container] = runtime.Container{Name: p.Container, LeaseID: lease, Attempt: attempt, State: "running"}
 	return p.Unit
 }
 
@@ -68,7 +67,7 @@ func (r *fakeRuntime) end(unit string, code int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	u := r.units[unit]
-	u.status = jobrun.Status{Ended: true, ExitCode: &code, Result: "success"}
+	u.status = runtime.Status{Ended: true, ExitCode: &code, Result: "success"}
 	delete(r.containers, r.host.Paths(u.lease, u.attempt).Container)
 }
 
@@ -84,7 +83,7 @@ func (r *fakeRuntime) has(unit string) bool {
 	return r.units[unit] != nil
 }
 
-func (r *fakeRuntime) Host() jobunit.Host { return r.host }
+func (r *fakeRuntime) Host() runtime.Host { return r.host }
 func (r *fakeRuntime) EnsureImage(_ context.Context, image string, progress io.Writer) (string, error) {
 	if p := r.progress[image]; p != "" && progress != nil {
 		io.WriteString(progress, p)
@@ -103,8 +102,8 @@ func (r *fakeRuntime) EnsureImage(_ context.Context, image string, progress io.W
 	}
 }
 
-func (r *fakeRuntime) Start(_ context.Context, j jobunit.Job) (jobunit.Unit, error) {
-	u, err := jobunit.Render(r.host, j)
+func (r *fakeRuntime) Start(_ context.Context, j runtime.Spec) (runtime.Unit, error) {
+	u, err := runtime.Render(r.host, j)
 	if err != nil {
 		return u, err
 	}
@@ -112,7 +111,7 @@ func (r *fakeRuntime) Start(_ context.Context, j jobunit.Job) (jobunit.Unit, err
 	return u, nil
 }
 
-func (r *fakeRuntime) Status(_ context.Context, unit string) (jobrun.Status, error) {
+func (r *fakeRuntime) Status(_ context.Context, unit string) (runtime.Status, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.reads == nil {
@@ -121,7 +120,7 @@ func (r *fakeRuntime) Status(_ context.Context, unit string) (jobrun.Status, err
 	r.reads[unit]++
 	u := r.units[unit]
 	if u == nil {
-		return jobrun.Status{}, jobrun.ErrNoUnit
+		return runtime.Status{}, runtime.ErrNoUnit
 	}
 	return u.status, nil
 }
@@ -145,20 +144,20 @@ func (r *fakeRuntime) Forget(ctx context.Context, unit string) error {
 	return nil
 }
 
-func (r *fakeRuntime) Survivors(context.Context) ([]jobrun.Survivor, error) {
+func (r *fakeRuntime) Survivors(context.Context) ([]runtime.Survivor, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []jobrun.Survivor
+	var out []runtime.Survivor
 	for name, u := range r.units {
-		out = append(out, jobrun.Survivor{Unit: name, LeaseID: u.lease, Attempt: u.attempt})
+		out = append(out, runtime.Survivor{Unit: name, LeaseID: u.lease, Attempt: u.attempt})
 	}
 	return out, nil
 }
 
-func (r *fakeRuntime) Containers(context.Context) ([]jobrun.Container, error) {
+func (r *fakeRuntime) Containers(context.Context) ([]runtime.Container, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []jobrun.Container
+	var out []runtime.Container
 	for _, c := range r.containers {
 		out = append(out, c)
 	}
@@ -177,7 +176,7 @@ func (r *fakeRuntime) RemoveContainer(_ context.Context, name string) error {
 
 // ContainerEvents gives the events sent on r.events (none unless a test
 // makes the channel).
-func (r *fakeRuntime) ContainerEvents(ctx context.Context, fn func(jobrun.ContainerEvent)) error {
+func (r *fakeRuntime) ContainerEvents(ctx context.Context, fn func(runtime.ContainerEvent)) error {
 	r.mu.Lock()
 	events := r.events
 	r.mu.Unlock()
@@ -294,7 +293,7 @@ func TestRecoverAdoptsWhatTheServerWantsAndStopsTheRest(t *testing.T) {
 	rt, api := newRuntime(t), newAPI()
 	wanted := rt.addUnit("aaaaaaaa-0000-4000-8000-000000000001", 1)
 	gone := rt.addUnit("aaaaaaaa-0000-4000-8000-000000000002", 2)
-	rt.containers["runmesh-job-stray-1"] = jobrun.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
+	rt.containers["runmesh-job-stray-1"] = runtime.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
 	w := newWorker(t, rt, api)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -333,7 +332,7 @@ func TestRecoverAdoptsWhatTheServerWantsAndStopsTheRest(t *testing.T) {
 func TestNotIsolatedWhileAStrayRuns(t *testing.T) {
 	t.Parallel()
 	rt, api := newRuntime(t), newAPI()
-	rt.containers["runmesh-job-stray-1"] = jobrun.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
+	rt.containers["runmesh-job-stray-1"] = runtime.Container{Name: "runmesh-job-stray-1", LeaseID: "stray", Attempt: 1}
 	rt.stuck["runmesh-job-stray-1"] = true
 	w := newWorker(t, rt, api)
 	proof, err := w.Recover(context.Background(), answer(w, nil))
@@ -426,7 +425,7 @@ func TestLeasesRunAndObeyTheServer(t *testing.T) {
 
 // runOne starts a worker that is given one lease (attempt 1) and returns
 // once its unit runs; the worker stops with the test.
-func runOne(t *testing.T, rt *fakeRuntime, api *fakeAPI, id string, mods ...func(*Worker)) jobunit.Paths {
+func runOne(t *testing.T, rt *fakeRuntime, api *fakeAPI, id string, mods ...func(*Worker)) runtime.Paths {
 	t.Helper()
 	w := newWorker(t, rt, api)
 	for _, m := range mods {

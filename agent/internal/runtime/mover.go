@@ -1,12 +1,4 @@
-// Package jobdata moves a job's files: it fetches each input through its
-// URL exactly as given (a presigned URL normalised is a URL whose
-// signature no longer matches) into the job's inputs directory, and
-// uploads each output by PUT after the job exited, hashing every byte as
-// it goes. Whose fault a failure is: storage that cannot be reached, a
-// 5xx that outlasts the retries, or a full disk is the host's (the job may
-// run elsewhere); a 403 or 404, an input larger than the job claimed, or
-// an output the job did not write is the job's.
-package jobdata
+package runtime
 
 import (
 	"context"
@@ -28,7 +20,14 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
-// Mover fetches and uploads; its zero value has the defaults.
+// Mover moves a job's files: it fetches each input through its URL exactly
+// as given (a presigned URL normalised is a URL whose signature no longer
+// matches) into the job's inputs directory, and uploads each output by PUT
+// after the job exited, hashing every byte as it goes. Whose fault a
+// failure is: storage that cannot be reached, a 5xx that outlasts the
+// retries, or a full disk is the host's (the job may run elsewhere); a 403
+// or 404, an input larger than the job claimed, or an output the job did
+// not write is the job's. Its zero value has the defaults.
 type Mover struct {
 	Client *http.Client
 	// FileTimeout bounds one file's transfer, each try (default 30 min).
@@ -57,14 +56,14 @@ func (m *Mover) defaults() (*http.Client, time.Duration, int, time.Duration) {
 	return c, t, n, b
 }
 
-// Error is a failed transfer, and whose fault it is.
-type Error struct {
+// DataError is a failed transfer, and whose fault it is.
+type DataError struct {
 	What     string // "input a.csv", "output /outputs/r.txt"
 	JobFault bool
 	Detail   string
 }
 
-func (e *Error) Error() string { return e.What + ": " + e.Detail }
+func (e *DataError) Error() string { return e.What + ": " + e.Detail }
 
 // copyBuffer is what one read and write of a transfer moves.
 const copyBuffer = 1 << 20
@@ -93,11 +92,11 @@ func (m *Mover) Fetch(ctx context.Context, ins []runnerapi.LeaseInput, dir strin
 func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path string, budget *Budget) (runnerapi.InputRecord, error) {
 	what := "input " + in.Name
 	if in.URL == "" {
-		return runnerapi.InputRecord{}, &Error{What: what, Detail: "the lease carries no URL for it (the server could not presign it)"}
+		return runnerapi.InputRecord{}, &DataError{What: what, Detail: "the lease carries no URL for it (the server could not presign it)"}
 	}
 	req, err := exactRequest(ctx, http.MethodGet, in.URL, nil)
 	if err != nil {
-		return runnerapi.InputRecord{}, &Error{What: what, JobFault: true, Detail: err.Error()}
+		return runnerapi.InputRecord{}, &DataError{What: what, JobFault: true, Detail: err.Error()}
 	}
 	var rec runnerapi.InputRecord
 	err = m.try(ctx, what, func(ctx context.Context) (bool, error) {
@@ -108,14 +107,14 @@ func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path stri
 		defer f.Close()
 		resp, err := m.client().Do(req.Clone(ctx))
 		if err != nil {
-			return true, &Error{What: what, Detail: "storage unreachable: " + err.Error()}
+			return true, &DataError{What: what, Detail: "storage unreachable: " + err.Error()}
 		}
 		defer resp.Body.Close()
 		if e := statusErr(what, "GET", resp); e != nil {
 			return !e.JobFault, e
 		}
 		if budget.Left >= 0 && resp.ContentLength > budget.Left {
-			return false, &Error{What: what, JobFault: true, Detail: fmt.Sprintf("%d bytes, more than the %d the job's claim has left", resp.ContentLength, budget.Left)}
+			return false, &DataError{What: what, JobFault: true, Detail: fmt.Sprintf("%d bytes, more than the %d the job's claim has left", resp.ContentLength, budget.Left)}
 		}
 		h := sha256.New()
 		body := io.Reader(resp.Body)
@@ -127,9 +126,9 @@ func (m *Mover) fetchOne(ctx context.Context, in runnerapi.LeaseInput, path stri
 		case isNoSpace(err):
 			return false, hostErr(what, err)
 		case err != nil:
-			return true, &Error{What: what, Detail: "reading it: " + err.Error()}
+			return true, &DataError{What: what, Detail: "reading it: " + err.Error()}
 		case budget.Left >= 0 && n > budget.Left:
-			return false, &Error{What: what, JobFault: true, Detail: fmt.Sprintf("more than the %d bytes the job's claim has left", budget.Left)}
+			return false, &DataError{What: what, JobFault: true, Detail: fmt.Sprintf("more than the %d bytes the job's claim has left", budget.Left)}
 		}
 		// Not synced: an input lost with the host is fetched again by the
 		// attempt that runs instead.
@@ -170,14 +169,14 @@ func (m *Mover) uploadOne(ctx context.Context, o runnerapi.LeaseOutput, root str
 	what := "output " + o.Path
 	rel, ok := strings.CutPrefix(o.Path, runnerapi.OutputsDir+"/")
 	if !ok || o.URL == "" {
-		return runnerapi.OutputRecord{}, &Error{What: what, Detail: "the lease carries no URL or path for it"}
+		return runnerapi.OutputRecord{}, &DataError{What: what, Detail: "the lease carries no URL or path for it"}
 	}
 	path := filepath.Join(root, filepath.FromSlash(rel))
 	var rec runnerapi.OutputRecord
 	err := m.try(ctx, what, func(ctx context.Context) (bool, error) {
 		f, err := openRegular(path)
 		if err != nil {
-			return false, &Error{What: what, JobFault: true, Detail: err.Error()}
+			return false, &DataError{What: what, JobFault: true, Detail: err.Error()}
 		}
 		defer f.Close()
 		st, err := f.Stat()
@@ -185,17 +184,17 @@ func (m *Mover) uploadOne(ctx context.Context, o runnerapi.LeaseOutput, root str
 			return false, hostErr(what, err)
 		}
 		if budget.Left >= 0 && st.Size() > budget.Left {
-			return false, &Error{What: what, JobFault: true, Detail: fmt.Sprintf("%d bytes, more than the %d the job's claim has left", st.Size(), budget.Left)}
+			return false, &DataError{What: what, JobFault: true, Detail: fmt.Sprintf("%d bytes, more than the %d the job's claim has left", st.Size(), budget.Left)}
 		}
 		sum, md := sha256.New(), md5.New()
 		req, err := exactRequest(ctx, http.MethodPut, o.URL, io.TeeReader(f, io.MultiWriter(sum, md)))
 		if err != nil {
-			return false, &Error{What: what, Detail: err.Error()}
+			return false, &DataError{What: what, Detail: err.Error()}
 		}
 		req.ContentLength = st.Size()
 		resp, err := m.client().Do(req)
 		if err != nil {
-			return true, &Error{What: what, Detail: "storage unreachable: " + err.Error()}
+			return true, &DataError{What: what, Detail: "storage unreachable: " + err.Error()}
 		}
 		defer resp.Body.Close()
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -236,7 +235,7 @@ func (m *Mover) try(ctx context.Context, what string, once func(context.Context)
 		if i > 0 {
 			select {
 			case <-ctx.Done():
-				return &Error{What: what, Detail: ctx.Err().Error()}
+				return &DataError{What: what, Detail: ctx.Err().Error()}
 			case <-time.After(backoff << (i - 1)):
 			}
 		}
@@ -248,7 +247,7 @@ func (m *Mover) try(ctx context.Context, what string, once func(context.Context)
 			return err
 		}
 	}
-	var e *Error
+	var e *DataError
 	if errors.As(err, &e) {
 		e.Detail = fmt.Sprintf("%s (%d tries)", e.Detail, tries)
 	}
@@ -285,22 +284,22 @@ func exactRequest(ctx context.Context, method, raw string, body io.Reader) (*htt
 }
 
 // statusErr is the failure an answer says, if it is one.
-func statusErr(what, method string, resp *http.Response) *Error {
+func statusErr(what, method string, resp *http.Response) *DataError {
 	switch c := resp.StatusCode; {
 	case c >= 200 && c < 300:
 		return nil
 	case c >= 500 || c == http.StatusTooManyRequests || c == http.StatusRequestTimeout:
-		return &Error{What: what, Detail: fmt.Sprintf("%s: the storage answered %s", method, resp.Status)}
+		return &DataError{What: what, Detail: fmt.Sprintf("%s: the storage answered %s", method, resp.Status)}
 	default: // 403: a signature refused or expired; 404: no such object
-		return &Error{What: what, JobFault: true, Detail: fmt.Sprintf("%s: the storage answered %s", method, resp.Status)}
+		return &DataError{What: what, JobFault: true, Detail: fmt.Sprintf("%s: the storage answered %s", method, resp.Status)}
 	}
 }
 
-func hostErr(what string, err error) *Error {
+func hostErr(what string, err error) *DataError {
 	if isNoSpace(err) {
-		return &Error{What: what, Detail: "this host's disk is full: " + err.Error()}
+		return &DataError{What: what, Detail: "this host's disk is full: " + err.Error()}
 	}
-	return &Error{What: what, Detail: err.Error()}
+	return &DataError{What: what, Detail: err.Error()}
 }
 
 func isNoSpace(err error) bool {

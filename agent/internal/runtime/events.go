@@ -1,4 +1,4 @@
-package jobrun
+package runtime
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 
 	"github.com/containers/podman/v5/pkg/bindings/system"
 	"github.com/containers/podman/v5/pkg/domain/entities/types"
-
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 )
 
 // A job container's events the agent follows.
@@ -33,7 +31,7 @@ type ContainerEvent struct {
 // to fn until ctx ends (nil) or the stream does (an error): the caller
 // reconnects, and reads the state of what it follows, since events in
 // between are not replayed.
-func (r *Runtime) ContainerEvents(ctx context.Context, fn func(ContainerEvent)) error {
+func (r *Local) ContainerEvents(ctx context.Context, fn func(ContainerEvent)) error {
 	c, err := r.api.with(ctx)
 	if err != nil {
 		return err
@@ -69,11 +67,11 @@ func (r *Runtime) ContainerEvents(ctx context.Context, fn func(ContainerEvent)) 
 func jobEvent(e types.Event) (ContainerEvent, bool) {
 	a := e.Actor.Attributes
 	name := a["name"]
-	if !strings.HasPrefix(name, jobunit.UnitPrefix) || a[jobunit.LabelLease] == "" {
+	if !strings.HasPrefix(name, UnitPrefix) || a[LabelLease] == "" {
 		return ContainerEvent{}, false
 	}
-	ev := ContainerEvent{Event: string(e.Action), Container: name, LeaseID: a[jobunit.LabelLease]}
-	ev.Attempt, _ = strconv.Atoi(a[jobunit.LabelAttempt])
+	ev := ContainerEvent{Event: string(e.Action), Container: name, LeaseID: a[LabelLease]}
+	ev.Attempt, _ = strconv.Atoi(a[LabelAttempt])
 	if s, ok := a["containerExitCode"]; ok && ev.Event == EventDied {
 		if code, err := strconv.Atoi(s); err == nil {
 			ev.ExitCode = &code

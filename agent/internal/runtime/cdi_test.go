@@ -1,4 +1,4 @@
-package jobrun_test
+package runtime_test
 
 import (
 	"os"
@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 // TestCDIDevicesAreReadFromTheSpecs: nvidia-ctk's YAML and a JSON spec give
@@ -32,13 +32,13 @@ containerEdits:
 `)
 	write(run, "other.json", `{"cdiVersion": "0.3.0", "kind": "vendor.example/fpga", "devices": [{"name": "0", "containerEdits": {"env": ["A=1"]}}]}`)
 	write(run, "README", "not a spec")
-	devs, err := jobrun.CDIDevices([]string{etc, run, filepath.Join(etc, "absent")})
+	devs, err := runtime.CDIDevices([]string{etc, run, filepath.Join(etc, "absent")})
 	require.NoError(t, err)
 	require.Equal(t, []string{"nvidia.com/gpu=GPU-aaaa", "nvidia.com/gpu=all", "vendor.example/fpga=0"}, devs)
 
 	write(run, "broken.yaml", "kind: [")
 	write(run, "kindless.yaml", "devices: [{name: x}]")
-	devs, err = jobrun.CDIDevices([]string{etc, run})
+	devs, err = runtime.CDIDevices([]string{etc, run})
 	require.ErrorContains(t, err, "broken.yaml: ")
 	require.ErrorContains(t, err, `kindless.yaml: kind "" is not vendor/class`)
 	require.Equal(t, []string{"nvidia.com/gpu=GPU-aaaa", "nvidia.com/gpu=all", "vendor.example/fpga=0"}, devs, "the good specs still count")

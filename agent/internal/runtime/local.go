@@ -1,13 +1,4 @@
-// Package jobrun runs leases as transient units of the runmesh user's
-// systemd manager, over D-Bus. A unit outlives the agent that started it:
-// a restarted agent finds its jobs again with Survivors and keeps
-// following them by name.
-//
-// What else the agent asks podman while it runs (pulls, image inspects, the
-// survivor check's container list, the events that say a job's container
-// died) goes through podman's bindings to the user's podman service; the
-// job's own process is its unit's `podman run`.
-package jobrun
+package runtime
 
 import (
 	"context"
@@ -20,21 +11,23 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"github.com/godbus/dbus/v5"
-
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 )
 
-// Runtime starts and follows job units.
-type Runtime struct {
+// Local is this host's System: the runmesh user's systemd manager, over
+// D-Bus, which runs each job as a transient unit, and the user's podman
+// service, which the agent asks the rest. A unit outlives the agent that
+// started it: a restarted agent finds its jobs again with Survivors and
+// keeps following them by name.
+type Local struct {
 	conn *sddbus.Conn
-	host jobunit.Host
+	host Host
 	api  *podmanAPI
 }
 
 // Connect reaches the user manager of the user the agent runs as
 // (XDG_RUNTIME_DIR and DBUS_SESSION_BUS_ADDRESS must name it) and the
 // user's podman service at socket.
-func Connect(ctx context.Context, host jobunit.Host, socket string) (*Runtime, error) {
+func Connect(ctx context.Context, host Host, socket string) (*Local, error) {
 	api := newPodmanAPI(socket)
 	if _, err := api.with(ctx); err != nil {
 		return nil, err
@@ -49,19 +42,19 @@ func Connect(ctx context.Context, host jobunit.Host, socket string) (*Runtime, e
 			return nil, err
 		}
 	}
-	return &Runtime{conn: conn, host: host, api: api}, nil
+	return &Local{conn: conn, host: host, api: api}, nil
 }
 
 // Host is what the runtime renders units for.
-func (r *Runtime) Host() jobunit.Host { return r.host }
+func (r *Local) Host() Host { return r.host }
 
 // Close drops the D-Bus connection; the units go on.
-func (r *Runtime) Close() { r.conn.Close() }
+func (r *Local) Close() { r.conn.Close() }
 
 // Start renders job and starts its unit. It returns once systemd has
 // started it: the container is created and conmon said READY. The unit
 // says where its output goes (LogPath).
-func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, error) {
+func (r *Local) Start(ctx context.Context, job Spec) (Unit, error) {
 	host := r.host
 	if len(job.GPUs) > 0 {
 		// Read at each start: the specs are written when the driver
@@ -69,10 +62,10 @@ func (r *Runtime) Start(ctx context.Context, job jobunit.Job) (jobunit.Unit, err
 		var skipped error
 		host.CDIDevices, skipped = CDIDevices(CDISpecDirs)
 		if skipped != nil && !hasAll(host.CDIDevices, job.GPUs) {
-			return jobunit.Unit{}, fmt.Errorf("%w: %v", jobunit.ErrUnrunnable, skipped)
+			return Unit{}, fmt.Errorf("%w: %v", ErrUnrunnable, skipped)
 		}
 	}
-	u, err := jobunit.Render(host, job)
+	u, err := Render(host, job)
 	if err != nil {
 		return u, err
 	}
@@ -136,7 +129,7 @@ type Status struct {
 // Status reads a unit's state. The worker asks every second of every job,
 // so a running unit costs two small calls (its states, its memory); only an
 // ended one has all its properties read, for how it ended.
-func (r *Runtime) Status(ctx context.Context, unit string) (Status, error) {
+func (r *Local) Status(ctx context.Context, unit string) (Status, error) {
 	units, err := r.conn.ListUnitsByNamesContext(ctx, []string{unit})
 	if err != nil {
 		return Status{}, err
@@ -198,7 +191,7 @@ var ErrNoUnit = errors.New("no such job unit")
 
 // Stop stops a unit (cancellation, or a survivor the server does not
 // want): podman stop gives the payload 10 s, then the unit is gone.
-func (r *Runtime) Stop(ctx context.Context, unit string) error {
+func (r *Local) Stop(ctx context.Context, unit string) error {
 	done := make(chan string, 1)
 	if _, err := r.conn.StopUnitContext(ctx, unit, "replace", done); err != nil {
 		return fmt.Errorf("stop %s: %w", unit, err)
@@ -214,7 +207,7 @@ func (r *Runtime) Stop(ctx context.Context, unit string) error {
 // Forget lets systemd drop a unit that ended, once its result is
 // reported: it stops the (active, exited) unit, which runs its cleanup,
 // and clears a failed one. A unit already gone is not an error.
-func (r *Runtime) Forget(ctx context.Context, unit string) error {
+func (r *Local) Forget(ctx context.Context, unit string) error {
 	if err := r.Stop(ctx, unit); err != nil && !isDBusError(err, "org.freedesktop.systemd1.NoSuchUnit") {
 		return err
 	}
@@ -244,8 +237,8 @@ type Survivor struct {
 
 // Survivors lists the job units the user's manager holds, running or
 // ended and not yet forgotten.
-func (r *Runtime) Survivors(ctx context.Context) ([]Survivor, error) {
-	units, err := r.conn.ListUnitsByPatternsContext(ctx, nil, []string{jobunit.UnitPrefix + "*.service"})
+func (r *Local) Survivors(ctx context.Context) ([]Survivor, error) {
+	units, err := r.conn.ListUnitsByPatternsContext(ctx, nil, []string{UnitPrefix + "*.service"})
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +255,7 @@ func (r *Runtime) Survivors(ctx context.Context) ([]Survivor, error) {
 
 // ParseUnitName reads the lease and attempt back from a job unit's name.
 func ParseUnitName(name string) (lease string, attempt int, ok bool) {
-	rest, found := strings.CutPrefix(name, jobunit.UnitPrefix)
+	rest, found := strings.CutPrefix(name, UnitPrefix)
 	if !found {
 		return "", 0, false
 	}

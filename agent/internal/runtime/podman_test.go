@@ -1,4 +1,4 @@
-package jobrun_test
+package runtime_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 // The calls the agent makes to podman's service, against the sandbox's
 // podman (Debian 12's 4.3): image inspect, the container list by label,
 // removal, and the events that say a job's container died.
 func TestThePodmanAPI(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -26,17 +26,17 @@ func TestThePodmanAPI(t *testing.T) {
 		t.Fatalf("EnsureImage of a local image: %q, %v", digest, err)
 	}
 	_, err = r.EnsureImage(ctx, "localhost/absent:latest", nil)
-	var ie *jobrun.ImageError
+	var ie *runtime.ImageError
 	if !errors.As(err, &ie) || ie.JobFault {
 		t.Fatalf("EnsureImage of an image this host lacks: %v, want the host's fault", err)
 	}
 	t.Logf("pull of localhost/absent: %v", err)
 
 	var mu sync.Mutex
-	var events []jobrun.ContainerEvent
+	var events []runtime.ContainerEvent
 	streamed := make(chan error, 1)
 	go func() {
-		streamed <- r.ContainerEvents(ctx, func(e jobrun.ContainerEvent) {
+		streamed <- r.ContainerEvents(ctx, func(e runtime.ContainerEvent) {
 			mu.Lock()
 			events = append(events, e)
 			mu.Unlock()
@@ -45,7 +45,7 @@ func TestThePodmanAPI(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the stream is open before the job starts
 
 	// A running job's container is listed by its label.
-	sleeper := job("sleep", "300")
+	sleeper := jobSpec("sleep", "300")
 	su, err := r.Start(ctx, sleeper)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestThePodmanAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *jobrun.Container
+	var found *runtime.Container
 	for i, c := range list {
 		if c.LeaseID == sleeper.LeaseID {
 			found = &list[i]
@@ -66,17 +66,17 @@ func TestThePodmanAPI(t *testing.T) {
 	}
 
 	// A job that exits is said to have died, with its exit code.
-	exiter := job("sh", "-c", "exit 7")
+	exiter := jobSpec("sh", "-c", "exit 7")
 	eu, err := r.Start(ctx, exiter)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Forget(context.Background(), eu.Name)
-	died := func(lease string) *jobrun.ContainerEvent {
+	died := func(lease string) *runtime.ContainerEvent {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range events {
-			if e.LeaseID == lease && e.Event == jobrun.EventDied {
+			if e.LeaseID == lease && e.Event == runtime.EventDied {
 				return &e
 			}
 		}
@@ -119,12 +119,12 @@ func TestThePodmanAPI(t *testing.T) {
 }
 
 // A job's data directories: its inputs read-only at /inputs, its outputs
-// writable at /outputs (as the worker makes them: 0777 inside the runmesh
+// writable at /outputs (as a job's are made: 0777 inside the runmesh
 // user's own directory).
 func TestDataDirectoriesAreMounted(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
-	j := job("sh", "-c", "cat /inputs/a.txt > /outputs/b.txt && ! touch /inputs/x 2>/dev/null")
+	j := jobSpec("sh", "-c", "cat /inputs/a.txt > /outputs/b.txt && ! touch /inputs/x 2>/dev/null")
 	j.Inputs, j.Outputs = true, true
 	p := r.Host().Paths(j.LeaseID, j.Attempt)
 	defer os.RemoveAll(p.Data)

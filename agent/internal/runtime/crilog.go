@@ -1,4 +1,4 @@
-package jobunit
+package runtime
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package jobrun
+package runtime
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func (e *APIError) Error() string {
 func (e *APIError) Unwrap() error { return e.Err }
 
 // Ping reaches the service, starting it through its socket.
-func (r *Runtime) Ping(ctx context.Context) error {
+func (r *Local) Ping(ctx context.Context) error {
 	_, err := r.api.with(ctx)
 	return err
 }

@@ -1,4 +1,4 @@
-package jobrun
+package runtime
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/errorhandling"
 
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -63,7 +62,7 @@ const pullTimeout = 10 * time.Minute
 // EnsureImage makes the image local, pulling it when it is not, and
 // returns its digest, which the result reports. The pull's progress goes
 // to progress, a line at a time.
-func (r *Runtime) EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error) {
+func (r *Local) EnsureImage(ctx context.Context, image string, progress io.Writer) (string, error) {
 	digest, err := r.imageDigest(ctx, image)
 	if err == nil {
 		return digest, nil
@@ -83,7 +82,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, image string, progress io.Wri
 	return r.imageDigest(ctx, image)
 }
 
-func (r *Runtime) pull(ctx context.Context, image string, progress io.Writer) error {
+func (r *Local) pull(ctx context.Context, image string, progress io.Writer) error {
 	c, err := r.api.with(ctx)
 	if err != nil {
 		return err
@@ -97,7 +96,7 @@ func (r *Runtime) pull(ctx context.Context, image string, progress io.Writer) er
 	return err
 }
 
-func (r *Runtime) imageDigest(ctx context.Context, image string) (string, error) {
+func (r *Local) imageDigest(ctx context.Context, image string) (string, error) {
 	c, err := r.api.with(ctx)
 	if err != nil {
 		return "", err
@@ -178,23 +177,23 @@ type Container struct {
 }
 
 // Containers lists the containers labelled with a lease, running or not.
-func (r *Runtime) Containers(ctx context.Context) ([]Container, error) {
+func (r *Local) Containers(ctx context.Context) ([]Container, error) {
 	c, err := r.api.with(ctx)
 	if err != nil {
 		return nil, err
 	}
 	list, err := containers.List(c, new(containers.ListOptions).WithAll(true).
-		WithFilters(map[string][]string{"label": {jobunit.LabelLease}}))
+		WithFilters(map[string][]string{"label": {LabelLease}}))
 	if err != nil {
 		return nil, fmt.Errorf("podman's container list: %w", err)
 	}
 	var cs []Container
 	for _, p := range list {
-		c := Container{State: p.State, LeaseID: p.Labels[jobunit.LabelLease]}
+		c := Container{State: p.State, LeaseID: p.Labels[LabelLease]}
 		if len(p.Names) > 0 {
 			c.Name = p.Names[0]
 		}
-		c.Attempt, _ = strconv.Atoi(p.Labels[jobunit.LabelAttempt])
+		c.Attempt, _ = strconv.Atoi(p.Labels[LabelAttempt])
 		cs = append(cs, c)
 	}
 	return cs, nil
@@ -202,7 +201,7 @@ func (r *Runtime) Containers(ctx context.Context) ([]Container, error) {
 
 // RemoveContainer stops and removes a container that has no unit the
 // agent follows; one already gone is not an error.
-func (r *Runtime) RemoveContainer(ctx context.Context, name string) error {
+func (r *Local) RemoveContainer(ctx context.Context, name string) error {
 	c, err := r.api.with(ctx)
 	if err != nil {
 		return err

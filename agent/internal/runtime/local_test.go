@@ -1,4 +1,4 @@
-package jobrun_test
+package runtime_test
 
 import (
 	"context"
@@ -11,19 +11,18 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/runmesh/runmesh/agent/internal/jobrun"
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 func TestParseUnitName(t *testing.T) {
 	t.Parallel()
 	lease := "0b5c3c1e-6f0e-4a51-9d7a-3f1f2f0c9a10"
-	got, attempt, ok := jobrun.ParseUnitName("runmesh-job-" + lease + "-12.service")
+	got, attempt, ok := runtime.ParseUnitName("runmesh-job-" + lease + "-12.service")
 	if !ok || got != lease || attempt != 12 {
 		t.Fatalf("got %q %d %v", got, attempt, ok)
 	}
 	for _, bad := range []string{"runmesh-job-" + lease + ".service", "runmesh-job-x-0.service", "other-" + lease + "-1.service", "runmesh-job-" + lease + "-1.scope", "runmesh-job--1.service"} {
-		if _, _, ok := jobrun.ParseUnitName(bad); ok {
+		if _, _, ok := runtime.ParseUnitName(bad); ok {
 			t.Errorf("%s parsed", bad)
 		}
 	}
@@ -31,19 +30,19 @@ func TestParseUnitName(t *testing.T) {
 
 // The tests below need the runmesh user's systemd manager and rootless
 // podman: they run inside agent/sandbox (make test-e2e).
-func runtime(t *testing.T) *jobrun.Runtime {
+func local(t *testing.T) *runtime.Local {
 	t.Helper()
 	if os.Getenv("RUNMESH_SANDBOX") == "" {
 		t.Skip("runs inside agent/sandbox (make test-e2e)")
 	}
 	ctx := context.Background()
-	facts, err := jobunit.ProbePodman(ctx, "/usr/bin/podman")
+	facts, err := runtime.ProbePodman(ctx, "/usr/bin/podman")
 	if err != nil {
 		t.Fatal(err)
 	}
-	host := jobunit.NewHost("/usr/bin/podman", facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "logs"))
+	host := runtime.NewHost("/usr/bin/podman", facts, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "runmesh"), filepath.Join(os.Getenv("HOME"), "logs"))
 	host.DataDir = filepath.Join(os.Getenv("HOME"), "data")
-	r, err := jobrun.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
+	r, err := runtime.Connect(ctx, host, filepath.Join(os.Getenv("XDG_RUNTIME_DIR"), "podman", "podman.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,12 +50,12 @@ func runtime(t *testing.T) *jobrun.Runtime {
 	return r
 }
 
-func job(cmd ...string) jobunit.Job {
+func jobSpec(cmd ...string) runtime.Spec {
 	id := uuid.NewString()
-	return jobunit.Job{JobID: id, LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Command: cmd, Cores: 1, WallClockSeconds: 120}
+	return runtime.Spec{JobID: id, LeaseID: id, Attempt: 1, Image: "localhost/busybox:latest", Command: cmd, Cores: 1, WallClockSeconds: 120}
 }
 
-func waitEnded(t *testing.T, r *jobrun.Runtime, unit string) jobrun.Status {
+func waitEnded(t *testing.T, r *runtime.Local, unit string) runtime.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -79,7 +78,7 @@ func waitEnded(t *testing.T, r *jobrun.Runtime, unit string) jobrun.Status {
 // containers lists the containers podman has for a lease, running or not.
 func containers(t *testing.T, lease string) string {
 	t.Helper()
-	out, err := exec.Command("podman", "ps", "-a", "-q", "--filter", "label="+jobunit.LabelLease+"="+lease).CombinedOutput()
+	out, err := exec.Command("podman", "ps", "-a", "-q", "--filter", "label="+runtime.LabelLease+"="+lease).CombinedOutput()
 	if err != nil {
 		t.Fatalf("podman ps: %v: %s", err, out)
 	}
@@ -87,12 +86,12 @@ func containers(t *testing.T, lease string) string {
 }
 
 func TestAJobEndsWithItsExitCode(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
 	// The environment reaches the container through its file, and
 	// ${API_KEY} as one word is what systemd would expand from its own
 	// environment if the unit did not escape it.
-	j := job("sh", "-c", "echo hello; test ${API_KEY} = s3cret-value && exit 3; exit 1")
+	j := jobSpec("sh", "-c", "echo hello; test ${API_KEY} = s3cret-value && exit 3; exit 1")
 	j.Env = map[string]string{"API_KEY": "s3cret-value"}
 	u, err := r.Start(ctx, j)
 	if err != nil {
@@ -108,7 +107,7 @@ func TestAJobEndsWithItsExitCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _, err := jobunit.ReadOutput(raw); err != nil || string(out) != "hello\n" {
+	if out, _, err := runtime.ReadOutput(raw); err != nil || string(out) != "hello\n" {
 		t.Fatalf("output %q (%v), want hello", out, err)
 	}
 	if c := containers(t, j.LeaseID); c != "" {
@@ -128,9 +127,9 @@ func TestAJobEndsWithItsExitCode(t *testing.T) {
 }
 
 func TestStopEndsAJobAndItsContainer(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
-	j := job("sleep", "300")
+	j := jobSpec("sleep", "300")
 	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
@@ -158,9 +157,9 @@ func TestStopEndsAJobAndItsContainer(t *testing.T) {
 }
 
 func TestTheWallClockStopsAJob(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
-	j := job("sleep", "300")
+	j := jobSpec("sleep", "300")
 	j.WallClockSeconds = 2
 	u, err := r.Start(ctx, j)
 	if err != nil {
@@ -182,9 +181,9 @@ func TestTheWallClockStopsAJob(t *testing.T) {
 }
 
 func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
-	first := runtime(t)
+	first := local(t)
 	ctx := context.Background()
-	j := job("sleep", "300")
+	j := jobSpec("sleep", "300")
 	u, err := first.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
@@ -192,12 +191,12 @@ func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
 	unit := u.Name
 	first.Close() // the agent goes away
 
-	again := runtime(t)
+	again := local(t)
 	survivors, err := again.Survivors(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var found *jobrun.Survivor
+	var found *runtime.Survivor
 	for i := range survivors {
 		if survivors[i].Unit == unit {
 			found = &survivors[i]
@@ -218,9 +217,9 @@ func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
 }
 
 func TestASucceededJobKeepsItsResultUntilForgotten(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
-	j := job("true")
+	j := jobSpec("true")
 	u, err := r.Start(ctx, j)
 	if err != nil {
 		t.Fatal(err)
@@ -256,9 +255,9 @@ func TestASucceededJobKeepsItsResultUntilForgotten(t *testing.T) {
 }
 
 func TestAMissingImageIsAFailedStartNotAnExitCode(t *testing.T) {
-	r := runtime(t)
+	r := local(t)
 	ctx := context.Background()
-	j := job("true")
+	j := jobSpec("true")
 	j.Image = "localhost/not-there:latest"
 	u, err := r.Start(ctx, j)
 	if err == nil {

@@ -1,10 +1,4 @@
-// Package jobunit turns a lease into what systemd and Podman are given: the
-// properties of a transient unit in the runmesh user's manager and the
-// `podman run` command line it starts. Rendering is a pure function of the
-// lease and the host's facts, so every choice it makes is checked by golden
-// files without a systemd or a Podman; starting the unit is the runtime's
-// job.
-package jobunit
+package runtime
 
 import (
 	"errors"
@@ -91,8 +85,8 @@ func (h Host) Paths(leaseID string, attempt int) Paths {
 	return p
 }
 
-// Job is one lease to run.
-type Job struct {
+// Spec is what to run: one attempt of a lease.
+type Spec struct {
 	JobID   string
 	LeaseID string
 	Attempt int
@@ -159,8 +153,12 @@ const (
 	stopGrace    = 10 // seconds podman stop waits before SIGKILL
 )
 
-// Render builds the unit for job on host.
-func Render(h Host, j Job) (Unit, error) {
+// Render builds the unit for job on host: the properties of a transient
+// unit in the runmesh user's manager and the `podman run` command line it
+// starts. It is a pure function of the job and the host's facts, so every
+// choice it makes is checked by golden files without a systemd or a
+// Podman.
+func Render(h Host, j Spec) (Unit, error) {
 	if err := check(h, j); err != nil {
 		return Unit{}, err
 	}
@@ -184,7 +182,7 @@ func Render(h Host, j Job) (Unit, error) {
 }
 
 // check refuses a host Render cannot trust and a job no host could run.
-func check(h Host, j Job) error {
+func check(h Host, j Spec) error {
 	if !strings.HasPrefix(h.Podman, "/") {
 		return fmt.Errorf("podman path %q is not absolute", h.Podman)
 	}
@@ -218,7 +216,7 @@ func check(h Host, j Job) error {
 
 // podmanRun is the `podman run` command line the unit starts: the job's
 // labels, files, isolation and limits, its GPUs, then its image and command.
-func podmanRun(h Host, j Job, p Paths) ([]string, error) {
+func podmanRun(h Host, j Spec, p Paths) ([]string, error) {
 	// --init: a payload that is PID 1 gets no default signal actions, so
 	// without an init a plain `sleep` ignores podman stop's SIGTERM and a
 	// cancel always waits out the grace period; catatonit forwards the
@@ -290,7 +288,7 @@ func podmanRun(h Host, j Job, p Paths) ([]string, error) {
 
 // properties are the transient unit's: how systemd follows podman, starts
 // run, stops and cleans up after the container, and bounds its run time.
-func properties(h Host, j Job, p Paths, run []string) []Property {
+func properties(h Host, j Spec, p Paths, run []string) []Property {
 	props := []Property{
 		{"Description", fmt.Sprintf("runmesh job %s attempt %d", j.JobID, j.Attempt)},
 		{"Type", "notify"},

@@ -1,4 +1,4 @@
-package jobunit_test
+package runtime_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runmesh/runmesh/agent/internal/jobunit"
+	"github.com/runmesh/runmesh/agent/internal/runtime"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -21,8 +21,8 @@ const (
 	gpu1    = "GPU-7b4b5b9f-7777-8888-9999-000011112222"
 )
 
-func job() jobunit.Job {
-	return jobunit.Job{
+func spec() runtime.Spec {
+	return runtime.Spec{
 		JobID: leaseID, LeaseID: leaseID, Attempt: 2, Image: "localhost/busybox:latest",
 		Command: []string{"sh", "-c", "echo hello ${MODE} $$; exit 3"},
 		Env:     map[string]string{"API_KEY": "s3cret-value", "MODE": "train"},
@@ -30,14 +30,14 @@ func job() jobunit.Job {
 	}
 }
 
-func v1Host() jobunit.Host {
-	facts := jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}
-	return jobunit.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh", "/var/lib/runmesh-agent/logs")
+func v1Host() runtime.Host {
+	facts := runtime.PodmanFacts{CgroupVersion: "v1", Rootless: true}
+	return runtime.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh", "/var/lib/runmesh-agent/logs")
 }
 
-func v2Host(controllers ...string) jobunit.Host {
-	facts := jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers, Network: "pasta"}
-	h := jobunit.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh/", "/var/lib/runmesh-agent/logs")
+func v2Host(controllers ...string) runtime.Host {
+	facts := runtime.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: controllers, Network: "pasta"}
+	h := runtime.NewHost("/usr/bin/podman", facts, "/run/user/990/runmesh/", "/var/lib/runmesh-agent/logs")
 	h.CDIDevices = []string{"nvidia.com/gpu=0", "nvidia.com/gpu=" + gpu0, "nvidia.com/gpu=" + gpu1}
 	return h
 }
@@ -45,27 +45,27 @@ func v2Host(controllers ...string) jobunit.Host {
 func TestRenderGolden(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		host jobunit.Host
-		job  func(*jobunit.Job)
+		host runtime.Host
+		job  func(*runtime.Spec)
 	}{
 		// This host's case: rootless on cgroup v1 enforces nothing, so no
 		// limit flags are passed for podman to ignore.
 		"cgroup-v1-rootless": {v1Host(), nil},
-		"cgroup-v2-gpus-network": {v2Host("cpu", "memory", "pids", "io"), func(j *jobunit.Job) {
+		"cgroup-v2-gpus-network": {v2Host("cpu", "memory", "pids", "io"), func(j *runtime.Spec) {
 			j.GPUs, j.Network, j.Env, j.Attempt = []string{gpu1, gpu0}, true, nil, 1
 			j.WorkingDir, j.ScratchMiB = "/work/run 1", 1024
 		}},
-		"cgroup-v2-memory-only": {v2Host("memory"), func(j *jobunit.Job) { j.WallClockSeconds = 0; j.Command = nil }},
+		"cgroup-v2-memory-only": {v2Host("memory"), func(j *runtime.Spec) { j.WallClockSeconds = 0; j.Command = nil }},
 		// Inputs read-only at /inputs, outputs at /outputs.
-		"cgroup-v1-data": {withData(v1Host()), func(j *jobunit.Job) { j.Inputs, j.Outputs = true, true }},
+		"cgroup-v1-data": {withData(v1Host()), func(j *runtime.Spec) { j.Inputs, j.Outputs = true, true }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			j := job()
+			j := spec()
 			if c.job != nil {
 				c.job(&j)
 			}
-			u, err := jobunit.Render(c.host, j)
+			u, err := runtime.Render(c.host, j)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestRenderGolden(t *testing.T) {
 			}
 			want, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("%v (go test ./agent/internal/jobunit -update writes it)", err)
+				t.Fatalf("%v (go test ./agent/internal/runtime -run TestRenderGolden -update writes it)", err)
 			}
 			if got != string(want) {
 				t.Fatalf("%s differs from the rendering:\n%s", path, got)
@@ -88,7 +88,7 @@ func TestRenderGolden(t *testing.T) {
 }
 
 // describe prints a unit the way a reviewer reads one.
-func describe(h jobunit.Host, u jobunit.Unit) string {
+func describe(h runtime.Host, u runtime.Unit) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# enforcement: memory=%v cpu=%v pids=%v", h.Enforce.Memory, h.Enforce.CPU, h.Enforce.Pids)
 	if h.Enforce.Reason != "" {
@@ -97,7 +97,7 @@ func describe(h jobunit.Host, u jobunit.Unit) string {
 	fmt.Fprintf(&b, "\nunit %s\ncontainer %s\n", u.Name, u.Container())
 	for _, p := range u.Properties {
 		switch v := p.Value.(type) {
-		case []jobunit.Exec:
+		case []runtime.Exec:
 			for _, e := range v {
 				fmt.Fprintf(&b, "%s=%s\n", p.Name, argv(e.Argv))
 			}
@@ -124,7 +124,7 @@ func argv(a []string) string {
 
 func TestEnvValuesNeverReachTheUnit(t *testing.T) {
 	t.Parallel()
-	u, err := jobunit.Render(v1Host(), job())
+	u, err := runtime.Render(v1Host(), spec())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestEnvValuesNeverReachTheUnit(t *testing.T) {
 	}
 }
 
-func withData(h jobunit.Host) jobunit.Host {
+func withData(h runtime.Host) runtime.Host {
 	h.DataDir = "/var/lib/runmesh-agent/work/data"
 	return h
 }
@@ -146,10 +146,10 @@ func withData(h jobunit.Host) jobunit.Host {
 // A job with data needs a data directory podman can name in a --mount.
 func TestRenderRefusesDataWithoutADataDirectory(t *testing.T) {
 	t.Parallel()
-	j := job()
+	j := spec()
 	j.Inputs = true
-	for _, h := range []jobunit.Host{v1Host(), func() jobunit.Host { h := v1Host(); h.DataDir = "/srv/a,b"; return h }()} {
-		if _, err := jobunit.Render(h, j); !errors.Is(err, jobunit.ErrUnrunnable) {
+	for _, h := range []runtime.Host{v1Host(), func() runtime.Host { h := v1Host(); h.DataDir = "/srv/a,b"; return h }()} {
+		if _, err := runtime.Render(h, j); !errors.Is(err, runtime.ErrUnrunnable) {
 			t.Errorf("data dir %q: %v", h.DataDir, err)
 		}
 	}
@@ -158,33 +158,33 @@ func TestRenderRefusesDataWithoutADataDirectory(t *testing.T) {
 func TestRenderRefusesWhatItCannotRun(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		host jobunit.Host
-		job  func(*jobunit.Job)
+		host runtime.Host
+		job  func(*runtime.Spec)
 		want string
 	}{
-		"GPU without a CDI device":    {v1Host(), func(j *jobunit.Job) { j.GPUs = []string{gpu0} }, "GPU " + gpu0 + " has no CDI device"},
-		"env name with =":             {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"A=B": "x"} }, `environment name "A=B"`},
-		"env name prefix match":       {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"AWS*": ""} }, `environment name "AWS*"`},
-		"env value with a newline":    {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"PEM": "a\nb"} }, "the value of PEM has a line break"},
-		"env value quoted":            {v1Host(), func(j *jobunit.Job) { j.Env = map[string]string{"Q": `"x"`} }, "the value of Q starts with a quote"},
-		"image like a flag":           {v1Host(), func(j *jobunit.Job) { j.Image = "--privileged" }, `image "--privileged"`},
-		"lease id with a slash":       {v1Host(), func(j *jobunit.Job) { j.LeaseID = "../x" }, "ids must be letters"},
-		"attempt 0":                   {v1Host(), func(j *jobunit.Job) { j.Attempt = 0 }, "attempt 0"},
-		"a network on a host without": {v1Host(), func(j *jobunit.Job) { j.Network = true }, "neither pasta nor slirp4netns"},
-		"working directory relative":  {v1Host(), func(j *jobunit.Job) { j.WorkingDir = "work" }, `working directory: "work" is not a clean absolute path`},
-		"working directory with ..":   {v1Host(), func(j *jobunit.Job) { j.WorkingDir = "/a/../etc" }, "not a clean absolute path"},
-		"negative scratch":            {v1Host(), func(j *jobunit.Job) { j.ScratchMiB = -1 }, "scratch of -1 MiB"},
+		"GPU without a CDI device":    {v1Host(), func(j *runtime.Spec) { j.GPUs = []string{gpu0} }, "GPU " + gpu0 + " has no CDI device"},
+		"env name with =":             {v1Host(), func(j *runtime.Spec) { j.Env = map[string]string{"A=B": "x"} }, `environment name "A=B"`},
+		"env name prefix match":       {v1Host(), func(j *runtime.Spec) { j.Env = map[string]string{"AWS*": ""} }, `environment name "AWS*"`},
+		"env value with a newline":    {v1Host(), func(j *runtime.Spec) { j.Env = map[string]string{"PEM": "a\nb"} }, "the value of PEM has a line break"},
+		"env value quoted":            {v1Host(), func(j *runtime.Spec) { j.Env = map[string]string{"Q": `"x"`} }, "the value of Q starts with a quote"},
+		"image like a flag":           {v1Host(), func(j *runtime.Spec) { j.Image = "--privileged" }, `image "--privileged"`},
+		"lease id with a slash":       {v1Host(), func(j *runtime.Spec) { j.LeaseID = "../x" }, "ids must be letters"},
+		"attempt 0":                   {v1Host(), func(j *runtime.Spec) { j.Attempt = 0 }, "attempt 0"},
+		"a network on a host without": {v1Host(), func(j *runtime.Spec) { j.Network = true }, "neither pasta nor slirp4netns"},
+		"working directory relative":  {v1Host(), func(j *runtime.Spec) { j.WorkingDir = "work" }, `working directory: "work" is not a clean absolute path`},
+		"working directory with ..":   {v1Host(), func(j *runtime.Spec) { j.WorkingDir = "/a/../etc" }, "not a clean absolute path"},
+		"negative scratch":            {v1Host(), func(j *runtime.Spec) { j.ScratchMiB = -1 }, "scratch of -1 MiB"},
 	} {
-		j := job()
+		j := spec()
 		c.job(&j)
-		_, err := jobunit.Render(c.host, j)
-		if !errors.Is(err, jobunit.ErrUnrunnable) || !strings.Contains(err.Error(), c.want) {
+		_, err := runtime.Render(c.host, j)
+		if !errors.Is(err, runtime.ErrUnrunnable) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want ErrUnrunnable saying %q", name, err, c.want)
 		}
 	}
 	bad := v1Host()
 	bad.Podman = "podman"
-	if _, err := jobunit.Render(bad, job()); err == nil || errors.Is(err, jobunit.ErrUnrunnable) {
+	if _, err := runtime.Render(bad, spec()); err == nil || errors.Is(err, runtime.ErrUnrunnable) {
 		t.Errorf("a relative podman path is the agent's fault, not the job's: %v", err)
 	}
 }
@@ -192,17 +192,17 @@ func TestRenderRefusesWhatItCannotRun(t *testing.T) {
 func TestDetectEnforcement(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		facts  jobunit.PodmanFacts
+		facts  runtime.PodmanFacts
 		want   [3]bool
 		reason string
 	}{
-		"rootless v1":          {jobunit.PodmanFacts{CgroupVersion: "v1", Rootless: true}, [3]bool{}, "rootless Podman ignores resource limits"},
-		"rootful v1":           {jobunit.PodmanFacts{CgroupVersion: "v1"}, [3]bool{true, true, true}, ""},
-		"v2 fully delegated":   {jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"cpuset", "cpu", "io", "memory", "pids"}}, [3]bool{true, true, true}, ""},
-		"v2 default delegated": {jobunit.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"memory", "pids"}}, [3]bool{true, false, true}, "without the cpu controller"},
-		"unknown":              {jobunit.PodmanFacts{CgroupVersion: ""}, [3]bool{}, `cgroup version ""`},
+		"rootless v1":          {runtime.PodmanFacts{CgroupVersion: "v1", Rootless: true}, [3]bool{}, "rootless Podman ignores resource limits"},
+		"rootful v1":           {runtime.PodmanFacts{CgroupVersion: "v1"}, [3]bool{true, true, true}, ""},
+		"v2 fully delegated":   {runtime.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"cpuset", "cpu", "io", "memory", "pids"}}, [3]bool{true, true, true}, ""},
+		"v2 default delegated": {runtime.PodmanFacts{CgroupVersion: "v2", Rootless: true, Controllers: []string{"memory", "pids"}}, [3]bool{true, false, true}, "without the cpu controller"},
+		"unknown":              {runtime.PodmanFacts{CgroupVersion: ""}, [3]bool{}, `cgroup version ""`},
 	} {
-		e := jobunit.DetectEnforcement(c.facts)
+		e := runtime.DetectEnforcement(c.facts)
 		if got := [3]bool{e.Memory, e.CPU, e.Pids}; got != c.want || !strings.Contains(e.Reason, c.reason) || (c.reason == "") != (e.Reason == "") {
 			t.Errorf("%s: got %+v, want %v with reason %q", name, e, c.want, c.reason)
 		}
@@ -213,7 +213,7 @@ func TestDetectEnforcement(t *testing.T) {
 // type, so the signatures are checked here rather than first on a host.
 func TestDBusSignatures(t *testing.T) {
 	t.Parallel()
-	u, err := jobunit.Render(v2Host("memory", "cpu", "pids"), job())
+	u, err := runtime.Render(v2Host("memory", "cpu", "pids"), spec())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,25 +242,25 @@ func TestParsePodmanInfo(t *testing.T) {
 	// cgroup v1) as the runmesh user runs it.
 	v1 := `{"host":{"arch":"amd64","cgroupManager":"cgroupfs","cgroupVersion":"v1","cgroupControllers":[],"security":{"rootless":true},` +
 		`"slirp4netns":{"executable":"/usr/bin/slirp4netns","package":"slirp4netns_1.2.0-1_amd64"},"eventLogger":"file"},"store":{"graphDriverName":"overlay"}}`
-	f, err := jobunit.ParsePodmanInfo([]byte(v1))
+	f, err := runtime.ParsePodmanInfo([]byte(v1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Cgroup() != 1 || !f.Rootless || jobunit.DetectEnforcement(f).Memory || f.Network != "slirp4netns" || f.EventLogger != "file" {
+	if f.Cgroup() != 1 || !f.Rootless || runtime.DetectEnforcement(f).Memory || f.Network != "slirp4netns" || f.EventLogger != "file" {
 		t.Fatalf("v1 rootless read as %+v", f)
 	}
 	// podman 5 has pasta (and often slirp4netns too): pasta, its default.
 	v2 := `{"host":{"cgroupVersion":"v2","cgroupControllers":["cpu","memory","pids"],"security":{"rootless":true},` +
 		`"pasta":{"executable":"/usr/bin/pasta"},"slirp4netns":{"executable":"/usr/bin/slirp4netns"}}}`
-	f, err = jobunit.ParsePodmanInfo([]byte(v2))
+	f, err = runtime.ParsePodmanInfo([]byte(v2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := jobunit.DetectEnforcement(f); !e.Memory || !e.CPU || !e.Pids || f.Network != "pasta" {
+	if e := runtime.DetectEnforcement(f); !e.Memory || !e.CPU || !e.Pids || f.Network != "pasta" {
 		t.Fatalf("v2 with cpu, memory and pids delegated read as %+v", f)
 	}
 	for _, bad := range []string{`{}`, `not json`, `{"host":{"cgroupVersion":""}}`} {
-		if _, err := jobunit.ParsePodmanInfo([]byte(bad)); err == nil {
+		if _, err := runtime.ParsePodmanInfo([]byte(bad)); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}
@@ -268,7 +268,7 @@ func TestParsePodmanInfo(t *testing.T) {
 
 func TestProbePodmanSaysWhyItFailed(t *testing.T) {
 	t.Parallel()
-	_, err := jobunit.ProbePodman(t.Context(), "/nonexistent/podman")
+	_, err := runtime.ProbePodman(t.Context(), "/nonexistent/podman")
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/podman info") {
 		t.Fatalf("got %v", err)
 	}
@@ -281,7 +281,7 @@ func TestReadOutput(t *testing.T) {
 		"2026-11-30T13:00:00.000000003+00:00 stderr F tial line\n" +
 		"2026-11-30T13:00:00.000000004+00:00 stdout F \n" +
 		"2026-11-30T13:00:00.000000005+00:00 stdout F not yet compl"
-	out, used, err := jobunit.ReadOutput([]byte(log))
+	out, used, err := runtime.ReadOutput([]byte(log))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +291,7 @@ func TestReadOutput(t *testing.T) {
 	if used != strings.LastIndex(log, "\n")+1 {
 		t.Fatalf("used %d bytes, want up to the last complete record", used)
 	}
-	if _, _, err := jobunit.ReadOutput([]byte("garbage\n")); err == nil {
+	if _, _, err := runtime.ReadOutput([]byte("garbage\n")); err == nil {
 		t.Fatal("a line that is no record was accepted")
 	}
 }
