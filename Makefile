@@ -58,7 +58,7 @@ test: ## all tests against a throwaway PostgreSQL (started and stopped here), th
 # Every parser of untrusted input has a fuzz target (package:target). Their
 # seeds run with the tests; `make fuzz` fuzzes each for FUZZTIME (make test:
 # TEST_FUZZTIME), against a throwaway PostgreSQL where it needs one.
-FUZZ_TARGETS = ./controlplane:FuzzRunnerAPI ./graph:FuzzGraphQL ./controlplane/config:FuzzParse \
+FUZZ_TARGETS = ./controlplane:FuzzRunnerAPI ./controlplane/runnerhttp:FuzzDuplicateKey ./graph:FuzzGraphQL ./controlplane/config:FuzzParse \
 	./agent:FuzzLoadConfig ./internal/devenv:FuzzRead ./pki:FuzzParseCSR ./pki:FuzzParseCertificates ./runnerapi:FuzzParseSelector
 FUZZTIME ?= 60s
 TEST_FUZZTIME ?= 3s

@@ -10,10 +10,12 @@
 #   LOGDIR     where each run's whole output is kept (default: removed at exit)
 #
 # Each run is one whole `runmesh-bench lease` (its own PostgreSQL, runmesh and
-# River taking turns inside it). Per pair it prints new/old of runmesh's
-# jobs/s, and beside it new/old of runmesh / River as each run measured it
-# (River is the same code in both runs: it shows how much of a pair's ratio
-# is the machine's drift). The verdict is on the median of the pairs'
+# River taking turns inside it). Per run it prints runmesh's and River's
+# jobs/s (the medians of its rounds) and its ratio runmesh / River (the
+# median of its rounds' ratios, as the run prints it); per pair new/old of
+# runmesh's jobs/s, and beside it new/old of runmesh / River (River is the
+# same code in both runs: it shows how much of a pair's ratio is the
+# machine's drift). The verdict is on the median of the pairs'
 # runmesh new/old ratios. It exits 1 when that is below MIN_RATIO, 2 when a
 # build or a run fails.
 set -euo pipefail
@@ -92,15 +94,19 @@ run() {
 	got=$(awk '
 		/^submit → lease → result,/ { sub(/ jobs\/s.*/, ""); n = split($0, f, " "); ours = f[n] }
 		/^  MaxWorkers / { sub(/ jobs\/s.*/, ""); n = split($0, f, " "); river = f[n] }
+		/^ratio runmesh \/ River: / { ratio = $5 }
 		END {
 			if (ours == "") exit 1
-			if (river == "") print ours, "-", "-"; else printf "%s %s %.3f\n", ours, river, ours / river
+			if (river == "") { print ours, "-", "-"; exit }
+			# As the run printed it (the median of its rounds ratios), else the ratio of the medians.
+			if (ratio == "") ratio = sprintf("%.3f", ours / river)
+			print ours, river, ratio
 		}' "$log") || { echo "bench-turns: no jobs/s in $log" >&2; tail -20 "$log" >&2; exit 2; }
 }
 
 echo "bench-turns: $pairs pairs, each run one whole \`runmesh-bench lease${LEASEFLAGS:+ $LEASEFLAGS}\`, old first"
 printf '%-5s %-5s %12s %12s %14s\n' pair build "runmesh/s" "River/s" "runmesh/River"
-ratios=()
+ratios=() rels=()
 for i in $(seq 1 "$pairs"); do
 	run old "$i"
 	read -r o_ours o_river o_rel <<<"$got"
@@ -112,6 +118,7 @@ for i in $(seq 1 "$pairs"); do
 	rel=$(awk -v a="$n_rel" -v b="$o_rel" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.3f", a / b }')
 	echo "      pair $i: new/old $r (of runmesh / River: $rel)"
 	ratios+=("$r")
+	[ "$n_rel" = - ] || rels+=("$n_rel")
 done
 
 # The median (the mean of the middle two of an even count), min and max.
@@ -120,5 +127,9 @@ read -r med lo hi < <(printf '%s\n' "${ratios[@]}" | sort -g | awk '
 	END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; printf "%.3f %.3f %.3f\n", m, v[1], v[NR] }')
 ok=$(awk -v m="$med" -v g="$min_ratio" 'BEGIN { print (m >= g) ? "met" : "NOT met" }')
 echo "bench-lease new/old ($ref → $new_name): median $med over $pairs pairs (min $lo, max $hi; pairs ${ratios[*]}) (goal ≥ $min_ratio: $ok)"
+if [ ${#rels[@]} -gt 0 ]; then
+	printf '%s\n' "${rels[@]}" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		printf "runmesh / River of the working tree: median %.3f over its %d runs (min %.3f, max %.3f; goal ≥ 1)\n", m, NR, v[1], v[NR] }'
+fi
 [ -n "${LOGDIR:-}" ] && echo "bench-turns: each run's output is in $logdir"
 [ "$ok" = met ] || exit 1

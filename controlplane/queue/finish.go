@@ -208,8 +208,12 @@ func (b *batch) decide(idx []int, read []store.HeldJob) ([]store.Ending, map[uui
 	for _, h := range read {
 		held[h.ID] = h
 	}
-	var endings []store.Ending
-	decided := map[uuid.UUID]int{}
+	// Sized for every outcome deciding, as nearly all do: a batch of
+	// hundreds grows no slice or map on the way, and its transitions
+	// share one array.
+	endings := make([]store.Ending, 0, len(idx))
+	decided := make(map[uuid.UUID]int, len(idx))
+	transitions := make([]store.Transition, 0, len(idx))
 	for _, i := range idx {
 		o := b.outcomes[i]
 		h, ok := held[o.JobID]
@@ -220,7 +224,8 @@ func (b *batch) decide(idx []int, read []store.HeldJob) ([]store.Ending, map[uui
 		// The same attempt twice in a batch: the first ends it.
 		delete(held, o.JobID)
 		t := Decide(o, h, b.now)
-		b.transitions[i] = &t
+		transitions = append(transitions, t)
+		b.transitions[i] = &transitions[len(transitions)-1]
 		decided[o.JobID] = i
 		endings = append(endings, store.Ending{Outcome: o, Transition: t, CancelRequested: h.CancelRequested})
 	}

@@ -158,3 +158,59 @@ func TestAResultSentAgainIsRecognised(t *testing.T) {
 	require.ErrorIs(t, done[0].Err, store.ErrStaleAttempt)
 	require.ErrorIs(t, done[1].Err, store.ErrStaleAttempt)
 }
+
+// decide fences each outcome and decides it on its job as read: one for a
+// job the runner does not hold, or the same attempt a second time, is
+// stale; each decided outcome's transition is its own, in the batch's
+// order, however many share the batch.
+func TestDecideFencesAndDecidesEachOutcome(t *testing.T) {
+	t.Parallel()
+	runner := uuid.New()
+	zero, one, reason := 0, 1, "disk gone"
+	a, b, c := uuid.New(), uuid.New(), uuid.New()
+	held := func(id uuid.UUID) store.HeldJob {
+		return store.HeldJob{ID: id, State: record.JobRunning, Attempt: 1, MaxAttempts: 3, RunnerID: &runner}
+	}
+	outcomes := []record.Outcome{
+		{JobID: a, Attempt: 1, RunnerID: runner, ReturnReason: &reason, HostFault: true},
+		{JobID: c, Attempt: 1, RunnerID: runner, ExitCode: &zero}, // not held: not read
+		{JobID: a, Attempt: 1, RunnerID: runner, ExitCode: &zero}, // the same attempt again
+		{JobID: b, Attempt: 1, RunnerID: runner, ExitCode: &one},
+	}
+	bt := &batch{runnerID: runner, outcomes: outcomes, out: make([]Finished, len(outcomes)), transitions: make([]*store.Transition, len(outcomes))}
+	endings, decided := bt.decide([]int{0, 1, 2, 3}, []store.HeldJob{held(a), held(b)})
+
+	require.Len(t, endings, 2)
+	require.Equal(t, map[uuid.UUID]int{a: 0, b: 3}, decided)
+	require.Equal(t, []error{nil, store.ErrStaleAttempt, store.ErrStaleAttempt, nil},
+		[]error{bt.out[0].Err, bt.out[1].Err, bt.out[2].Err, bt.out[3].Err})
+	require.Nil(t, bt.transitions[1])
+	require.Nil(t, bt.transitions[2])
+	require.Equal(t, endings[0].Transition, *bt.transitions[0])
+	require.Equal(t, endings[1].Transition, *bt.transitions[3])
+	require.True(t, bt.transitions[0].CountsAsHostFault)
+	require.Equal(t, record.JobQueued, bt.transitions[0].State)
+	require.Equal(t, record.JobFailed, bt.transitions[3].State)
+	require.Equal(t, []bool{true, false}, bt.failures())
+}
+
+// Deciding a batch of hundreds of outcomes takes a handful of allocations
+// (its maps' and slices' own), not some for each outcome.
+func TestDecideAllocatesPerBatch(t *testing.T) {
+	runner := uuid.New()
+	zero := 0
+	allocs := func(n int) float64 {
+		outcomes := make([]record.Outcome, n)
+		read := make([]store.HeldJob, n)
+		idx := make([]int, n)
+		for i := range n {
+			id := uuid.New()
+			outcomes[i] = record.Outcome{JobID: id, Attempt: 1, RunnerID: runner, ExitCode: &zero}
+			read[i] = store.HeldJob{ID: id, State: record.JobRunning, Attempt: 1, MaxAttempts: 3, RunnerID: &runner}
+			idx[i] = i
+		}
+		bt := &batch{runnerID: runner, outcomes: outcomes, out: make([]Finished, n), transitions: make([]*store.Transition, n)}
+		return testing.AllocsPerRun(10, func() { bt.decide(idx, read) })
+	}
+	require.Less(t, allocs(512), 32.0)
+}

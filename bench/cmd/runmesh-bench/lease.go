@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -58,11 +59,45 @@ type round struct {
 	cpu  cores
 }
 
-// cores is CPU time over a run's wall time: this process's, PostgreSQL's.
-type cores struct{ self, postgres float64 }
+// cores is CPU time over a run's wall time: this process's, PostgreSQL's;
+// and what this process allocated a second (where measured).
+type cores struct {
+	self, postgres float64
+	allocs         allocRate
+}
+
+// goAllocs is what this process has allocated so far.
+type goAllocs struct{ objects, bytes uint64 }
+
+// readAllocs reads it (stopping the world for a moment).
+func readAllocs() goAllocs {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return goAllocs{m.Mallocs, m.TotalAlloc}
+}
+
+func (a goAllocs) sub(b goAllocs) goAllocs { return goAllocs{a.objects - b.objects, a.bytes - b.bytes} }
+
+// allocRate is allocations a second: objects and bytes.
+type allocRate struct{ objects, bytes float64 }
+
+func (a goAllocs) over(d time.Duration) allocRate {
+	return allocRate{float64(a.objects) / d.Seconds(), float64(a.bytes) / d.Seconds()}
+}
+
+// allocsPerJob is what this process allocated for a job in rs, objects
+// and bytes: like CPU per job, it moves little with the machine's load.
+func allocsPerJob(rs []round) string {
+	var objects, bytes float64
+	for _, r := range rs {
+		objects += r.cpu.allocs.objects / r.rate
+		bytes += r.cpu.allocs.bytes / r.rate
+	}
+	return fmt.Sprintf("%.0f objects, %.1f KB", objects/float64(len(rs)), bytes/float64(len(rs))/1000)
+}
 
 func coresOver(u cpuUse, d time.Duration) cores {
-	return cores{u.self.Seconds() / d.Seconds(), u.postgres.Seconds() / d.Seconds()}
+	return cores{self: u.self.Seconds() / d.Seconds(), postgres: u.postgres.Seconds() / d.Seconds()}
 }
 
 // median is the round with the median rate (the lower middle one of an
@@ -75,6 +110,21 @@ func medianBy[T any](xs []T, key func(T) float64) T {
 	s := slices.Clone(xs)
 	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
 	return s[(len(s)-1)/2]
+}
+
+// cpuPerJob is the CPU time a job took in rs, this process's or
+// PostgreSQL's: the rounds' CPU over their jobs. Unlike a rate it moves
+// little with what else the machine runs.
+func cpuPerJob(rs []round, postgres bool) string {
+	var sum float64
+	for _, r := range rs {
+		c := r.cpu.self
+		if postgres {
+			c = r.cpu.postgres
+		}
+		sum += c / r.rate // cores / (jobs/s) = CPU seconds a job
+	}
+	return fmt.Sprintf("%.1f µs", sum/float64(len(rs))*1e6)
 }
 
 func rates(rs []round) string {
@@ -178,34 +228,47 @@ func resetPGStats(ctx context.Context, e *benchEnv, on bool) (walStart string, e
 }
 
 // writePGStats reports what PostgreSQL did for one throughput run, per job:
-// the WAL it wrote, and the statements that took the most time (planning
-// and executing; with the CPU busy, time waiting for it is counted too).
+// the WAL it wrote, the statements it ran (transactions' BEGIN and COMMIT
+// among them) and the time they took, and the statements that took the
+// most time (planning and executing; with the CPU busy, time waiting for it
+// is counted too). Statements per job, unlike the time, do not move with
+// the machine's load.
 func writePGStats(ctx context.Context, e *benchEnv, on bool, walStart, name string, jobs int, w io.Writer) error {
 	if !on {
 		return nil
 	}
 	n := float64(jobs)
-	var wal float64
+	var wal, calls, total float64
 	if err := e.pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)`, walStart).Scan(&wal); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s: %.0f WAL bytes per job\n", name, wal/n)
+	var jitCompiled, jitTime float64
+	if err := e.pool.QueryRow(ctx, `
+		SELECT coalesce(sum(calls), 0)::float8, coalesce(sum(total_plan_time + total_exec_time), 0),
+		       coalesce(sum(jit_functions), 0)::float8,
+		       coalesce(sum(jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time), 0)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%'`).Scan(&calls, &total, &jitCompiled, &jitTime); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%s: per job %.0f WAL bytes, %.1f µs of statement time (%.1f of it compiling %.0f functions, JIT); %.1f statements per 1,000 jobs\n",
+		name, wal/n, total*1000/n, jitTime*1000/n, jitCompiled, calls*1000/n)
 	rows, err := e.pool.Query(ctx, `
-		SELECT total_plan_time, total_exec_time, plans, calls, rows, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
-		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 12`)
+		SELECT total_plan_time, total_exec_time, plans, calls, rows, wal_bytes::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 80)
+		FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' ORDER BY total_plan_time + total_exec_time DESC LIMIT 20`)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	fmt.Fprintf(w, "  %8s %8s %10s %7s %7s %7s  %s\n", "plan", "execute", "per call", "plans", "calls", "rows", "statement (µs per job, then per call)")
+	fmt.Fprintf(w, "  %7s %7s %8s %8s %9s %8s %7s  %s\n", "calls", "plans", "plan", "execute", "per call", "rows", "WAL", "statement (calls and plans per 1,000 jobs; µs and WAL bytes per job; µs and rows per call)")
 	for rows.Next() {
-		var plan, exec float64
-		var plans, calls, nrows int64
+		var plan, exec, walBytes float64
+		var plans, c, nrows int64
 		var query string
-		if err := rows.Scan(&plan, &exec, &plans, &calls, &nrows, &query); err != nil {
+		if err := rows.Scan(&plan, &exec, &plans, &c, &nrows, &walBytes, &query); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "  %8.1f %8.1f %10.0f %7d %7d %7d  %s\n", plan*1000/n, exec*1000/n, (plan+exec)*1000/float64(calls), plans, calls, nrows, query)
+		fmt.Fprintf(w, "  %7.1f %7.1f %8.1f %8.1f %9.0f %8.1f %7.0f  %s\n", float64(c)*1000/n, float64(plans)*1000/n, plan*1000/n, exec*1000/n,
+			(plan+exec)*1000/float64(c), float64(nrows)/float64(c), walBytes/n, query)
 	}
 	return rows.Err()
 }

@@ -203,8 +203,9 @@ func (r *leaseRun) ourRound() (float64, cores, error) {
 	// still waiting for work after it only wait out their long-polls.
 	var finished time.Time
 	var cpuEnd cpuUse
-	last := func() { finished, cpuEnd = time.Now(), r.sample() }
-	cpu0 := r.sample()
+	var allocsEnd goAllocs
+	last := func() { finished, cpuEnd, allocsEnd = time.Now(), r.sample(), readAllocs() }
+	allocs0, cpu0 := readAllocs(), r.sample()
 	start := time.Now()
 	var wg sync.WaitGroup
 	var firstErr atomic.Value
@@ -243,7 +244,9 @@ func (r *leaseRun) ourRound() (float64, cores, error) {
 		return 0, cores{}, err
 	}
 	elapsed := finished.Sub(start) // wg.Wait: finished was set
-	return float64(r.o.jobs) / elapsed.Seconds(), coresOver(cpuEnd.sub(cpu0), elapsed), nil
+	c := coresOver(cpuEnd.sub(cpu0), elapsed)
+	c.allocs = allocsEnd.sub(allocs0).over(elapsed)
+	return float64(r.o.jobs) / elapsed.Seconds(), c, nil
 }
 
 // work is one simulated runner's turn: a lease request and the results of
@@ -351,6 +354,8 @@ func (r *leaseRun) print(out io.Writer, lat []time.Duration, ours, river []round
 		o.jobs, o.submitters, o.batch, o.runners, o.leaseMax, reporting, m.rate)
 	fmt.Fprintf(out, "  median of %d rounds (%s); CPU: server and simulated runners %.2f cores, PostgreSQL %.2f cores\n",
 		len(ours), rates(ours), m.cpu.self, m.cpu.postgres)
+	fmt.Fprintf(out, "  CPU per job over the %d rounds: server and simulated runners %s, PostgreSQL %s; Go allocations per job: %s\n",
+		len(ours), cpuPerJob(ours, false), cpuPerJob(ours, true), allocsPerJob(ours))
 	fmt.Fprintf(out, "submit → lease with a runner already waiting (n=%d): p50 %v  p99 %v  (goals < 10ms, < 50ms: %s, %s)\n",
 		len(lat), pct(lat, 50), pct(lat, 99), verdict(pct(lat, 50) < 10*time.Millisecond), verdict(pct(lat, 99) < 50*time.Millisecond))
 	if o.skipRiver {
@@ -362,6 +367,7 @@ func (r *leaseRun) print(out io.Writer, lat []time.Duration, ours, river []round
 	fmt.Fprintf(out, "  MaxWorkers %d, FetchCooldown %v, FetchPollInterval %v: %.0f jobs/s\n", o.river.workers, o.river.cooldown, o.river.poll, rv.rate)
 	fmt.Fprintf(out, "  median of %d rounds (%s); CPU: River and this process %.2f cores, PostgreSQL %.2f cores\n",
 		len(river), rates(river), rv.cpu.self, rv.cpu.postgres)
+	fmt.Fprintf(out, "  CPU per job over the %d rounds: River and this process %s, PostgreSQL %s\n", len(river), cpuPerJob(river, false), cpuPerJob(river, true))
 	// The ratio is taken round by round, each of runmesh's rounds against
 	// River's of the same turn, run right before or after it: the machine's
 	// speed drifts within an hour, and a pair shares its moment where the

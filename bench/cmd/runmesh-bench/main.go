@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -152,9 +153,10 @@ func leaseFlags(ctx context.Context, fs *flag.FlagSet) func(io.Writer) error {
 	fs.IntVar(&o.rounds, "rounds", 7, "throughput rounds of each (runmesh's and River's taking turns); the medians are reported, and the ratio is the median of the rounds' ratios")
 	fs.BoolVar(&o.skipRiver, "no-river", false, "run runmesh alone, without River and the ratio (to compare two builds)")
 	fs.BoolVar(&o.isolated, "isolated", false, "instead of the throughput run, PostgreSQL's CPU per job for each step on its own: one connection, one statement at a time (-jobs a repetition, -rounds repetitions, at least 3)")
-	fs.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements and print, per job, the WAL and the statements PostgreSQL spent its time on")
+	fs.BoolVar(&o.pgStats, "pgstats", false, "load pg_stat_statements and print, for each side's first counted round, per job: the WAL, the statements run (calls and plans per 1,000 jobs) and the 20 PostgreSQL spent the most time on")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile (server, runners, submitters, River) to FILE")
-	return func(out io.Writer) error {
+	memProfile := fs.String("memprofile", "", "write what this process allocated (server, runners, submitters, River; go tool pprof -sample_index=alloc_objects) to FILE")
+	return func(out io.Writer) (err error) {
 		if o.leaseMax < 1 || o.leaseMax > runnerapi.MaxLeasesPerRequest {
 			return fmt.Errorf("-lease-max: 1 to %d", runnerapi.MaxLeasesPerRequest)
 		}
@@ -163,6 +165,16 @@ func leaseFlags(ctx context.Context, fs *flag.FlagSet) func(io.Writer) error {
 		}
 		if o.batch < 1 || o.batch > queue.MaxBatch {
 			return fmt.Errorf("-batch: 1 to %d", queue.MaxBatch)
+		}
+		if *memProfile != "" {
+			// Sampled finer than the default (one in 512 KiB) for the
+			// request path's small objects.
+			runtime.MemProfileRate = 16 << 10
+			defer func() {
+				if werr := writeAllocs(*memProfile); err == nil && werr != nil {
+					err = fmt.Errorf("-memprofile: %w", werr)
+				}
+			}()
 		}
 		if *cpuProfile != "" {
 			f, err := os.Create(*cpuProfile)
@@ -177,4 +189,17 @@ func leaseFlags(ctx context.Context, fs *flag.FlagSet) func(io.Writer) error {
 		}
 		return benchLease(ctx, o, out)
 	}
+}
+
+// writeAllocs writes the allocations profile to file.
+func writeAllocs(file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -21,9 +21,9 @@ import (
 func jobFromRow(r dbsqlc.Job) record.Job {
 	env := map[string]string{}
 	_ = json.Unmarshal(r.Env, &env)
-	var options record.JobOptions
+	var options record.JobOptions // NULL (nearly every job): none
 	if len(r.Options) > 0 {
-		_ = json.Unmarshal(r.Options, &options)
+		options = jobOptions(r.Options)
 	}
 	return record.Job{
 		Options: options,
@@ -34,6 +34,13 @@ func jobFromRow(r dbsqlc.Job) record.Job {
 		RunnerID: uuidPtr(r.RunnerID), LeaseExpiresAt: r.LeaseExpiresAt, AvailableAt: r.AvailableAt, CancelRequested: r.CancelRequested,
 		SubmittedAt: r.SubmittedAt, FinishedAt: r.FinishedAt,
 	}
+}
+
+// jobOptions reads a job's options document. (Apart from jobFromRow, so
+// that only a job that has options has them decoded on the heap.)
+func jobOptions(doc []byte) (o record.JobOptions) {
+	_ = json.Unmarshal(doc, &o)
+	return o
 }
 
 // NewJob is what SubmitJob needs.
