@@ -17,10 +17,13 @@
 # the test cache: gremlins takes each mutant's time limit from how long
 # that run took.
 #
-# usage: scripts/mutation.sh GREMLINS SCOPE...   (a scope: a package path, then gremlins flags)
+# gremlins is scripts/gremlins.sh's build (patched: see there), or
+# $GREMLINS when set.
+#
+# usage: scripts/mutation.sh SCOPE...   (a scope: a package path, then gremlins flags)
 set -uo pipefail
+gremlins=${GREMLINS:-$("$(dirname "$0")"/gremlins.sh)} || exit 1
 export GOFLAGS="${GOFLAGS:-} -count=1 -vet=off -gcflags=-l -ldflags=-s -trimpath"
-gremlins=$1; shift
 efficacy_min=${MUTATION_EFFICACY:-85}
 coverage_min=${MUTATION_COVERAGE:-80}
 failed=()
