@@ -19,12 +19,18 @@ import (
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
+// A job's data against a storage (one versitygw for both rules).
+func TestData(t *testing.T) {
+	t.Parallel()
+	s3 := s3test.Start(t, "runmesh-queue")
+	keysArePresigned(t, s3)
+	outputsAreCheckedBeforeASuccess(t, s3)
+}
+
 // A lease's object keys come presigned, for the job's wall clock, its
 // lease and an hour; an input the submitter presigned goes as given.
 // Without storage a key goes with no URL, and nothing is checked.
-func TestALeasesKeysArePresigned(t *testing.T) {
-	t.Parallel()
-	s3 := s3test.Start(t, "runmesh-queue")
+func keysArePresigned(t *testing.T, s3 *s3test.Server) {
 	d := newDesk(t, deskOptions{leases: LeasesOptions{Bucket: openBucket(t, s3), DefaultLeaseSeconds: 30}})
 	d.q.HasStorage = true
 	withData := func(s *Submission) {
@@ -64,9 +70,7 @@ func TestALeasesKeysArePresigned(t *testing.T) {
 // as the runner attested it: there, of the size uploaded, its ETag the
 // upload's MD5. One that does not is the host's fault. An attempt that
 // failed is not checked, nor a job without outputs.
-func TestOutputsAreCheckedBeforeASuccess(t *testing.T) {
-	t.Parallel()
-	s3 := s3test.Start(t, "runmesh-queue")
+func outputsAreCheckedBeforeASuccess(t *testing.T, s3 *s3test.Server) {
 	// Each case a host fault but for three: none quarantines the runner.
 	d := newDesk(t, deskOptions{leases: LeasesOptions{Bucket: openBucket(t, s3), QuarantineAfter: 100}})
 	d.q.HasStorage = true
