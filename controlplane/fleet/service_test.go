@@ -107,7 +107,9 @@ func TestClearingAGPUFault(t *testing.T) {
 // change, or a payload that names nothing, keeps it waiting.
 func TestAPoolsWatch(t *testing.T) {
 	t.Parallel()
-	db := storetest.SharedPool(t)
+	// A database of its own: any runner change on the shared one would
+	// wake the watch (runner ids say nothing of their pool).
+	db := storetest.NewPool(t)
 	st := store.New(db)
 	l := store.NewListener(db, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
