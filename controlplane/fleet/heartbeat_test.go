@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,8 @@ type yard struct {
 	beats  *fleet.Heartbeats
 	// observed counts the latencies observed.
 	observed int
+	// logs is what the heartbeats logged.
+	logs strings.Builder
 }
 
 func newYard(t *testing.T, poolLease *int) *yard {
@@ -45,7 +48,7 @@ func newYard(t *testing.T, poolLease *int) *yard {
 	go func() { defer close(done); w.Run(wctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	y.beats = fleet.NewHeartbeats(st, w, fleet.HeartbeatsOptions{DefaultLeaseSeconds: 30,
-		Latency: prometheus.ObserverFunc(func(float64) { y.observed++ })})
+		Latency: prometheus.ObserverFunc(func(float64) { y.observed++ }), Log: slog.New(slog.NewTextHandler(&y.logs, nil))})
 	return y
 }
 
@@ -143,6 +146,8 @@ func TestDriftQuarantines(t *testing.T) {
 	require.False(t, got.Quarantined, "as approved")
 	require.Equal(t, 10, got.NextHeartbeatSeconds, "a third of the default lease")
 
+	require.NotContains(t, y.logs.String(), "runner quarantined")
+
 	got, err = y.beat(t, runnerapi.HeartbeatRequest{})
 	require.NoError(t, err)
 	require.True(t, got.Quarantined)
@@ -150,6 +155,11 @@ func TestDriftQuarantines(t *testing.T) {
 	require.NotNil(t, r.QuarantinedAt)
 	require.Equal(t, "inventory drift: GPU GPU-a is missing", r.QuarantineReason)
 	require.False(t, fleet.TakingWork(r, time.Now()))
+	require.Contains(t, y.logs.String(), "runner quarantined")
+	got, err = y.beat(t, runnerapi.HeartbeatRequest{})
+	require.NoError(t, err)
+	require.True(t, got.Quarantined, "still")
+	require.Equal(t, 1, strings.Count(y.logs.String(), "runner quarantined"), "said once:\n%s", y.logs.String())
 }
 
 // A fault a GPU reports is kept from the heartbeat that shows it, stamped

@@ -89,12 +89,14 @@ func TestABadHeartbeatFailsAlone(t *testing.T) {
 	defer cancel()
 	go w.Run(ctx)
 	require.NoError(t, answered(t, good))
-	require.Error(t, answered(t, broken))
+	err := answered(t, broken)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, fleet.ErrNotRecorded, "the store's refusal, not a runner unknown")
 	require.ErrorIs(t, answered(t, unknown), fleet.ErrNotRecorded)
 	require.Equal(t, "1.2.0", y.read(t).AgentVersion)
 
 	// Alone in its batch, it fails as itself.
-	_, err := w.Submit(context.Background(), bad)
+	_, err = w.Submit(context.Background(), bad)
 	require.Error(t, err)
 }
 
@@ -106,18 +108,18 @@ func TestTheWriterLingers(t *testing.T) {
 	y := newYard(t, nil)
 	other := newYard(t, nil)
 	var sizes []float64
-	w := fleet.NewWriter(y.st, slog.New(slog.DiscardHandler), fleet.WriterOptions{Linger: 300 * time.Millisecond,
+	w := fleet.NewWriter(y.st, slog.New(slog.DiscardHandler), fleet.WriterOptions{Linger: 500 * time.Millisecond,
 		BatchSize: prometheus.ObserverFunc(func(v float64) { sizes = append(sizes, v) })})
 	require.Equal(t, 1000, w.MaxBatch(), "the default bound")
+	first := submitted(t, w, beatOf(y.runner, "1.0.0"))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.Run(ctx)
-	first := make(chan error, 1)
-	go func() { _, err := w.Submit(context.Background(), beatOf(y.runner, "1.0.0")); first <- err }()
+	testutil.Eventually(t, 10*time.Second, func() bool { return w.Queued() == 0 }, "the writer took the first")
 	_, err := w.Submit(context.Background(), beatOf(other.runner, "1.0.0"))
 	require.NoError(t, err)
 	require.NoError(t, answered(t, first))
-	require.Equal(t, []float64{2}, sizes, "one batch")
+	require.Equal(t, []float64{2}, sizes, "the second came while the writer lingered: one batch")
 
 	gone, stop := context.WithCancel(context.Background())
 	stop()
