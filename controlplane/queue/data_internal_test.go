@@ -54,6 +54,21 @@ func keysArePresigned(t *testing.T, s3 *s3test.Server) {
 	require.True(t, strings.Contains(l.Inputs[0].URL, "/in/a?"), l.Inputs[0].URL)
 	require.True(t, strings.Contains(l.Outputs[0].URL, "/out/c?"), l.Outputs[0].URL)
 
+	// Inputs alone, outputs alone.
+	d.submit(t, record.AllOrganisations(), func(s *Submission) {
+		s.Options.Inputs, s.Options.DataMiB = []runnerapi.JobInput{{Name: "a", Key: "in/a"}}, 1
+	})
+	d.submit(t, record.AllOrganisations(), func(s *Submission) {
+		s.Options.Outputs, s.Options.DataMiB = []runnerapi.JobOutput{{Path: "/outputs/c", Key: "out/c"}}, 1
+	})
+	two := d.leased(t, 2)
+	require.Len(t, two[0].Inputs, 1)
+	require.NotEmpty(t, two[0].Inputs[0].URL)
+	require.Nil(t, two[0].Outputs)
+	require.Nil(t, two[1].Inputs)
+	require.Len(t, two[1].Outputs, 1)
+	require.NotEmpty(t, two[1].Outputs[0].URL)
+
 	plain := newDesk(t, deskOptions{})
 	plain.q.HasStorage = true
 	j := plain.submit(t, record.AllOrganisations(), withData)

@@ -93,8 +93,11 @@ func TestALeaseRequestIsChecked(t *testing.T) {
 		require.Equal(t, max(req.Max, 1), got.Max, c.name)
 	}
 
+	_, err := checkLeaseRequest(runnerapi.LeaseRequest{Kinds: []string{"default"}, UnavailableImages: make([]string, 65)})
+	require.EqualError(t, err, "bad_request: unavailable_images: at most 64")
+
 	// Refused before anything: a desk whose store is not there answers.
-	_, err := (&Leases{}).AskForWork(context.Background(), record.Runner{}, runnerapi.LeaseRequest{Max: -1})
+	_, err = (&Leases{}).AskForWork(context.Background(), record.Runner{}, runnerapi.LeaseRequest{Max: -1})
 	refusedWith(t, err, runnerapi.CodeBadRequest)
 }
 

@@ -138,6 +138,10 @@ func TestANetworkOnlyWhereThePoolAllowsIt(t *testing.T) {
 	require.Equal(t, 1, *ie.Item)
 	require.Equal(t, "network: pool "+closed.Name+" does not allow its jobs a network (Pool.allowNetwork)", ie.Msg)
 
+	_, _, err = d.q.SubmitAll(ctx, record.AllOrganisations(), []Submission{in(closed.ID, true), in(closed.ID, false)})
+	require.ErrorAs(t, err, &ie)
+	require.Equal(t, 0, *ie.Item, "the first job")
+
 	jobs, created, err := d.q.SubmitAll(ctx, record.AllOrganisations(), []Submission{in(closed.ID, false)})
 	require.NoError(t, err)
 	require.Equal(t, []bool{true}, created)
