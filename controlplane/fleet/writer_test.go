@@ -121,6 +121,17 @@ func TestTheWriterLingers(t *testing.T) {
 	require.NoError(t, answered(t, first))
 	require.Equal(t, []float64{2}, sizes, "the second came while the writer lingered: one batch")
 
+	// A batch full at its first heartbeat does not linger.
+	var one []float64
+	full := fleet.NewWriter(y.st, slog.New(slog.DiscardHandler), fleet.WriterOptions{MaxBatch: 1, Linger: 500 * time.Millisecond,
+		BatchSize: prometheus.ObserverFunc(func(v float64) { one = append(one, v) })})
+	firstOfTwo := submitted(t, full, beatOf(y.runner, "1.0.1"))
+	secondOfTwo := submitted(t, full, beatOf(other.runner, "1.0.1"))
+	go full.Run(ctx)
+	require.NoError(t, answered(t, firstOfTwo))
+	require.NoError(t, answered(t, secondOfTwo))
+	require.Equal(t, []float64{1, 1}, one)
+
 	gone, stop := context.WithCancel(context.Background())
 	stop()
 	_, err = fleet.NewWriter(y.st, slog.New(slog.DiscardHandler), fleet.WriterOptions{MaxBatch: 1}).Submit(gone, beatOf(y.runner, "1.0.0"))
