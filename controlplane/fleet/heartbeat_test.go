@@ -206,4 +206,12 @@ func TestAHeartbeatRefused(t *testing.T) {
 	}))
 	_, err = y.beat(t, runnerapi.HeartbeatRequest{})
 	refused(t, err, runnerapi.CodeUnauthenticated)
+
+	// Not stored (here: the request ended first): the runner is told to
+	// send it again.
+	idle := fleet.NewHeartbeats(y.st, fleet.NewWriter(y.st, slog.New(slog.DiscardHandler), fleet.WriterOptions{}), fleet.HeartbeatsOptions{})
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = idle.Beat(gone, record.Runner{ID: y.runner}, runnerapi.HeartbeatRequest{})
+	refused(t, err, runnerapi.CodeRetry)
 }

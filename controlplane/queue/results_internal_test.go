@@ -112,6 +112,12 @@ func TestAResultEndsItsAttempt(t *testing.T) {
 	require.Equal(t, runnerapi.ResultResponse{State: string(record.JobSucceeded), AlreadyRecorded: true}, got)
 	_, err = result(j.ID, runnerapi.ResultRequest{Attempt: 1, ExitCode: &one})
 	refusedWith(t, err, runnerapi.CodeStaleAttempt)
+
+	// A result that could not be recorded is an error, not an answer.
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = d.leases.Result(gone, d.runner, j.ID, runnerapi.ResultRequest{Attempt: 1, ExitCode: &zero})
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 // Several results in one request: a malformed one refuses them all
