@@ -9,14 +9,14 @@
 # from run to run.
 #
 # Each mutant is a `go test` of its package, built without vet, without
-# inlining in the mutated package (-gcflags=-l: it compiles faster, and
-# packages that import it are not rebuilt for a changed function body),
+# inlining in the mutated package (-gcflags=-l: it compiles faster),
 # without a symbol table or DWARF (-ldflags=-s), and with paths trimmed so
 # that the copies of the module gremlins works in share the build cache
-# with the tree. -count=1 keeps the coverage run from being answered from
-# the test cache: gremlins takes each mutant's time limit from how long
-# that run took. Three workers on two cores: while one mutant's tests wait
-# on PostgreSQL, another builds.
+# with the tree; the compiler and linker, whose work a mutant's build
+# mostly is, collect garbage less often (GOGC=400). -count=1 keeps the
+# coverage run from being answered from the test cache: gremlins takes
+# each mutant's time limit from how long that run took. Three workers on
+# two cores: while one mutant's tests wait on PostgreSQL, another builds.
 #
 # gremlins is scripts/gremlins.sh's build (patched: see there), or
 # $GREMLINS when set.
@@ -25,6 +25,7 @@
 set -uo pipefail
 gremlins=${GREMLINS:-$("$(dirname "$0")"/gremlins.sh)} || exit 1
 export GOFLAGS="${GOFLAGS:-} -count=1 -vet=off -gcflags=-l -ldflags=-s -trimpath"
+export GOGC=400
 efficacy_min=${MUTATION_EFFICACY:-85}
 coverage_min=${MUTATION_COVERAGE:-80}
 failed=()
