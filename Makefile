@@ -66,19 +66,18 @@ TEST_FUZZTIME ?= 3s
 fuzz: ## fuzz every target for FUZZTIME each (default 60s)
 	$(GO) run ./internal/pgcluster/withpg -- scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
-# Mutation testing (gremlins) of the code whose tests guard the most: pki,
-# the fleet's and the queue's rules, the agent's worker. Each scope is a
-# whole package: it must kill MUTATION_EFFICACY % of the mutants its own
-# tests cover and cover MUTATION_COVERAGE % of them (docs/mutation.md names
-# every surviving mutant and why it is acceptable).
-GREMLINS = $(shell $(GO) env GOPATH)/bin/gremlins
+# Mutation testing (gremlins, built patched by scripts/gremlins.sh) of the
+# code whose tests guard the most: pki, the fleet's and the queue's rules,
+# the agent's worker. Each scope is a whole package: it must kill
+# MUTATION_EFFICACY % of the mutants its own tests cover and cover
+# MUTATION_COVERAGE % of them (docs/mutation.md names every surviving
+# mutant and why it is acceptable).
 MUTATION_SCOPES = ./pki ./controlplane/fleet ./controlplane/queue ./agent/internal/worker
 export MUTATION_EFFICACY ?= 85
 export MUTATION_COVERAGE ?= 80
 
 mutation: ## mutation-test pki, the fleet, the queue and the agent's worker; fail below 85 % efficacy or 80 % covered
-	@test -x $(GREMLINS) || GOFLAGS= $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-	$(GO) run ./internal/pgcluster/withpg -- scripts/mutation.sh $(GREMLINS) $(MUTATION_SCOPES)
+	$(GO) run ./internal/pgcluster/withpg -- scripts/mutation.sh $(MUTATION_SCOPES)
 
 SANDBOX_DIR ?= /tmp/runmesh-sandbox
 # Tests that run inside the sandbox, as the runmesh user.

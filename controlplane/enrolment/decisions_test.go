@@ -14,6 +14,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/internal/store/storetest"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/pki"
 	"github.com/runmesh/runmesh/pki/ca"
 )
 
@@ -68,4 +69,36 @@ func TestRefusedDecisionsChangeNothing(t *testing.T) {
 	require.Equal(t, "not ours", got.StatusReason)
 	require.Nil(t, got.RetiredAt)
 	require.False(t, got.Draining)
+}
+
+// An approval issues the runner's first certificate and fixes what it
+// reported at enrolment as its inventory; a retirement revokes it and
+// marks it retired; each decision needs a reason where it takes one.
+func TestWhatComesWithADecision(t *testing.T) {
+	t.Parallel()
+	o := newOffice(t, 0)
+	ctx := context.Background()
+	all := record.AllOrganisations()
+	id, a := o.enrolled(t, "gpu-01")
+	for name, decide := range map[string]func() error{
+		"reject": func() error { _, err := o.svc.Reject(ctx, all, id, "", nil); return err },
+		"revoke": func() error { _, err := o.svc.Revoke(ctx, all, id, "", nil); return err },
+		"retire": func() error { _, err := o.svc.Retire(ctx, all, id, "", nil); return err },
+	} {
+		var ie *record.InputError
+		require.ErrorAs(t, decide(), &ie, name)
+	}
+	r, err := o.svc.Approve(ctx, all, id, pki.KeyFingerprint(a.req.PublicKey), nil)
+	require.NoError(t, err)
+	require.Equal(t, record.RunnerApproved, r.Status)
+	require.Equal(t, &record.Inventory{MemoryMiB: 4096, GPUs: []record.InventoryGPU{}}, r.Inventory)
+	certs, err := o.svc.LatestCertificates(ctx, []uuid.UUID{id})
+	require.NoError(t, err)
+	require.Contains(t, certs, id, "the first certificate")
+
+	r, err = o.svc.Retire(ctx, all, id, "old", nil)
+	require.NoError(t, err)
+	require.Equal(t, record.RunnerRevoked, r.Status)
+	require.Equal(t, "retired: old", r.StatusReason)
+	require.NotNil(t, r.RetiredAt)
 }

@@ -61,7 +61,8 @@ func TestFailuresFollowTheOutcomesInOrder(t *testing.T) {
 	}
 }
 
-// fixture is a pool with one approved runner, and a job leased to it.
+// fixture is a pool with one approved runner, and a job leased to it, in
+// an organisation of its own on the shared database.
 type fixture struct {
 	pool   *pgxpool.Pool
 	store  *store.Store
@@ -72,9 +73,9 @@ type fixture struct {
 func leased(t *testing.T) fixture {
 	t.Helper()
 	ctx := context.Background()
-	db := storetest.NewPool(t)
+	db := storetest.SharedPool(t)
 	s := store.New(db)
-	org, err := s.CreateOrganisation(ctx, "org")
+	org, err := s.CreateOrganisation(ctx, "org-"+uuid.NewString()[:8])
 	require.NoError(t, err)
 	pool, err := s.CreatePool(ctx, record.NewPool{OrganisationID: &org.ID, Name: "p"})
 	require.NoError(t, err)

@@ -77,3 +77,32 @@ func TestDecide(t *testing.T) {
 		}
 	}
 }
+
+// A gap between two passes of the lease rescuer within twice its pace and
+// a second is jitter and gives nothing back; past it, the gap less the
+// pace is given back to every held lease.
+func TestOutageCredit(t *testing.T) {
+	t.Parallel()
+	const pace = 10 * time.Second
+	for _, c := range []struct {
+		gap, want time.Duration
+	}{
+		{pace, 0},
+		{21 * time.Second, 0},
+		{21*time.Second + time.Millisecond, 11*time.Second + time.Millisecond},
+		{5 * time.Minute, 5*time.Minute - pace},
+	} {
+		require.Equal(t, c.want, queue.OutageCredit(c.gap, pace), "gap %s", c.gap)
+	}
+}
+
+// Backoff doubles from 2 s per try and stops at 5 min.
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	for try, want := range map[int]time.Duration{
+		0: 2 * time.Second, 1: 2 * time.Second, 2: 4 * time.Second, 3: 8 * time.Second, 8: 256 * time.Second,
+		9: 5 * time.Minute, 10: 5 * time.Minute, 1000: 5 * time.Minute,
+	} {
+		require.Equal(t, want, queue.Backoff(try), "try %d", try)
+	}
+}

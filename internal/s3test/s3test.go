@@ -143,6 +143,9 @@ func Run(bin, bucket, dir, logFile string) (s *Server, stop func(), err error) {
 	// The credentials by environment, not on the command line.
 	cmd.Env = append(os.Environ(), "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
 	cmd.Stdout, cmd.Stderr = log, log
+	// It goes with the test binary even when that dies without its
+	// cleanup (a panic, a -timeout, a mutant stopped).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return nil, nil, err

@@ -7,8 +7,11 @@
 //
 //   - TxStore gives a store over one transaction, rolled back when the test
 //     ends: cheap isolation for tests that use one connection.
+//   - SharedPool is a pool on the database Tx's transactions run in, for
+//     tests that need several connections, LISTEN/NOTIFY or real commits
+//     but only read what they wrote themselves.
 //   - NewDatabase clones the template into a database of the test's own, for
-//     tests that need several connections, LISTEN/NOTIFY or real commits.
+//     tests that need the whole database to themselves.
 package storetest
 
 import (
@@ -189,13 +192,13 @@ var (
 	sharedErr  error
 )
 
-// Tx is a transaction on a database shared by the test binary, rolled back
-// when the test ends: nothing a test writes is seen by any other.
-func Tx(t testing.TB) pgx.Tx {
+// shared is the pool on the database shared by the test binary.
+func shared(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	sharedOnce.Do(func() {
 		// Shared for the life of the test binary; the harness throws the
-		// whole server away afterwards.
+		// whole server away afterwards, and the next binary to start drops
+		// it if it outlives the binary (cloneShared).
 		var u string
 		u, sharedErr = cloneShared(t)
 		if sharedErr == nil {
@@ -205,7 +208,14 @@ func Tx(t testing.TB) pgx.Tx {
 	if sharedErr != nil {
 		t.Fatalf("shared test database: %v", sharedErr)
 	}
-	tx, err := sharedPool.Begin(context.Background())
+	return sharedPool
+}
+
+// Tx is a transaction on a database shared by the test binary, rolled back
+// when the test ends: nothing a test writes is seen by any other.
+func Tx(t testing.TB) pgx.Tx {
+	t.Helper()
+	tx, err := shared(t).Begin(context.Background())
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -213,6 +223,30 @@ func Tx(t testing.TB) pgx.Tx {
 	return tx
 }
 
+// SharedPool is a pool on the database shared by the test binary (the one
+// Tx's transactions run in), for a test that needs several connections,
+// LISTEN/NOTIFY or real commits, at the cost of one database for the whole
+// binary instead of one per test. What the test commits stays, seen by
+// the binary's other tests: each makes its own organisation, pool and
+// runners and reads only those, and none may count what the whole
+// database holds or wait for a notification naming nothing.
+func SharedPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return shared(t)
+}
+
+// sharedLock is the advisory lock class (pg_advisory_lock(int, int)) that
+// marks a shared database as its test binary's while the binary runs.
+const sharedLock = 4243
+
+// sharedOwner holds the lock on the binary's shared database for the
+// binary's life: its session ends with the process.
+var sharedOwner *pgx.Conn
+
+// cloneShared makes the binary's shared database. A binary killed before
+// its end (a test past its -timeout, a mutant gremlins stopped) leaves its
+// own behind: the next to start drops every one whose binary is gone,
+// which the lock tells, wherever that binary ran.
 func cloneShared(t testing.TB) (string, error) {
 	ctx := context.Background()
 	server := ServerURL(t)
@@ -221,15 +255,53 @@ func cloneShared(t testing.TB) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("runmesh_shared_%d", os.Getpid())
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name); err != nil {
+	b := make([]byte, 4)
+	rand.Read(b)
+	name := fmt.Sprintf("runmesh_shared_%d_%s", os.Getpid(), hex.EncodeToString(b))
+	// Held before the database exists: another binary starting meanwhile
+	// must not take it for a leftover.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1, hashtext($2))", sharedLock, name); err != nil {
+		conn.Close(ctx)
+		return "", err
+	}
+	sharedOwner = conn
+	if err := dropLeftShared(ctx, conn); err != nil {
 		return "", err
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, from)); err != nil {
 		return "", err
 	}
 	return WithDatabase(t, server, name), nil
+}
+
+// dropLeftShared drops the shared databases whose binaries are gone: those
+// whose lock is free.
+func dropLeftShared(ctx context.Context, conn *pgx.Conn) error {
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'runmesh\_shared\_%'`)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		var free bool
+		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1, hashtext($2))", sharedLock, name).Scan(&free); err != nil {
+			return err
+		}
+		if !free {
+			continue
+		}
+		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+		if _, uerr := conn.Exec(ctx, "SELECT pg_advisory_unlock($1, hashtext($2))", sharedLock, name); err == nil {
+			err = uerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TxStore is a store over Tx(t).
