@@ -141,8 +141,11 @@ BENCH = $(GO) -C bench run ./cmd/runmesh-bench
 bench-pki: ## approval → certificate latency and mTLS handshakes per second
 	$(BENCH) pki
 
-bench-heartbeat: build ## the most runners heartbeating every 10 s over mTLS with p99 < 100 ms
-	$(BENCH) heartbeat -server $(CURDIR)/bin/runmesh-server
+# BASELINE=REF: REF's runmesh-server and the working tree's take turns at a
+# fixed RUNNERS (default 10,000), and it fails when the median of the pairs'
+# server + PostgreSQL CPU per heartbeat, new/old, is above MAX_RATIO (1.05).
+bench-heartbeat: $(if $(BASELINE),,build) ## the most runners heartbeating every 10 s over mTLS with p99 < 100 ms; BASELINE=REF: CPU per heartbeat against REF, taking turns
+	$(if $(BASELINE),GO='$(GO)' scripts/bench-turns.sh heartbeat '$(BASELINE)',$(BENCH) heartbeat -server $(CURDIR)/bin/runmesh-server)
 
 chaos: build ## faults under load against two real replicas: a replica killed, PostgreSQL restarted and down past the lease, a runner frozen, results twice, forged results
 	$(BENCH) chaos -server $(CURDIR)/bin/runmesh-server $(CHAOSFLAGS)
