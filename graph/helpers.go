@@ -213,10 +213,27 @@ func submission(in model.SubmitJobInput, by uuid.UUID) queue.Submission {
 		PoolID: in.PoolID, SubmittedBy: &by, Image: in.Image, Command: in.Command, Env: env,
 		Claim: record.Claim{Cores: c.Cores, MemoryMiB: int64(c.MemoryMiB), GPUs: c.Gpus, WallClockSeconds: c.WallClockSeconds},
 		Options: record.JobOptions{Network: in.Network, WorkingDir: deref(in.WorkingDir), ScratchMiB: int64(c.ScratchMiB), DataMiB: int64(c.DataMiB),
-			Inputs: jobInputs(in.Inputs), Outputs: jobOutputs(in.Outputs)},
+			Inputs: jobInputs(in.Inputs), Outputs: jobOutputs(in.Outputs), Stdio: stdioMode(in.Stdio)},
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
-		Selector: deref(in.Selector),
+		Selector: deref(in.Selector), IdleTimeoutSeconds: in.IdleTimeoutSeconds,
 	}
+}
+
+// stdioMode is a job's mode as the queue keeps it (LOGS: the zero value);
+// a value the schema does not have is passed on for the queue to refuse.
+func stdioMode(s model.Stdio) runnerapi.Stdio {
+	if s == model.StdioLogs {
+		return runnerapi.StdioLogs
+	}
+	return runnerapi.Stdio(s)
+}
+
+// stdioOf is a job's mode as the schema names it.
+func stdioOf(s runnerapi.Stdio) model.Stdio {
+	if s == runnerapi.StdioLogs {
+		return model.StdioLogs
+	}
+	return model.Stdio(s)
 }
 
 // deref is *s, or "" for nil.

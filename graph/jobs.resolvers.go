@@ -118,6 +118,19 @@ func (r *jobResolver) Selector(ctx context.Context, obj *record.Job) (*string, e
 	return &s, nil
 }
 
+// Stdio is the resolver for the stdio field.
+func (r *jobResolver) Stdio(ctx context.Context, obj *record.Job) (model.Stdio, error) {
+	return stdioOf(obj.Options.Stdio), nil
+}
+
+// IdleTimeoutSeconds is the resolver for the idleTimeoutSeconds field.
+func (r *jobResolver) IdleTimeoutSeconds(ctx context.Context, obj *record.Job) (*int, error) {
+	if obj.Options.IdleTimeoutSeconds == 0 {
+		return nil, nil
+	}
+	return &obj.Options.IdleTimeoutSeconds, nil
+}
+
 // Events is the resolver for the events field.
 func (r *jobResolver) Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error) {
 	p, err := pageOf(listEvents, first, after, maxPage)

@@ -41,7 +41,15 @@ type LeaseRequest struct {
 	// image it has not pulled yet, or could not): no job naming one is
 	// leased to it.
 	UnavailableImages []string `json:"unavailable_images,omitempty"`
+	// Stdio names the interactive modes (TTY, PIPE) the agent runs: a job
+	// in another mode is never leased to it. An agent from before
+	// interactive jobs names none, and so is never handed one it would
+	// run as a batch job.
+	Stdio []Stdio `json:"stdio,omitempty"`
 }
+
+// MaxStdioModes bounds LeaseRequest.Stdio: each interactive mode once.
+const MaxStdioModes = 2
 
 // RecoveryProof is what an agent's survivor check found, sent in a
 // heartbeat after every start and before it asks for work. Its claims are
@@ -138,6 +146,13 @@ type Lease struct {
 	Outputs []LeaseOutput `json:"outputs,omitempty"`
 	// DataMiB bounds the inputs' bytes together (claim.dataMiB).
 	DataMiB int64 `json:"data_mib,omitempty"`
+	// Stdio is the job's mode; left out for LOGS, so that a batch job's
+	// lease reads as it did before interactive jobs. A TTY or PIPE job is
+	// leased only to an agent that named its mode (LeaseRequest.Stdio).
+	Stdio Stdio `json:"stdio,omitempty"`
+	// IdleTimeoutSeconds, of a TTY or PIPE job: how long it may go
+	// without a byte in either direction (0: no bound).
+	IdleTimeoutSeconds int `json:"idle_timeout_seconds,omitempty"`
 }
 
 // LeaseResponse carries the leases granted (none when the wait ran out).

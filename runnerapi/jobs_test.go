@@ -51,6 +51,7 @@ func TestLeaseAnswersFitWhatRunnersRead(t *testing.T) {
 			LeaseID: strings.Repeat("f", 36), Attempt: math.MaxInt32, Env: map[string]string{},
 			Claim:            Resources{Cores: -math.MaxFloat64, MemoryMiB: math.MinInt64, GPUs: math.MinInt},
 			WallClockSeconds: math.MinInt, Kind: strings.Repeat("k", 64), LeaseSeconds: math.MinInt,
+			Stdio: StdioPipe, IdleTimeoutSeconds: math.MinInt,
 		}
 		for i := 0; i < 256; i++ {
 			l.Command = append(l.Command, worst(1))

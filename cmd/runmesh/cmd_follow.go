@@ -91,7 +91,22 @@ func (a *app) logsCommand() *cobra.Command {
 				if out.Job == nil {
 					return fmt.Errorf("no job %s", args[0])
 				}
+				if err := logsKept(out.Job.Id, out.Job.Stdio); err != nil {
+					return err
+				}
 				_, err = io.WriteString(a.stdout, out.Job.Logs)
+				return err
+			}
+			out, err := call(cmd.Context(), a, func(ctx context.Context, c graphql.Client) (*api.JobProgressResponse, error) {
+				return api.JobProgress(ctx, c, args[0])
+			})
+			if err != nil {
+				return err
+			}
+			if out.Job == nil {
+				return fmt.Errorf("no job %s", args[0])
+			}
+			if err := logsKept(out.Job.Id, out.Job.Stdio); err != nil {
 				return err
 			}
 			return subscribe(cmd.Context(), a, func(ctx context.Context, ws graphql.WebSocketClient) (<-chan api.JobLogsWsResponse, string, error) {
@@ -108,6 +123,15 @@ func (a *app) logsCommand() *cobra.Command {
 	}, "Subscription.jobLogs")
 	c.Flags().BoolVarP(&follow, "follow", "f", false, "stream the output as it comes")
 	return c
+}
+
+// logsKept refuses to show the logs of an interactive job: its output is
+// never stored, so an empty answer would read as a job that wrote nothing.
+func logsKept(job string, stdio api.Stdio) error {
+	if stdio == api.StdioLogs {
+		return nil
+	}
+	return fmt.Errorf("job %s is interactive (stdio %s): its output is not stored, so it has no logs", job, stdio)
 }
 
 func (a *app) runnerEventsCommand() *cobra.Command {
@@ -139,8 +163,8 @@ func (a *app) runnerEventsCommand() *cobra.Command {
 
 func (a *app) submitJobCommand() *cobra.Command {
 	var in api.SubmitJobInput
-	var pool, key, workdir, selector string
-	var wall time.Duration
+	var pool, key, workdir, selector, stdio string
+	var wall, idle time.Duration
 	var env, inputs, inputURLs, outputs []string
 	var wait bool
 	c := operation(&cobra.Command{
@@ -159,6 +183,9 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 			}
 			in.PoolId, in.Command, in.IdempotencyKey, in.WorkingDir, in.Selector = id, args, opt(key), opt(workdir), opt(selector)
 			in.Claim.WallClockSeconds = int(wall.Seconds())
+			if err := stdioFlags(&in, stdio, idle, a.changed("idle-timeout")); err != nil {
+				return err
+			}
 			in.Env = in.Env[:0]
 			for _, name := range env {
 				v := a.getenv(name)
@@ -199,6 +226,8 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 	f.StringVar(&key, "idempotency-key", "", "the same key in the same pool returns the same job")
 	f.StringVar(&in.Kind, "kind", "default", "the kind of runner it needs")
 	f.StringVar(&selector, "selector", "", "which runners may take it, by their labels: 'zone=a,gpu in (a100,h100),!spot'")
+	f.StringVar(&stdio, "stdio", "logs", "logs (its output kept as its logs), tty or pipe (interactive: its output is not stored)")
+	f.DurationVar(&idle, "idle-timeout", 0, "a tty or pipe job's bound on time without a byte in either direction (1m to 168h)")
 	f.StringArrayVar(&env, "env", nil, "pass this variable with its value from this environment (repeatable)")
 	f.BoolVar(&wait, "wait", false, "follow the job and exit with its exit code")
 	f.StringArrayVar(&inputs, "input", nil, "NAME=KEY: the storage's object KEY as /inputs/NAME (repeatable)")
@@ -207,6 +236,26 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 	_ = c.MarkFlagRequired("pool")
 	_ = c.MarkFlagRequired("image")
 	return c
+}
+
+// stdioFlags reads --stdio and --idle-timeout (given: whether it was) into
+// the submission; the server checks the timeout's bounds.
+func stdioFlags(in *api.SubmitJobInput, stdio string, idle time.Duration, given bool) error {
+	switch mode := api.Stdio(strings.ToUpper(stdio)); mode {
+	case api.StdioLogs, api.StdioTty, api.StdioPipe:
+		in.Stdio = mode
+	default:
+		return fmt.Errorf("--stdio %q: logs, tty or pipe", stdio)
+	}
+	in.IdleTimeoutSeconds = nil
+	if given {
+		if idle%time.Second != 0 {
+			return fmt.Errorf("--idle-timeout %s: whole seconds", idle)
+		}
+		n := int(idle / time.Second) // 0 too: the server says what it may be
+		in.IdleTimeoutSeconds = &n
+	}
+	return nil
 }
 
 // waitFor follows a job's events on stderr until it has finished, and

@@ -337,6 +337,9 @@ func readInputs(r io.Reader) ([]api.SubmitJobInput, error) {
 		if inputs[i].MaxAttempts == 0 {
 			inputs[i].MaxAttempts = 3
 		}
+		if inputs[i].Stdio == "" {
+			inputs[i].Stdio = api.StdioLogs
+		}
 	}
 	return inputs, nil
 }

@@ -264,3 +264,47 @@ func loadSchema(t *testing.T) *ast.Schema {
 	require.Nil(t, gerr)
 	return s
 }
+
+// submit-job --stdio and --idle-timeout reach the job, whose view shows
+// them; `logs` on an interactive job says that its output is not stored,
+// and fails, with -f or without; a batch job's logs are as before.
+func TestInteractiveJobsFromTheCLI(t *testing.T) {
+	t.Parallel()
+	b := newCLIBundle(t)
+	org := b.field("createOrganisation.id", "create-organisation", "acme")
+	pool := b.field("createPool.id", "create-pool", "gpu", "--organisation", org)
+	submit := func(flags ...string) []string {
+		return append(append([]string{"submit-job", "--pool", "gpu", "--image", "busybox"}, flags...), "--", "sh")
+	}
+	tty := b.field("submitJob.id", submit("--stdio", "tty", "--idle-timeout", "15m")...)
+	shown := b.ok("job", tty)
+	require.Contains(t, shown, "stdio: TTY")
+	require.Contains(t, shown, "idleTimeoutSeconds: 900")
+	for _, args := range [][]string{{"logs", tty}, {"logs", "-f", tty}} {
+		out, _, err := b.cli("", args...)
+		require.EqualError(t, err, "job "+tty+" is interactive (stdio TTY): its output is not stored, so it has no logs", "%v", args)
+		require.Empty(t, out)
+	}
+	pipe := b.field("submitJob.id", submit("--stdio", "PIPE")...)
+	require.Regexp(t, `stdio: PIPE\n`, b.ok("job", pipe))
+	_, _, err := b.cli("", "logs", pipe)
+	require.ErrorContains(t, err, "(stdio PIPE): its output is not stored")
+
+	batch := b.field("submitJob.id", submit()...)
+	require.Contains(t, b.ok("job", batch), "stdio: LOGS")
+	require.Empty(t, b.ok("logs", batch))
+	jobsFile := filepath.Join(t.TempDir(), "jobs.yaml")
+	require.NoError(t, os.WriteFile(jobsFile, []byte("- {poolId: "+pool+", image: busybox, claim: {cores: 1, wallClockSeconds: 60}}\n"), 0o600))
+	listed := b.field("submitJobs.0.id", "submit-jobs", "--file", jobsFile)
+	require.Contains(t, b.ok("job", listed), "stdio: LOGS", "a jobs file need not name the mode")
+
+	for msg, flags := range map[string][]string{
+		"idleTimeoutSeconds: only for an interactive job (stdio TTY or PIPE)": {"--idle-timeout", "10m"},
+		"idleTimeoutSeconds: 60 to 604800 (a minute to 7 days)":               {"--stdio", "tty", "--idle-timeout", "0s"},
+		`--stdio "raw": logs, tty or pipe`:                                    {"--stdio", "raw"},
+		"--idle-timeout 1m0.5s: whole seconds":                                {"--stdio", "pipe", "--idle-timeout", "60.5s"},
+	} {
+		_, _, err := b.cli("", submit(flags...)...)
+		require.ErrorContains(t, err, msg)
+	}
+}

@@ -23,6 +23,8 @@ func submission(f func(*Submission)) Submission {
 	return s
 }
 
+func seconds(n int) *int { return &n }
+
 func envVars(n int) []EnvVar {
 	env := make([]EnvVar, n)
 	for i := range env {
@@ -103,6 +105,19 @@ func TestEachBoundOfASubmission(t *testing.T) {
 		{"a variable value with a line break", func(s *Submission) { s.Env = []EnvVar{{Name: "A", Value: "1\n2"}} },
 			"env: the value of A has a line break or NUL, which podman's env file cannot carry"},
 		{"a selector that does not parse", func(s *Submission) { s.Selector = "a in" }, "selector"},
+		{"a TTY job", func(s *Submission) { s.Options.Stdio = runnerapi.StdioTTY }, ""},
+		{"a PIPE job", func(s *Submission) { s.Options.Stdio = runnerapi.StdioPipe }, ""},
+		{"a mode that is none", func(s *Submission) { s.Options.Stdio = "RAW" }, "stdio: LOGS, TTY or PIPE"},
+		{"an idle timeout of a minute", func(s *Submission) { s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioTTY, seconds(60) }, ""},
+		{"an idle timeout of 59 s", func(s *Submission) { s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioTTY, seconds(59) },
+			"idleTimeoutSeconds: 60 to 604800 (a minute to 7 days)"},
+		{"an idle timeout of 0", func(s *Submission) { s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioPipe, seconds(0) },
+			"idleTimeoutSeconds: 60 to 604800 (a minute to 7 days)"},
+		{"an idle timeout of 7 days", func(s *Submission) { s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioPipe, seconds(604800) }, ""},
+		{"an idle timeout past 7 days", func(s *Submission) { s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioPipe, seconds(604801) },
+			"idleTimeoutSeconds: 60 to 604800 (a minute to 7 days)"},
+		{"an idle timeout on a LOGS job", func(s *Submission) { s.IdleTimeoutSeconds = seconds(600) },
+			"idleTimeoutSeconds: only for an interactive job (stdio TTY or PIPE)"},
 		{"a spec at its bound", specOf(room), ""},
 		{"a spec past its bound", specOf(room + 1),
 			"image, command, env, inputs and outputs: at most 64 KiB together (a presigned URL counts 1024 bytes and its key four times)"},
@@ -136,6 +151,17 @@ func TestACheckedSubmissionIsTheJobAsAsked(t *testing.T) {
 		Claim: record.Claim{Cores: 1, WallClockSeconds: 60}, Options: record.JobOptions{Selector: sel}, Priority: 7, MaxAttempts: 3,
 		IdempotencyKey: &key, Kind: "batch",
 	}, n)
+
+	// An interactive job keeps its mode and its idle timeout as given,
+	// and only as given: none unless one was asked for.
+	n, msg = check(submission(func(s *Submission) {
+		s.Options.Stdio, s.IdleTimeoutSeconds = runnerapi.StdioTTY, seconds(900)
+	}))
+	require.Empty(t, msg)
+	require.Equal(t, record.JobOptions{Stdio: runnerapi.StdioTTY, IdleTimeoutSeconds: 900}, n.Options)
+	n, msg = check(submission(func(s *Submission) { s.Options.Stdio, s.Options.IdleTimeoutSeconds = runnerapi.StdioPipe, 5 }))
+	require.Empty(t, msg)
+	require.Equal(t, record.JobOptions{Stdio: runnerapi.StdioPipe}, n.Options, "an idle timeout only through the checked field")
 }
 
 // Object keys need the server's storage, and a wall clock a presigned URL
@@ -181,6 +207,8 @@ func TestTheSameKeyIsTheSameJobOnlyForTheSameSpec(t *testing.T) {
 		"env":          func(j *record.Job) { j.Env = map[string]string{"A": "2"} },
 		"claim":        func(j *record.Job) { j.Claim.Cores = 2 },
 		"options":      func(j *record.Job) { j.Options.Network = true },
+		"stdio":        func(j *record.Job) { j.Options.Stdio = runnerapi.StdioTTY },
+		"idle timeout": func(j *record.Job) { j.Options.IdleTimeoutSeconds = 600 },
 		"priority":     func(j *record.Job) { j.Priority = 2 },
 		"max attempts": func(j *record.Job) { j.MaxAttempts = 3 },
 		"kind":         func(j *record.Job) { j.Kind = "batch" },

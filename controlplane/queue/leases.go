@@ -146,6 +146,14 @@ func checkLeaseRequest(req runnerapi.LeaseRequest) (runnerapi.LeaseRequest, erro
 	if len(req.UnavailableImages) > 2*runnerapi.MaxPoolImages {
 		return bad("unavailable_images: at most %d", 2*runnerapi.MaxPoolImages)
 	}
+	if len(req.Stdio) > runnerapi.MaxStdioModes {
+		return bad("stdio: at most %d modes", runnerapi.MaxStdioModes)
+	}
+	for _, m := range req.Stdio {
+		if !m.Interactive() {
+			return bad("stdio: the interactive modes the agent runs, TTY or PIPE (LOGS is every agent's)")
+		}
+	}
 	for _, res := range []runnerapi.Resources{req.Free, req.Largest} {
 		if res.Cores < 0 || res.MemoryMiB < 0 || res.GPUs < 0 || math.IsNaN(res.Cores) {
 			return bad("free and largest: no negative amounts")
@@ -227,7 +235,7 @@ func (l *Leases) claim(ctx context.Context, runner record.Runner, req runnerapi.
 	defer cancel()
 	return l.st.ClaimJobs(ctx, record.ClaimRequest{
 		RunnerID: runner.ID, Kinds: req.Kinds, DefaultLeaseSeconds: l.defaultLeaseSeconds, SpecBytes: runnerapi.MaxAnswerSpecBytes,
-		MaxHeld: runnerapi.MaxHeldLeases, UnavailableImages: req.UnavailableImages, WaitSeconds: max(waitSeconds, 0),
+		MaxHeld: runnerapi.MaxHeldLeases, UnavailableImages: req.UnavailableImages, Stdio: req.Stdio, WaitSeconds: max(waitSeconds, 0),
 		Free:    record.Claim{Cores: req.Free.Cores, MemoryMiB: req.Free.MemoryMiB, GPUs: req.Free.GPUs},
 		Largest: record.Claim{Cores: req.Largest.Cores, MemoryMiB: req.Largest.MemoryMiB, GPUs: req.Largest.GPUs},
 	}, req.Max)
@@ -258,7 +266,7 @@ func (l *Leases) grant(ctx context.Context, runner record.Runner, jobs []record.
 			Claim:            runnerapi.Resources{Cores: j.Claim.Cores, MemoryMiB: j.Claim.MemoryMiB, GPUs: j.Claim.GPUs},
 			WallClockSeconds: j.Claim.WallClockSeconds, Kind: j.Kind, LeaseSeconds: leaseSeconds,
 			Pool: named[j.PoolID], Network: j.Options.Network, WorkingDir: j.Options.WorkingDir, ScratchMiB: j.Options.ScratchMiB,
-			DataMiB: j.Options.DataMiB,
+			DataMiB: j.Options.DataMiB, Stdio: j.Options.Stdio, IdleTimeoutSeconds: j.Options.IdleTimeoutSeconds,
 		}
 		if org != nil {
 			lease.Organisation = named[*org]
@@ -333,6 +341,10 @@ func (l *Leases) AppendOutput(ctx context.Context, runner record.Runner, id uuid
 	switch {
 	case errors.Is(err, store.ErrStaleAttempt):
 		return errStale
+	case errors.Is(err, store.ErrInteractive):
+		// Whatever a runner sends: the bytes of a TTY or PIPE job are
+		// never stored on the server.
+		return runnerapi.Refuse(runnerapi.CodeBadRequest, "this job is interactive (stdio TTY or PIPE): the server stores none of its output")
 	case err != nil:
 		return err
 	case full:

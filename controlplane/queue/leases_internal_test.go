@@ -73,6 +73,14 @@ func TestALeaseRequestIsChecked(t *testing.T) {
 		{"a kind in capitals", func(r *runnerapi.LeaseRequest) { r.Kinds = []string{"default", "GPU"} }, true},
 		{"the most images unavailable", func(r *runnerapi.LeaseRequest) { r.UnavailableImages = make([]string, 2*runnerapi.MaxPoolImages) }, false},
 		{"past the most images unavailable", func(r *runnerapi.LeaseRequest) { r.UnavailableImages = make([]string, 2*runnerapi.MaxPoolImages+1) }, true},
+		{"both interactive modes", func(r *runnerapi.LeaseRequest) { r.Stdio = []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe} }, false},
+		{"one interactive mode", func(r *runnerapi.LeaseRequest) { r.Stdio = []runnerapi.Stdio{runnerapi.StdioPipe} }, false},
+		{"LOGS spelled out", func(r *runnerapi.LeaseRequest) { r.Stdio = []runnerapi.Stdio{"LOGS"} }, true},
+		{"the zero mode named", func(r *runnerapi.LeaseRequest) { r.Stdio = []runnerapi.Stdio{runnerapi.StdioLogs} }, true},
+		{"a mode that is none", func(r *runnerapi.LeaseRequest) { r.Stdio = []runnerapi.Stdio{"tty"} }, true},
+		{"past the most modes", func(r *runnerapi.LeaseRequest) {
+			r.Stdio = []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe, runnerapi.StdioTTY}
+		}, true},
 		{"nothing free", func(r *runnerapi.LeaseRequest) { r.Free = runnerapi.Resources{} }, false},
 		{"negative free cores", func(r *runnerapi.LeaseRequest) { r.Free.Cores = -1 }, true},
 		{"negative free memory", func(r *runnerapi.LeaseRequest) { r.Free.MemoryMiB = -1 }, true},

@@ -32,6 +32,10 @@ type Submission struct {
 	// Selector is a label selector in Kubernetes' syntax, as given ("":
 	// any runner); the job keeps it parsed, in its options.
 	Selector string
+	// IdleTimeoutSeconds is as given (nil: none), so that a 0 is refused
+	// rather than read as none; the job keeps it in its options (which
+	// the check sets from this, whatever Options held).
+	IdleTimeoutSeconds *int
 }
 
 // EnvVar is one environment variable of a submission.
@@ -144,6 +148,10 @@ func check(in Submission) (store.NewJob, string) {
 		return store.NewJob{}, err.Error()
 	}
 	options.Selector = selector
+	options.IdleTimeoutSeconds = 0
+	if in.IdleTimeoutSeconds != nil {
+		options.IdleTimeoutSeconds = *in.IdleTimeoutSeconds
+	}
 	return store.NewJob{
 		PoolID: in.PoolID, SubmittedBy: in.SubmittedBy, Image: in.Image, Command: in.Command, Env: env, Claim: in.Claim, Options: options,
 		Priority: in.Priority, MaxAttempts: in.MaxAttempts, IdempotencyKey: in.IdempotencyKey, Kind: in.Kind,
@@ -175,6 +183,9 @@ func checkSpec(in Submission) string {
 		return "command and env: at most 256 entries each"
 	}
 	if msg := checkOptions(in.Options, c); msg != "" {
+		return msg
+	}
+	if msg := checkStdio(in.Options.Stdio, in.IdleTimeoutSeconds); msg != "" {
 		return msg
 	}
 	if in.IdempotencyKey != nil && (*in.IdempotencyKey == "" || len(*in.IdempotencyKey) > 200) {
@@ -252,6 +263,22 @@ func checkOptions(o record.JobOptions, c record.Claim) string {
 		return "claim.dataMiB: required with inputs or outputs: how many MiB they may take on the runner together"
 	case o.ScratchMiB > 0 && o.ScratchMiB > c.MemoryMiB:
 		return "claim.scratchMiB: the tmpfs's pages are the job's memory; claim at least as much memory (claim.memoryMiB)"
+	}
+	return ""
+}
+
+// checkStdio checks a job's mode, and its idle timeout: only a job that
+// takes input (TTY, PIPE) can be idle, and the timeout is bounded.
+func checkStdio(mode runnerapi.Stdio, idle *int) string {
+	switch {
+	case !mode.Valid():
+		return "stdio: LOGS, TTY or PIPE"
+	case idle == nil:
+		return ""
+	case !mode.Interactive():
+		return "idleTimeoutSeconds: only for an interactive job (stdio TTY or PIPE): a LOGS job takes no input to be idle on"
+	case *idle < runnerapi.MinIdleTimeoutSeconds || *idle > runnerapi.MaxIdleTimeoutSeconds:
+		return fmt.Sprintf("idleTimeoutSeconds: %d to %d (a minute to 7 days)", runnerapi.MinIdleTimeoutSeconds, runnerapi.MaxIdleTimeoutSeconds)
 	}
 	return ""
 }

@@ -63,6 +63,13 @@ type JobOptions struct {
 	// Selector is the label selector a runner's labels must meet, parsed
 	// (runnerapi.ParseSelector); the claim reads it as options->'selector'.
 	Selector []runnerapi.Requirement `json:"selector,omitempty"`
+	// Stdio is the job's mode; "" (left out of the document) is LOGS, so
+	// that a batch job's options read as before. The claim reads it as
+	// options->>'stdio': only a runner whose agent runs the mode takes it.
+	Stdio runnerapi.Stdio `json:"stdio,omitempty"`
+	// IdleTimeoutSeconds, of a TTY or PIPE job: how long it may go
+	// without a byte in either direction; 0: no bound.
+	IdleTimeoutSeconds int `json:"idle_timeout_seconds,omitempty"`
 }
 
 // IsZero: the options are what most jobs have (stored as NULL).
@@ -71,7 +78,8 @@ func (o JobOptions) IsZero() bool { return o.Equal(JobOptions{}) }
 // Equal compares two jobs' options.
 func (o JobOptions) Equal(p JobOptions) bool {
 	return o.Network == p.Network && o.WorkingDir == p.WorkingDir && o.ScratchMiB == p.ScratchMiB && o.DataMiB == p.DataMiB &&
-		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs) && runnerapi.EqualSelectors(o.Selector, p.Selector)
+		slices.Equal(o.Inputs, p.Inputs) && slices.Equal(o.Outputs, p.Outputs) && runnerapi.EqualSelectors(o.Selector, p.Selector) &&
+		o.Stdio == p.Stdio && o.IdleTimeoutSeconds == p.IdleTimeoutSeconds
 }
 
 // Job is a unit of work in a pool.
@@ -218,6 +226,9 @@ type ClaimRequest struct {
 	MaxHeld int
 	// UnavailableImages: no job naming one of these is leased.
 	UnavailableImages []string
+	// Stdio are the interactive modes the runner's agent runs: a TTY or
+	// PIPE job is leased only in one of them (none: batch jobs only).
+	Stdio []runnerapi.Stdio
 	// WaitSeconds is how long the runner will wait for work if this claim
 	// finds none: while it waits, a job it would take and that strands
 	// less on it than on another runner is left to it. Zero: it will not

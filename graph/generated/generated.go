@@ -214,31 +214,33 @@ type ComplexityRoot struct {
 	}
 
 	Job struct {
-		Attempt         func(childComplexity int) int
-		CancelRequested func(childComplexity int) int
-		Claim           func(childComplexity int) int
-		Command         func(childComplexity int) int
-		EnvNames        func(childComplexity int) int
-		Events          func(childComplexity int, first int, after *string) int
-		FinishedAt      func(childComplexity int) int
-		ID              func(childComplexity int) int
-		IdempotencyKey  func(childComplexity int) int
-		Image           func(childComplexity int) int
-		Inputs          func(childComplexity int) int
-		Kind            func(childComplexity int) int
-		Logs            func(childComplexity int) int
-		MaxAttempts     func(childComplexity int) int
-		Network         func(childComplexity int) int
-		Organisation    func(childComplexity int) int
-		Outputs         func(childComplexity int) int
-		Pool            func(childComplexity int) int
-		Priority        func(childComplexity int) int
-		Runs            func(childComplexity int) int
-		Selector        func(childComplexity int) int
-		State           func(childComplexity int) int
-		StateReason     func(childComplexity int) int
-		SubmittedAt     func(childComplexity int) int
-		WorkingDir      func(childComplexity int) int
+		Attempt            func(childComplexity int) int
+		CancelRequested    func(childComplexity int) int
+		Claim              func(childComplexity int) int
+		Command            func(childComplexity int) int
+		EnvNames           func(childComplexity int) int
+		Events             func(childComplexity int, first int, after *string) int
+		FinishedAt         func(childComplexity int) int
+		ID                 func(childComplexity int) int
+		IdempotencyKey     func(childComplexity int) int
+		IdleTimeoutSeconds func(childComplexity int) int
+		Image              func(childComplexity int) int
+		Inputs             func(childComplexity int) int
+		Kind               func(childComplexity int) int
+		Logs               func(childComplexity int) int
+		MaxAttempts        func(childComplexity int) int
+		Network            func(childComplexity int) int
+		Organisation       func(childComplexity int) int
+		Outputs            func(childComplexity int) int
+		Pool               func(childComplexity int) int
+		Priority           func(childComplexity int) int
+		Runs               func(childComplexity int) int
+		Selector           func(childComplexity int) int
+		State              func(childComplexity int) int
+		StateReason        func(childComplexity int) int
+		Stdio              func(childComplexity int) int
+		SubmittedAt        func(childComplexity int) int
+		WorkingDir         func(childComplexity int) int
 	}
 
 	JobClaim struct {
@@ -563,6 +565,8 @@ type JobResolver interface {
 	Outputs(ctx context.Context, obj *record.Job) ([]model.JobOutput, error)
 	WorkingDir(ctx context.Context, obj *record.Job) (*string, error)
 	Selector(ctx context.Context, obj *record.Job) (*string, error)
+	Stdio(ctx context.Context, obj *record.Job) (model.Stdio, error)
+	IdleTimeoutSeconds(ctx context.Context, obj *record.Job) (*int, error)
 
 	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
 	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
@@ -1366,6 +1370,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.IdempotencyKey(childComplexity), true
+	case "Job.idleTimeoutSeconds":
+		if e.ComplexityRoot.Job.IdleTimeoutSeconds == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.IdleTimeoutSeconds(childComplexity), true
 	case "Job.image":
 		if e.ComplexityRoot.Job.Image == nil {
 			break
@@ -1450,6 +1460,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.StateReason(childComplexity), true
+	case "Job.stdio":
+		if e.ComplexityRoot.Job.Stdio == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Stdio(childComplexity), true
 	case "Job.submittedAt":
 		if e.ComplexityRoot.Job.SubmittedAt == nil {
 			break
@@ -3214,6 +3230,24 @@ enum JobState {
   BLOCKED
 }
 
+"""
+How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
+"""
+enum Stdio {
+  "Its output is kept as its logs (Job.logs, the jobLogs subscription); nothing goes in. The default."
+  LOGS
+  """
+  Interactive, with a pseudo-terminal. Its bytes are never stored: not on the server (it has no logs), not in
+  podman's log on the runner. Leased only to runners whose agent runs interactive jobs.
+  """
+  TTY
+  """
+  Interactive, with raw pipes (binary-safe, no line discipline). Its bytes are never stored either, and it
+  is leased only to runners whose agent runs interactive jobs.
+  """
+  PIPE
+}
+
 type Job {
   id: ID!
   pool: Pool!
@@ -3239,6 +3273,10 @@ type Job {
   workingDir: String
   "The label selector runners must match, written canonically: terms by key, a list's values sorted and each once (null: any runner of the pool)."
   selector: String
+  "How its standard streams are wired: LOGS (batch), or TTY or PIPE (interactive: its output is not stored, and logs is empty)."
+  stdio: Stdio!
+  "Of a TTY or PIPE job: the seconds it may go without a byte in either direction (null: no bound)."
+  idleTimeoutSeconds: Int
   priority: Int!
   maxAttempts: Int!
   """
@@ -3258,7 +3296,7 @@ type Job {
   """
   The output of every attempt, in order: about its last MiB at most, after a line saying how much came
   before. The logs of many jobs in one answer share about 64 MiB (at least 64 KiB each). The jobLogs
-  subscription streams all of it.
+  subscription streams all of it. Empty for a TTY or PIPE job, whose output is never stored.
   """
   logs: String!
 }
@@ -3394,6 +3432,17 @@ input SubmitJobInput {
   pool matches, the job is BLOCKED and stateReason says so.
   """
   selector: String
+  """
+  How its standard streams are wired. TTY and PIPE jobs are interactive: their bytes are never stored,
+  and only runners whose agent runs interactive jobs take them.
+  """
+  stdio: Stdio! = LOGS
+  """
+  Of a TTY or PIPE job (refused on a LOGS job): the seconds it may go without a byte in either direction,
+  60 to 604800 (7 days). Null: no bound but the wall clock. The runner receives it with the lease; it does
+  not enforce it yet.
+  """
+  idleTimeoutSeconds: Int
 }
 
 input JobInputInput {
@@ -4199,6 +4248,10 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_workingDir(ctx, field)
 	case "selector":
 		return ec.fieldContext_Job_selector(ctx, field)
+	case "stdio":
+		return ec.fieldContext_Job_stdio(ctx, field)
+	case "idleTimeoutSeconds":
+		return ec.fieldContext_Job_idleTimeoutSeconds(ctx, field)
 	case "priority":
 		return ec.fieldContext_Job_priority(ctx, field)
 	case "maxAttempts":
@@ -8577,6 +8630,52 @@ func (ec *executionContext) _Job_selector(ctx context.Context, field graphql.Col
 }
 func (ec *executionContext) fieldContext_Job_selector(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
+}
+
+func (ec *executionContext) _Job_stdio(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_stdio(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Stdio(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.Stdio) graphql.Marshaler {
+			return ec.marshalNStdio2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStdio(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_stdio(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "Stdio")
+}
+
+func (ec *executionContext) _Job_idleTimeoutSeconds(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_idleTimeoutSeconds(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().IdleTimeoutSeconds(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Job_idleTimeoutSeconds(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Job", field, true, true, "Int")
 }
 
 func (ec *executionContext) _Job_priority(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
@@ -16432,8 +16531,11 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 	if _, present := asMap["network"]; !present {
 		asMap["network"] = false
 	}
+	if _, present := asMap["stdio"]; !present {
+		asMap["stdio"] = "LOGS"
+	}
 
-	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir", "inputs", "outputs", "selector"}
+	fieldsInOrder := [...]string{"poolId", "image", "command", "env", "claim", "priority", "maxAttempts", "idempotencyKey", "kind", "network", "workingDir", "inputs", "outputs", "selector", "stdio", "idleTimeoutSeconds"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -16538,6 +16640,20 @@ func (ec *executionContext) unmarshalInputSubmitJobInput(ctx context.Context, ob
 				return it, err
 			}
 			it.Selector = data
+		case "stdio":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("stdio"))
+			data, err := ec.unmarshalNStdio2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStdio(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Stdio = data
+		case "idleTimeoutSeconds":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("idleTimeoutSeconds"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.IdleTimeoutSeconds = data
 		}
 	}
 	return it, nil
@@ -17808,6 +17924,18 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				true, false,
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_selector(ctx, field, obj)
+				})
+		case "stdio":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_stdio(ctx, field, obj)
+				})
+		case "idleTimeoutSeconds":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_idleTimeoutSeconds(ctx, field, obj)
 				})
 		case "priority":
 			out.Values[i] = ec._Job_priority(ctx, field, obj)
@@ -21155,6 +21283,16 @@ var (
 		record.RunnerRevoked:  "REVOKED",
 	}
 )
+
+func (ec *executionContext) unmarshalNStdio2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStdio(ctx context.Context, v any) (model.Stdio, error) {
+	var res model.Stdio
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNStdio2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStdio(ctx context.Context, sel ast.SelectionSet, v model.Stdio) graphql.Marshaler {
+	return v
+}
 
 func (ec *executionContext) marshalNStorageOrigin2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStorageOrigin(ctx context.Context, sel ast.SelectionSet, v model.StorageOrigin) graphql.Marshaler {
 	return ec._StorageOrigin(ctx, sel, &v)

@@ -394,6 +394,13 @@ type SubmitJobInput struct {
 	// label meets `!=` and `notin`. At most 32 requirements, 4096 bytes. When no approved runner of the
 	// pool matches, the job is BLOCKED and stateReason says so.
 	Selector *string `json:"selector,omitempty"`
+	// How its standard streams are wired. TTY and PIPE jobs are interactive: their bytes are never stored,
+	// and only runners whose agent runs interactive jobs take them.
+	Stdio Stdio `json:"stdio"`
+	// Of a TTY or PIPE job (refused on a LOGS job): the seconds it may go without a byte in either direction,
+	// 60 to 604800 (7 days). Null: no bound but the wall clock. The runner receives it with the lease; it does
+	// not enforce it yet.
+	IdleTimeoutSeconds *int `json:"idleTimeoutSeconds,omitempty"`
 }
 
 type Subscription struct {
@@ -522,6 +529,69 @@ func (e *LabelSource) UnmarshalJSON(b []byte) error {
 }
 
 func (e LabelSource) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
+// How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
+type Stdio string
+
+const (
+	// Its output is kept as its logs (Job.logs, the jobLogs subscription); nothing goes in. The default.
+	StdioLogs Stdio = "LOGS"
+	// Interactive, with a pseudo-terminal. Its bytes are never stored: not on the server (it has no logs), not in
+	// podman's log on the runner. Leased only to runners whose agent runs interactive jobs.
+	StdioTTY Stdio = "TTY"
+	// Interactive, with raw pipes (binary-safe, no line discipline). Its bytes are never stored either, and it
+	// is leased only to runners whose agent runs interactive jobs.
+	StdioPipe Stdio = "PIPE"
+)
+
+var AllStdio = []Stdio{
+	StdioLogs,
+	StdioTTY,
+	StdioPipe,
+}
+
+func (e Stdio) IsValid() bool {
+	switch e {
+	case StdioLogs, StdioTTY, StdioPipe:
+		return true
+	}
+	return false
+}
+
+func (e Stdio) String() string {
+	return string(e)
+}
+
+func (e *Stdio) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = Stdio(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid Stdio", str)
+	}
+	return nil
+}
+
+func (e Stdio) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *Stdio) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e Stdio) MarshalJSON() ([]byte, error) {
 	var buf bytes.Buffer
 	e.MarshalGQL(&buf)
 	return buf.Bytes(), nil

@@ -187,7 +187,7 @@ func (j *Job) Launch(ctx context.Context, env map[string]string) (runnerapi.Resu
 		JobID: l.LeaseID, LeaseID: l.LeaseID, Attempt: l.Attempt, Image: l.Image, Command: l.Command, Env: env,
 		Cores: l.Claim.Cores, MemoryMiB: l.Claim.MemoryMiB, GPUs: j.gpus, WallClockSeconds: l.WallClockSeconds,
 		Network: l.Network, WorkingDir: l.WorkingDir, ScratchMiB: l.ScratchMiB,
-		Inputs: len(l.Inputs) > 0, Outputs: len(l.Outputs) > 0,
+		Inputs: len(l.Inputs) > 0, Outputs: len(l.Outputs) > 0, Stdio: l.Stdio,
 	})
 	j.unit = u.Name
 	switch {

@@ -302,3 +302,36 @@ func TestACancelledJobSaysSoAndALostOneNothing(t *testing.T) {
 		}
 	}
 }
+
+// An interactive job's output is never sent: nothing is read from a file,
+// even one where a batch job's log would be, and its end is reported as
+// any job's. A mode this agent does not know is given back, the job's
+// fault, and never run as a batch job.
+func TestAnInteractiveJobSendsNoOutput(t *testing.T) {
+	t.Parallel()
+	sys, conn := runtimetest.New(t), &fakeConn{}
+	r := newRuntime(t, sys, conn)
+	const id = "aaaaaaaa-0000-4000-8000-0000000000a1"
+	l := lease(id)
+	l.Stdio = runnerapi.StdioTTY
+	writeOutput(t, sys.Host().Paths(id, 1).Log, "typed at the terminal")
+	j, done := launch(t, r, l)
+	// Each read of the unit is a step of the follower, which sends a batch
+	// job's output.
+	eventually(t, "the follower's steps", func() bool { return sys.ReadsOf(j.Unit()) >= 3 })
+	sys.End(j.Unit(), 0)
+	f := ended(t, done)
+	if f.how != runtime.Finished || f.res.ExitCode == nil || *f.res.ExitCode != 0 {
+		t.Fatalf("ended %v with %+v", f.how, f.res)
+	}
+	if n := conn.tried(); n != 0 {
+		t.Fatalf("%d uploads of an interactive job's output", n)
+	}
+
+	odd := lease("aaaaaaaa-0000-4000-8000-0000000000a2")
+	odd.Stdio = "RAW"
+	res, ok := r.Take(odd, nil).Launch(context.Background(), nil)
+	if ok || res.ReturnReason == nil || res.HostFault || !strings.Contains(*res.ReturnReason, `stdio "RAW"`) {
+		t.Fatalf("a mode the agent does not know: launched %v, %+v", ok, res)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/internal/testutil"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 func TestParseUnitName(t *testing.T) {
@@ -265,5 +266,67 @@ func TestAMissingImageIsAFailedStartNotAnExitCode(t *testing.T) {
 	}
 	if err := r.Forget(ctx, u.Name); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An interactive job runs as podman was told: its stdin open with no one
+// attached, a terminal for TTY and raw pipes for PIPE, and its output in
+// no file (podman's log driver none, nothing in the log directory).
+func TestAnInteractiveJobRunsWithItsStreamsAndNoLog(t *testing.T) {
+	r := local(t)
+	ctx := context.Background()
+	logs := filepath.Join(os.Getenv("HOME"), "logs")
+	for _, c := range []struct {
+		mode     runnerapi.Stdio
+		inspect  string // stdin open, a terminal, the log driver
+		terminal int    // test -t 0's exit status
+	}{
+		{runnerapi.StdioTTY, "true true none", 0},
+		{runnerapi.StdioPipe, "true false none", 1},
+	} {
+		talker := jobSpec("sh", "-c", "echo never-stored; echo never-stored >&2; sleep 300")
+		talker.Stdio = c.mode
+		u, err := r.Start(ctx, talker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.LogPath != "" {
+			t.Errorf("%s: log path %q", c.mode, u.LogPath)
+		}
+		testutil.Eventually(t, 60*time.Second, func() bool { return containers(t, talker.LeaseID) != "" }, "%s: its container", c.mode)
+		out, err := exec.Command("podman", "inspect", "--format", "{{.Config.OpenStdin}} {{.Config.Tty}} {{.HostConfig.LogConfig.Type}}",
+			u.Container()).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != c.inspect {
+			t.Errorf("%s: podman inspect: %q (%v), want %q", c.mode, out, err, c.inspect)
+		}
+		if err := r.Stop(ctx, u.Name); err != nil {
+			t.Fatal(err)
+		}
+		waitEnded(t, r, u.Name)
+		_ = r.Forget(ctx, u.Name)
+
+		probe := jobSpec("test", "-t", "0")
+		probe.Stdio = c.mode
+		p, err := r.Start(ctx, probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := waitEnded(t, r, p.Name); s.ExitCode == nil || *s.ExitCode != c.terminal {
+			t.Errorf("%s: test -t 0 ended %+v, want exit status %d", c.mode, s, c.terminal)
+		}
+		_ = r.Forget(ctx, p.Name)
+
+		files, err := os.ReadDir(logs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if strings.Contains(f.Name(), talker.LeaseID) && !strings.HasSuffix(f.Name(), ".start.log") {
+				t.Errorf("%s: %s in the log directory", c.mode, f.Name())
+			}
+			if b, _ := os.ReadFile(filepath.Join(logs, f.Name())); strings.Contains(string(b), "never-stored") {
+				t.Errorf("%s: its output is in %s", c.mode, f.Name())
+			}
+		}
 	}
 }

@@ -31,6 +31,9 @@ const maxRaw = runnerapi.MaxLogChunk
 // goroutine per job, touches j.log, j.pending and j.logFull.
 func (j *Job) sendOutput(ctx context.Context) bool {
 	r := j.r
+	if j.lease.Stdio.Interactive() {
+		return true // its output is written to no file, and never sent
+	}
 	if j.logFull {
 		j.keepSmall()
 		return true // nothing more of it is wanted

@@ -109,7 +109,15 @@ type Spec struct {
 	// Inputs and Outputs: the attempt's data directories (Paths) are
 	// mounted at /inputs (read-only) and /outputs.
 	Inputs, Outputs bool
+	// Stdio is the job's mode: LOGS (the zero value) writes its output to
+	// the log file the agent uploads; TTY and PIPE keep its stdin open and
+	// write its output to no file at all (StdioModes).
+	Stdio runnerapi.Stdio
 }
+
+// StdioModes are the interactive modes Render runs, which the agent names
+// when it asks for work (runnerapi.LeaseRequest.Stdio).
+var StdioModes = []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe}
 
 // Unit is a rendered job: start a transient unit Name with Properties.
 type Unit struct {
@@ -120,7 +128,8 @@ type Unit struct {
 	EnvPath string
 	EnvFile []byte
 	// LogPath is where podman writes the job's output, in the CRI log
-	// format (see ReadOutput).
+	// format (see ReadOutput); "" for an interactive job, whose output
+	// podman writes nowhere.
 	LogPath string
 }
 
@@ -178,7 +187,11 @@ func Render(h Host, j Spec) (Unit, error) {
 	if err != nil {
 		return Unit{}, err
 	}
-	return Unit{Name: paths.Unit, Properties: properties(h, j, paths, run), EnvPath: paths.Env, EnvFile: env, LogPath: paths.Log}, nil
+	u := Unit{Name: paths.Unit, Properties: properties(h, j, paths, run), EnvPath: paths.Env, EnvFile: env, LogPath: paths.Log}
+	if j.Stdio.Interactive() {
+		u.LogPath = ""
+	}
+	return u, nil
 }
 
 // check refuses a host Render cannot trust and a job no host could run.
@@ -211,6 +224,10 @@ func check(h Host, j Spec) error {
 	if j.ScratchMiB < 0 {
 		return fmt.Errorf("%w: scratch of %d MiB", ErrUnrunnable, j.ScratchMiB)
 	}
+	if !j.Stdio.Valid() {
+		// A mode from a newer server: never run it as something else.
+		return fmt.Errorf("%w: stdio %q is not a mode this agent runs", ErrUnrunnable, j.Stdio)
+	}
 	return nil
 }
 
@@ -227,8 +244,22 @@ func podmanRun(h Host, j Spec, p Paths) ([]string, error) {
 		"--label", LabelLease + "=" + j.LeaseID,
 		"--label", LabelAttempt + "=" + strconv.Itoa(j.Attempt),
 		"--env-file", p.Env,
+	}
+	switch j.Stdio {
+	case runnerapi.StdioLogs:
 		// A file of our own, not podman's store: it survives --rm.
-		"--log-driver=k8s-file", "--log-opt", "path=" + p.Log,
+		run = append(run, "--log-driver=k8s-file", "--log-opt", "path="+p.Log)
+	case runnerapi.StdioTTY, runnerapi.StdioPipe:
+		// An interactive job's bytes go to no file on this host (podman's
+		// log driver none): only to a client attached through conmon.
+		// -i keeps its stdin open for such a client (conmon holds it, as
+		// -d detaches podman run from its own); -t gives it a
+		// pseudo-terminal. (podman run warns, in the start log, that its
+		// own stdin is no terminal: it need not be.)
+		run = append(run, "--log-driver=none", "--interactive")
+		if j.Stdio == runnerapi.StdioTTY {
+			run = append(run, "--tty")
+		}
 	}
 	switch h.Cgroup {
 	case 2:

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/runmesh/runmesh/agent/internal/runtime"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -58,6 +60,9 @@ func TestRenderGolden(t *testing.T) {
 		"cgroup-v2-memory-only": {v2Host("memory"), func(j *runtime.Spec) { j.WallClockSeconds = 0; j.Command = nil }},
 		// Inputs read-only at /inputs, outputs at /outputs.
 		"cgroup-v1-data": {withData(v1Host()), func(j *runtime.Spec) { j.Inputs, j.Outputs = true, true }},
+		// Interactive: no log file, stdin kept open, a terminal for TTY.
+		"cgroup-v2-tty":  {v2Host("memory", "pids"), func(j *runtime.Spec) { j.Stdio, j.Command = runnerapi.StdioTTY, []string{"bash"} }},
+		"cgroup-v1-pipe": {v1Host(), func(j *runtime.Spec) { j.Stdio = runnerapi.StdioPipe }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -174,6 +179,7 @@ func TestRenderRefusesWhatItCannotRun(t *testing.T) {
 		"working directory relative":  {v1Host(), func(j *runtime.Spec) { j.WorkingDir = "work" }, `working directory: "work" is not a clean absolute path`},
 		"working directory with ..":   {v1Host(), func(j *runtime.Spec) { j.WorkingDir = "/a/../etc" }, "not a clean absolute path"},
 		"negative scratch":            {v1Host(), func(j *runtime.Spec) { j.ScratchMiB = -1 }, "scratch of -1 MiB"},
+		"a mode it does not know":     {v1Host(), func(j *runtime.Spec) { j.Stdio = "RAW" }, `stdio "RAW" is not a mode this agent runs`},
 	} {
 		j := spec()
 		c.job(&j)
@@ -186,6 +192,47 @@ func TestRenderRefusesWhatItCannotRun(t *testing.T) {
 	bad.Podman = "podman"
 	if _, err := runtime.Render(bad, spec()); err == nil || errors.Is(err, runtime.ErrUnrunnable) {
 		t.Errorf("a relative podman path is the agent's fault, not the job's: %v", err)
+	}
+}
+
+// An interactive job's bytes go to no file: podman's log driver none and
+// no log path, where a batch job has its log file; its stdin stays open,
+// and only a TTY job gets a terminal.
+func TestAnInteractiveJobIsLoggedNowhere(t *testing.T) {
+	t.Parallel()
+	for mode, want := range map[runnerapi.Stdio]struct {
+		driver           string
+		interactive, tty bool
+	}{
+		runnerapi.StdioLogs: {"--log-driver=k8s-file", false, false},
+		runnerapi.StdioPipe: {"--log-driver=none", true, false},
+		runnerapi.StdioTTY:  {"--log-driver=none", true, true},
+	} {
+		j := spec()
+		j.Stdio = mode
+		u, err := runtime.Render(v2Host("memory"), j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var run []string
+		for _, p := range u.Properties {
+			if p.Name == "ExecStart" {
+				run = p.Value.([]runtime.Exec)[0].Argv
+			}
+		}
+		image := slices.Index(run, j.Image) // the job's own arguments are not podman's
+		if image < 0 {
+			t.Fatalf("%q: no image in %q", mode, run)
+		}
+		opts := run[:image]
+		logged := slices.ContainsFunc(opts, func(a string) bool { return strings.HasPrefix(a, "path=") })
+		if !slices.Contains(opts, want.driver) || slices.Contains(opts, "--interactive") != want.interactive ||
+			slices.Contains(opts, "--tty") != want.tty || logged != !mode.Interactive() {
+			t.Errorf("%q: %s", mode, argv(opts))
+		}
+		if (u.LogPath == "") != mode.Interactive() {
+			t.Errorf("%q: log path %q", mode, u.LogPath)
+		}
 	}
 }
 

@@ -302,7 +302,7 @@ func (w *Worker) request() (runnerapi.LeaseRequest, bool) {
 	}
 	return runnerapi.LeaseRequest{
 		Kinds: w.Kinds, Largest: total, Free: free, Max: min(4, MaxJobs-n), WaitSeconds: 30, AgentInstance: w.instance,
-		UnavailableImages: w.unavailableImages(),
+		UnavailableImages: w.unavailableImages(), Stdio: runtime.StdioModes,
 	}, true
 }
 

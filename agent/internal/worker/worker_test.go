@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -338,5 +339,19 @@ func TestDrainedOnceTheLastJobEnds(t *testing.T) {
 	}
 	if _, ok := api.result(id); !ok {
 		t.Fatal("drained before the result was sent")
+	}
+}
+
+// Asking for work names the interactive modes the runtime runs: the server
+// leases a TTY or PIPE job only to an agent that names its mode.
+func TestAskingForWorkNamesTheInteractiveModes(t *testing.T) {
+	t.Parallel()
+	w := newWorker(t, runtimetest.New(t), newAPI())
+	req, ok := w.request()
+	if !ok {
+		t.Fatal("no request with room free")
+	}
+	if want := []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe}; !slices.Equal(req.Stdio, want) {
+		t.Fatalf("stdio %v, want %v", req.Stdio, want)
 	}
 }

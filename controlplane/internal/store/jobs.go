@@ -408,7 +408,7 @@ func (s *Querier) ClaimJobs(ctx context.Context, c record.ClaimRequest, max int)
 		Now: c.Now, DefaultLeaseSeconds: int32(c.DefaultLeaseSeconds), RunnerID: c.RunnerID, Kinds: c.Kinds,
 		FreeCores: c.Free.Cores, FreeMemoryMib: c.Free.MemoryMiB, FreeGpus: int32(c.Free.GPUs),
 		MaxCores: c.Largest.Cores, MaxMemoryMib: c.Largest.MemoryMiB, MaxGpus: int32(c.Largest.GPUs), MaxJobs: int32(max),
-		MaxSpecBytes: specBytes, MaxHeld: maxHeld, UnavailableImages: nonNil(c.UnavailableImages),
+		MaxSpecBytes: specBytes, MaxHeld: maxHeld, UnavailableImages: nonNil(c.UnavailableImages), Stdio: stdioModes(c.Stdio),
 		WaitSeconds: int32(min(c.WaitSeconds, math.MaxInt32)),
 	})
 	if err != nil {
@@ -430,6 +430,15 @@ func (s *Querier) ClaimJobs(ctx context.Context, c record.ClaimRequest, max int)
 	}
 	s.notifyAllAfterCommit(notes)
 	return out, nil
+}
+
+// stdioModes are a claim's interactive modes as the query reads them.
+func stdioModes(modes []runnerapi.Stdio) []string {
+	out := make([]string, len(modes))
+	for i, m := range modes {
+		out[i] = string(m)
+	}
+	return out
 }
 
 // claimedJob is the job row of a claim's answer (the row less the claim's

@@ -17,6 +17,10 @@ import (
 // (a newer attempt began, or the lease ended). Nothing was changed.
 var ErrStaleAttempt = errors.New("stale attempt")
 
+// ErrInteractive: output sent for an interactive job (stdio TTY or PIPE),
+// whose bytes are never stored. Nothing was changed.
+var ErrInteractive = errors.New("the job is interactive: its output is not stored")
+
 // LeaseReport is one held lease as a heartbeat reports it.
 type LeaseReport struct {
 	LeaseID uuid.UUID `json:"lease_id"`
@@ -120,8 +124,11 @@ func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, r
 		if err != nil {
 			return mapErr(err)
 		}
-		if !held {
+		if !held.Held {
 			return ErrStaleAttempt
+		}
+		if held.Interactive {
+			return ErrInteractive
 		}
 		if _, err := tx.q.InsertLogChunk(ctx, tx.db, dbsqlc.InsertLogChunkParams{JobID: jobID, Attempt: int32(attempt), Seq: int32(seq), Data: data}); err != nil {
 			return mapErr(err)

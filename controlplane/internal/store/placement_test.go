@@ -210,6 +210,10 @@ func TestAWaitingRunnerIsPreferredOnlyForWhatItWouldTake(t *testing.T) {
 		}},
 		{name: "it asked without waiting", small: func(c *record.ClaimRequest) { c.WaitSeconds = 0 }},
 		{name: "it holds all it may", small: func(c *record.ClaimRequest) { c.MaxHeld = 1 }},
+		// Whether a waiting runner's agent runs a mode is not recorded: an
+		// interactive job is left to none, or one that does not would keep
+		// it from every other.
+		{name: "an interactive job", job: func(n *store.NewJob) { n.Options.Stdio = runnerapi.StdioTTY }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := jobsSetup(t)
@@ -233,12 +237,51 @@ func TestAWaitingRunnerIsPreferredOnlyForWhatItWouldTake(t *testing.T) {
 				mods = append(mods, tc.job)
 			}
 			j := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, mods...)
-			got, ok, err := b.store.ClaimJob(ctx, waiting(big))
+			bc := waiting(big)
+			bc.Stdio = []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe}
+			got, ok, err := b.store.ClaimJob(ctx, bc)
 			require.NoError(t, err)
 			require.True(t, ok, "big takes it")
 			require.Equal(t, j.ID, got.ID)
 		})
 	}
+}
+
+// An interactive job (TTY, PIPE) goes only to a runner whose agent named
+// its mode in its request: an agent from before interactive jobs, which
+// names none, would run it as a batch job. Its mode and idle timeout are
+// kept with it, and a batch job goes to every agent as before.
+func TestAnInteractiveJobGoesOnlyToARunnerThatRunsItsMode(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := jobsSetup(t)
+	r := b.runner(t, 8, 65536, 0)
+	tty := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60}, func(n *store.NewJob) {
+		n.Options.Stdio, n.Options.IdleTimeoutSeconds = runnerapi.StdioTTY, 600
+	})
+	_, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.False(t, ok, "an agent that names no mode")
+	pipeOnly := anything(r)
+	pipeOnly.Stdio = []runnerapi.Stdio{runnerapi.StdioPipe}
+	_, ok, err = b.store.ClaimJob(ctx, pipeOnly)
+	require.NoError(t, err)
+	require.False(t, ok, "an agent that names another mode")
+
+	batch := b.submit(t, record.Claim{Cores: 1, WallClockSeconds: 60})
+	got, ok, err := b.store.ClaimJob(ctx, anything(r))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, batch.ID, got.ID, "a batch job goes to an agent that names no mode")
+	require.Equal(t, record.JobOptions{}, got.Options)
+
+	both := anything(r)
+	both.Stdio = []runnerapi.Stdio{runnerapi.StdioTTY, runnerapi.StdioPipe}
+	got, ok, err = b.store.ClaimJob(ctx, both)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, tty.ID, got.ID)
+	require.Equal(t, record.JobOptions{Stdio: runnerapi.StdioTTY, IdleTimeoutSeconds: 600}, got.Options)
 }
 
 // Room is compared GPUs first, then cores, then memory.

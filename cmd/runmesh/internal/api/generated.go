@@ -1359,6 +1359,10 @@ type JobJob struct {
 	WorkingDir *string `json:"workingDir"`
 	// The label selector runners must match, written canonically: terms by key, a list's values sorted and each once (null: any runner of the pool).
 	Selector *string `json:"selector"`
+	// How its standard streams are wired: LOGS (batch), or TTY or PIPE (interactive: its output is not stored, and logs is empty).
+	Stdio Stdio `json:"stdio"`
+	// Of a TTY or PIPE job: the seconds it may go without a byte in either direction (null: no bound).
+	IdleTimeoutSeconds *int `json:"idleTimeoutSeconds"`
 	// Files it reads, fetched into /inputs before it starts.
 	Inputs []JobJobInputsJobInput `json:"inputs"`
 	// Files it writes under /outputs, uploaded after it exits.
@@ -1380,7 +1384,7 @@ type JobJob struct {
 	Runs []JobJobRunsJobRun `json:"runs"`
 	// The output of every attempt, in order: about its last MiB at most, after a line saying how much came
 	// before. The logs of many jobs in one answer share about 64 MiB (at least 64 KiB each). The jobLogs
-	// subscription streams all of it.
+	// subscription streams all of it. Empty for a TTY or PIPE job, whose output is never stored.
 	Logs string `json:"logs"`
 }
 
@@ -1413,6 +1417,12 @@ func (v *JobJob) GetWorkingDir() *string { return v.WorkingDir }
 
 // GetSelector returns JobJob.Selector, and is useful for accessing the field via an interface.
 func (v *JobJob) GetSelector() *string { return v.Selector }
+
+// GetStdio returns JobJob.Stdio, and is useful for accessing the field via an interface.
+func (v *JobJob) GetStdio() Stdio { return v.Stdio }
+
+// GetIdleTimeoutSeconds returns JobJob.IdleTimeoutSeconds, and is useful for accessing the field via an interface.
+func (v *JobJob) GetIdleTimeoutSeconds() *int { return v.IdleTimeoutSeconds }
 
 // GetInputs returns JobJob.Inputs, and is useful for accessing the field via an interface.
 func (v *JobJob) GetInputs() []JobJobInputsJobInput { return v.Inputs }
@@ -1645,6 +1655,8 @@ type JobProgressJob struct {
 	Id          string   `json:"id"`
 	State       JobState `json:"state"`
 	StateReason string   `json:"stateReason"`
+	// How its standard streams are wired: LOGS (batch), or TTY or PIPE (interactive: its output is not stored, and logs is empty).
+	Stdio Stdio `json:"stdio"`
 	// The newest attempt (0 before the first lease). A lease that never reached its runner
 	// (its request ended first) takes a number but, up to three per job, is not counted against maxAttempts.
 	Attempt int `json:"attempt"`
@@ -1660,6 +1672,9 @@ func (v *JobProgressJob) GetState() JobState { return v.State }
 
 // GetStateReason returns JobProgressJob.StateReason, and is useful for accessing the field via an interface.
 func (v *JobProgressJob) GetStateReason() string { return v.StateReason }
+
+// GetStdio returns JobProgressJob.Stdio, and is useful for accessing the field via an interface.
+func (v *JobProgressJob) GetStdio() Stdio { return v.Stdio }
 
 // GetAttempt returns JobProgressJob.Attempt, and is useful for accessing the field via an interface.
 func (v *JobProgressJob) GetAttempt() int { return v.Attempt }
@@ -3712,6 +3727,26 @@ func (v *RunsRunsJobRunConnectionPageInfo) __premarshalJSON() (*__premarshalRuns
 	return &retval, nil
 }
 
+// How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
+type Stdio string
+
+const (
+	// Its output is kept as its logs (Job.logs, the jobLogs subscription); nothing goes in. The default.
+	StdioLogs Stdio = "LOGS"
+	// Interactive, with a pseudo-terminal. Its bytes are never stored: not on the server (it has no logs), not in
+	// podman's log on the runner. Leased only to runners whose agent runs interactive jobs.
+	StdioTty Stdio = "TTY"
+	// Interactive, with raw pipes (binary-safe, no line discipline). Its bytes are never stored either, and it
+	// is leased only to runners whose agent runs interactive jobs.
+	StdioPipe Stdio = "PIPE"
+)
+
+var AllStdio = []Stdio{
+	StdioLogs,
+	StdioTty,
+	StdioPipe,
+}
+
 type SubmitJobInput struct {
 	PoolId         string        `json:"poolId"`
 	Image          string        `json:"image"`
@@ -3740,6 +3775,13 @@ type SubmitJobInput struct {
 	// label meets `!=` and `notin`. At most 32 requirements, 4096 bytes. When no approved runner of the
 	// pool matches, the job is BLOCKED and stateReason says so.
 	Selector *string `json:"selector"`
+	// How its standard streams are wired. TTY and PIPE jobs are interactive: their bytes are never stored,
+	// and only runners whose agent runs interactive jobs take them.
+	Stdio Stdio `json:"stdio"`
+	// Of a TTY or PIPE job (refused on a LOGS job): the seconds it may go without a byte in either direction,
+	// 60 to 604800 (7 days). Null: no bound but the wall clock. The runner receives it with the lease; it does
+	// not enforce it yet.
+	IdleTimeoutSeconds *int `json:"idleTimeoutSeconds"`
 }
 
 // GetPoolId returns SubmitJobInput.PoolId, and is useful for accessing the field via an interface.
@@ -3783,6 +3825,12 @@ func (v *SubmitJobInput) GetOutputs() []JobOutputInput { return v.Outputs }
 
 // GetSelector returns SubmitJobInput.Selector, and is useful for accessing the field via an interface.
 func (v *SubmitJobInput) GetSelector() *string { return v.Selector }
+
+// GetStdio returns SubmitJobInput.Stdio, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetStdio() Stdio { return v.Stdio }
+
+// GetIdleTimeoutSeconds returns SubmitJobInput.IdleTimeoutSeconds, and is useful for accessing the field via an interface.
+func (v *SubmitJobInput) GetIdleTimeoutSeconds() *int { return v.IdleTimeoutSeconds }
 
 // SubmitJobResponse is returned by SubmitJob on success.
 type SubmitJobResponse struct {
@@ -5284,6 +5332,8 @@ query Job ($id: ID!) {
 		network
 		workingDir
 		selector
+		stdio
+		idleTimeoutSeconds
 		inputs {
 			name
 			key
@@ -5476,6 +5526,7 @@ query JobProgress ($id: ID!) {
 		id
 		state
 		stateReason
+		stdio
 		attempt
 		runs {
 			attempt
@@ -5485,7 +5536,7 @@ query JobProgress ($id: ID!) {
 }
 `
 
-// For submit-job --wait: where the job is.
+// For submit-job --wait: where the job is; for logs -f, whether it has any.
 func JobProgress(
 	ctx_ context.Context,
 	client_ graphql.Client,

@@ -125,7 +125,8 @@ UPDATE jobs SET cancel_requested = true WHERE id = @id;
 -- once than max_held, and their specs (image,
 -- command and env as text, at least what the submission counted) must fit
 -- max_spec_bytes, which bounds the answer. A memory claim needs a runner
--- that enforces memory limits, unless the pool says otherwise.
+-- that enforces memory limits, unless the pool says otherwise; an
+-- interactive job (TTY, PIPE), an agent that named its mode.
 -- SKIP LOCKED lets concurrent claimers (other runners, other replicas) pass
 -- over rows another claim is taking instead of waiting on them; the winner
 -- moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
@@ -211,10 +212,17 @@ candidates AS (
       -- The job's label selector, against this runner's labels (on the
       -- row too; a job without one, nearly every job, costs a NULL test).
       AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', (SELECT labels FROM r)))
-      -- Left to a waiting runner that strands less and would take it.
+      -- An interactive job (TTY, PIPE) only to an agent that named its
+      -- mode: an older one would run it as a batch job. (A batch job has
+      -- no stdio in its options: a NULL test on the row.)
+      AND (j.options->'stdio' IS NULL OR j.options->>'stdio' = ANY(@stdio::text[]))
+      -- Left to a waiting runner that strands less and would take it. Not
+      -- an interactive job: whether a waiting runner's agent runs its mode
+      -- is not recorded, and one that does not would never take it.
       AND NOT EXISTS (
           SELECT 1 FROM better b
-          WHERE j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
+          WHERE j.options->'stdio' IS NULL
+            AND j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
             AND (cardinality(b.unavailable) = 0 OR j.image <> ALL(b.unavailable))
             AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', b.labels)))
     ORDER BY j.priority DESC, j.submitted_at, j.id
@@ -395,11 +403,12 @@ event_rows AS (
 SELECT id, pool_id, state FROM done;
 
 -- name: HeldAttempt :one
--- Whether the runner holds the job at this attempt (log uploads).
-SELECT EXISTS (
-    SELECT 1 FROM jobs
-    WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id
-)::boolean AS held;
+-- Whether the runner holds the job at this attempt (log uploads), and
+-- whether the job is interactive (TTY, PIPE), whose output is never kept.
+SELECT coalesce(bool_or(true), false)::boolean AS held,
+       coalesce(bool_or(options->'stdio' IS NOT NULL), false)::boolean AS interactive
+FROM jobs
+WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id;
 
 -- name: InsertLogChunk :execrows
 INSERT INTO job_logs (job_id, attempt, seq, data) VALUES (@job_id, @attempt, @seq, @data)

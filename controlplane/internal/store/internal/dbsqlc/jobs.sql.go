@@ -77,15 +77,22 @@ candidates AS (
       -- The job's label selector, against this runner's labels (on the
       -- row too; a job without one, nearly every job, costs a NULL test).
       AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', (SELECT labels FROM r)))
-      -- Left to a waiting runner that strands less and would take it.
+      -- An interactive job (TTY, PIPE) only to an agent that named its
+      -- mode: an older one would run it as a batch job. (A batch job has
+      -- no stdio in its options: a NULL test on the row.)
+      AND (j.options->'stdio' IS NULL OR j.options->>'stdio' = ANY($12::text[]))
+      -- Left to a waiting runner that strands less and would take it. Not
+      -- an interactive job: whether a waiting runner's agent runs its mode
+      -- is not recorded, and one that does not would never take it.
       AND NOT EXISTS (
           SELECT 1 FROM better b
-          WHERE j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
+          WHERE j.options->'stdio' IS NULL
+            AND j.gpus <= b.gpus AND j.memory_mib <= b.memory_mib AND j.cores <= b.cores AND j.kind = ANY(b.kinds)
             AND (cardinality(b.unavailable) = 0 OR j.image <> ALL(b.unavailable))
             AND (j.options->'selector' IS NULL OR runmesh_selects(j.options->'selector', b.labels)))
     ORDER BY j.priority DESC, j.submitted_at, j.id
     -- At most max_held leases at once: a heartbeat names all it holds.
-    LIMIT least($12::int, greatest($13::int - (SELECT held FROM booked), 0))
+    LIMIT least($13::int, greatest($14::int - (SELECT held FROM booked), 0))
     FOR UPDATE OF j SKIP LOCKED
 ),
 fitting AS (
@@ -96,7 +103,7 @@ fitting AS (
           FROM candidates c
           WINDOW w AS (ORDER BY c.priority DESC, c.submitted_at, c.id)) c, room
     WHERE c.cores_sum <= room.cores AND c.memory_sum <= room.memory_mib AND c.gpus_sum <= room.gpus
-      AND c.spec_sum <= $14::bigint
+      AND c.spec_sum <= $15::bigint
 ),
 leased AS (
     UPDATE jobs j
@@ -113,10 +120,10 @@ event_rows AS (
 ),
 waits AS (
     INSERT INTO runner_waits (runner_id, pool_id, until, gpus, cores, memory_mib, max_gpus, max_cores, max_memory_mib, kinds, unavailable)
-    SELECT r.id, r.pool_id, coalesce($1::timestamptz, now()) + make_interval(secs => $15::int),
+    SELECT r.id, r.pool_id, coalesce($1::timestamptz, now()) + make_interval(secs => $16::int),
            room.gpus, room.cores, room.memory_mib, bounds.gpus, bounds.cores, bounds.memory_mib, $10::text[], $11::text[]
     FROM r, room, bounds, booked
-    WHERE NOT EXISTS (SELECT 1 FROM leased) AND $15::int > 0 AND booked.held < $13::int
+    WHERE NOT EXISTS (SELECT 1 FROM leased) AND $16::int > 0 AND booked.held < $14::int
     ON CONFLICT (runner_id) DO UPDATE
     SET until = excluded.until, gpus = excluded.gpus, cores = excluded.cores, memory_mib = excluded.memory_mib,
         max_gpus = excluded.max_gpus, max_cores = excluded.max_cores, max_memory_mib = excluded.max_memory_mib,
@@ -125,7 +132,7 @@ waits AS (
 stopped AS (
     DELETE FROM runner_waits w
     WHERE w.runner_id = $3
-      AND (EXISTS (SELECT 1 FROM leased) OR $15::int <= 0 OR (SELECT held FROM booked) >= $13::int)
+      AND (EXISTS (SELECT 1 FROM leased) OR $16::int <= 0 OR (SELECT held FROM booked) >= $14::int)
     RETURNING w.runner_id, w.pool_id, w.gpus, w.cores, w.memory_mib
 )
 SELECT l.id, l.pool_id, l.submitted_by, l.image, l.command, l.env, l.cores, l.memory_mib, l.gpus, l.wall_clock_seconds, l.priority, l.max_attempts, l.idempotency_key, l.kind, l.state, l.state_reason, l.attempt, l.runner_id, l.lease_expires_at, l.available_at, l.cancel_requested, l.submitted_at, l.finished_at, l.undelivered, l.leased_at, l.lease_heard_at, l.organisation_id, l.options, EXISTS (
@@ -147,6 +154,7 @@ type ClaimJobsParams struct {
 	MaxMemoryMib        int64
 	Kinds               []string
 	UnavailableImages   []string
+	Stdio               []string
 	MaxJobs             int32
 	MaxHeld             int32
 	MaxSpecBytes        int64
@@ -194,7 +202,8 @@ type ClaimJobsRow struct {
 // once than max_held, and their specs (image,
 // command and env as text, at least what the submission counted) must fit
 // max_spec_bytes, which bounds the answer. A memory claim needs a runner
-// that enforces memory limits, unless the pool says otherwise.
+// that enforces memory limits, unless the pool says otherwise; an
+// interactive job (TTY, PIPE), an agent that named its mode.
 // SKIP LOCKED lets concurrent claimers (other runners, other replicas) pass
 // over rows another claim is taking instead of waiting on them; the winner
 // moves them out of QUEUED, so no job is leased twice. (FOR UPDATE cannot
@@ -239,6 +248,7 @@ func (q *Queries) ClaimJobs(ctx context.Context, db DBTX, arg ClaimJobsParams) (
 		arg.MaxMemoryMib,
 		arg.Kinds,
 		arg.UnavailableImages,
+		arg.Stdio,
 		arg.MaxJobs,
 		arg.MaxHeld,
 		arg.MaxSpecBytes,
@@ -783,10 +793,10 @@ func (q *Queries) GetJobForUpdate(ctx context.Context, db DBTX, arg GetJobForUpd
 }
 
 const heldAttempt = `-- name: HeldAttempt :one
-SELECT EXISTS (
-    SELECT 1 FROM jobs
-    WHERE id = $1 AND attempt = $2 AND runner_id = $3
-)::boolean AS held
+SELECT coalesce(bool_or(true), false)::boolean AS held,
+       coalesce(bool_or(options->'stdio' IS NOT NULL), false)::boolean AS interactive
+FROM jobs
+WHERE id = $1 AND attempt = $2 AND runner_id = $3
 `
 
 type HeldAttemptParams struct {
@@ -795,12 +805,18 @@ type HeldAttemptParams struct {
 	RunnerID uuid.NullUUID
 }
 
-// Whether the runner holds the job at this attempt (log uploads).
-func (q *Queries) HeldAttempt(ctx context.Context, db DBTX, arg HeldAttemptParams) (bool, error) {
+type HeldAttemptRow struct {
+	Held        bool
+	Interactive bool
+}
+
+// Whether the runner holds the job at this attempt (log uploads), and
+// whether the job is interactive (TTY, PIPE), whose output is never kept.
+func (q *Queries) HeldAttempt(ctx context.Context, db DBTX, arg HeldAttemptParams) (HeldAttemptRow, error) {
 	row := db.QueryRow(ctx, heldAttempt, arg.ID, arg.Attempt, arg.RunnerID)
-	var held bool
-	err := row.Scan(&held)
-	return held, err
+	var i HeldAttemptRow
+	err := row.Scan(&i.Held, &i.Interactive)
+	return i, err
 }
 
 const insertJobEvent = `-- name: InsertJobEvent :exec
