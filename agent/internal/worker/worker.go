@@ -221,9 +221,12 @@ func (w *Worker) Run(ctx context.Context) {
 	go w.keepImages(ctx)
 	backoff := time.Second
 	for ctx.Err() == nil && !w.draining.Load() {
+		// The pool's images are tried before the first work is asked for;
+		// the request is made after, so that it names as unavailable only
+		// images that are (an image once pulled stays pulled).
+		tried := w.imagesTried()
 		req, room := w.request()
-		// The pool's images are tried before the first work is asked for.
-		if !room || !w.Ready() || !w.imagesTried() {
+		if !room || !w.Ready() || !tried {
 			select {
 			case <-ctx.Done():
 			case <-w.changed:
