@@ -88,10 +88,7 @@ func (a *app) logsCommand() *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if out.Job == nil {
-					return fmt.Errorf("no job %s", args[0])
-				}
-				if err := logsKept(out.Job.Id, out.Job.Stdio); err != nil {
+				if err := logsKept(args[0], out.Job); err != nil {
 					return err
 				}
 				_, err = io.WriteString(a.stdout, out.Job.Logs)
@@ -103,10 +100,7 @@ func (a *app) logsCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if out.Job == nil {
-				return fmt.Errorf("no job %s", args[0])
-			}
-			if err := logsKept(out.Job.Id, out.Job.Stdio); err != nil {
+			if err := logsKept(args[0], out.Job); err != nil {
 				return err
 			}
 			return subscribe(cmd.Context(), a, func(ctx context.Context, ws graphql.WebSocketClient) (<-chan api.JobLogsWsResponse, string, error) {
@@ -127,11 +121,19 @@ func (a *app) logsCommand() *cobra.Command {
 
 // logsKept refuses to show the logs of an interactive job: its output is
 // never stored, so an empty answer would read as a job that wrote nothing.
-func logsKept(job string, stdio api.Stdio) error {
-	if stdio == api.StdioLogs {
+// job is nil when there is no such job.
+func logsKept[J any, P interface {
+	*J
+	GetId() string
+	GetStdio() api.Stdio
+}](id string, job P) error {
+	switch {
+	case job == nil:
+		return fmt.Errorf("no job %s", id)
+	case job.GetStdio() == api.StdioLogs:
 		return nil
 	}
-	return fmt.Errorf("job %s is interactive (stdio %s): its output is not stored, so it has no logs", job, stdio)
+	return fmt.Errorf("job %s is interactive (stdio %s): its output is not stored, so it has no logs", job.GetId(), job.GetStdio())
 }
 
 func (a *app) runnerEventsCommand() *cobra.Command {

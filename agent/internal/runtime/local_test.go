@@ -71,6 +71,28 @@ func waitEnded(t *testing.T, r *runtime.Local, unit string) runtime.Status {
 }
 
 // containers lists the containers podman has for a lease, running or not.
+// start starts the job, failing the test if it cannot.
+func start(t *testing.T, r *runtime.Local, j runtime.Spec) runtime.Unit {
+	t.Helper()
+	u, err := r.Start(context.Background(), j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// noContainerLeft checks that the ended job's container is gone, then
+// forgets its unit.
+func noContainerLeft(t *testing.T, r *runtime.Local, lease, unit string) {
+	t.Helper()
+	if c := containers(t, lease); c != "" {
+		t.Fatalf("container %s left behind", c)
+	}
+	if err := r.Forget(context.Background(), unit); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func containers(t *testing.T, lease string) string {
 	t.Helper()
 	out, err := exec.Command("podman", "ps", "-a", "-q", "--filter", "label="+runtime.LabelLease+"="+lease).CombinedOutput()
@@ -88,10 +110,7 @@ func TestAJobEndsWithItsExitCode(t *testing.T) {
 	// environment if the unit did not escape it.
 	j := jobSpec("sh", "-c", "echo hello; test ${API_KEY} = s3cret-value && exit 3; exit 1")
 	j.Env = map[string]string{"API_KEY": "s3cret-value"}
-	u, err := r.Start(ctx, j)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := start(t, r, j)
 	unit := u.Name
 	s := waitEnded(t, r, unit)
 	if s.ExitCode == nil || *s.ExitCode != 3 || s.Result != "exit-code" || s.WallClock {
@@ -105,12 +124,7 @@ func TestAJobEndsWithItsExitCode(t *testing.T) {
 	if out, _, err := runtime.ReadOutput(raw); err != nil || string(out) != "hello\n" {
 		t.Fatalf("output %q (%v), want hello", out, err)
 	}
-	if c := containers(t, j.LeaseID); c != "" {
-		t.Fatalf("container %s left behind", c)
-	}
-	if err := r.Forget(ctx, unit); err != nil {
-		t.Fatal(err)
-	}
+	noContainerLeft(t, r, j.LeaseID, unit)
 	if _, err := r.Status(ctx, unit); err == nil {
 		survivors, _ := r.Survivors(ctx)
 		for _, s := range survivors {
@@ -125,11 +139,7 @@ func TestStopEndsAJobAndItsContainer(t *testing.T) {
 	r := local(t)
 	ctx := context.Background()
 	j := jobSpec("sleep", "300")
-	u, err := r.Start(ctx, j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := u.Name
+	unit := start(t, r, j).Name
 	if containers(t, j.LeaseID) == "" {
 		t.Fatal("no container while the unit runs")
 	}
@@ -145,22 +155,14 @@ func TestStopEndsAJobAndItsContainer(t *testing.T) {
 	if took > 5*time.Second {
 		t.Fatalf("stop took %v: SIGTERM did not reach the payload", took)
 	}
-	if c := containers(t, j.LeaseID); c != "" {
-		t.Fatalf("container %s left behind", c)
-	}
-	_ = r.Forget(ctx, unit)
+	noContainerLeft(t, r, j.LeaseID, unit)
 }
 
 func TestTheWallClockStopsAJob(t *testing.T) {
 	r := local(t)
-	ctx := context.Background()
 	j := jobSpec("sleep", "300")
 	j.WallClockSeconds = 2
-	u, err := r.Start(ctx, j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := u.Name
+	unit := start(t, r, j).Name
 	start := time.Now()
 	s := waitEnded(t, r, unit)
 	if took := time.Since(start); took > 8*time.Second {
@@ -169,21 +171,14 @@ func TestTheWallClockStopsAJob(t *testing.T) {
 	if !s.WallClock || s.Result != "timeout" {
 		t.Fatalf("status %+v, want stopped by the wall clock", s)
 	}
-	if c := containers(t, j.LeaseID); c != "" {
-		t.Fatalf("container %s left behind", c)
-	}
-	_ = r.Forget(ctx, unit)
+	noContainerLeft(t, r, j.LeaseID, unit)
 }
 
 func TestAJobOutlivesTheAgentsConnection(t *testing.T) {
 	first := local(t)
 	ctx := context.Background()
 	j := jobSpec("sleep", "300")
-	u, err := first.Start(ctx, j)
-	if err != nil {
-		t.Fatal(err)
-	}
-	unit := u.Name
+	unit := start(t, first, j).Name
 	first.Close() // the agent goes away
 
 	again := local(t)

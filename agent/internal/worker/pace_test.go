@@ -17,12 +17,19 @@ import (
 // in a bubble of testing/synctest, where waiting takes no time.
 
 // gaps are the times between successive moments.
-func gaps(at []time.Time) []time.Duration {
-	var out []time.Duration
+// apart checks that the times are the given seconds apart.
+func apart(t *testing.T, what string, at []time.Time, seconds ...time.Duration) {
+	t.Helper()
+	var got, want []time.Duration
 	for i := 1; i < len(at); i++ {
-		out = append(out, at[i].Sub(at[i-1]))
+		got = append(got, at[i].Sub(at[i-1]))
 	}
-	return out
+	for _, s := range seconds {
+		want = append(want, s*time.Second)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("%s %v apart, want %v", what, got, want)
+	}
 }
 
 // A result the server fails to take is sent again, one second later, then
@@ -39,13 +46,7 @@ func TestAResultIsSentAgainLessAndLessOften(t *testing.T) {
 		j := newHeld(w.Runtime.Take(runnerapi.Lease{LeaseID: id, Attempt: 3, Image: "localhost/busybox:latest"}, nil), runnerapi.PhaseRunning)
 		w.held[id] = j
 		w.finish(t.Context(), j, runtime.GiveBack("the job's unit disappeared", true))
-		want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
-		for i := range want {
-			want[i] *= time.Second
-		}
-		if got := gaps(api.resultsAt); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("results sent %v apart, want %v", got, want)
-		}
+		apart(t, "results sent", api.resultsAt, 1, 2, 4, 8, 16, 30, 30)
 		if r, ok := api.result(id); !ok || r.Attempt != 3 || r.RunnerVersion == nil || *r.RunnerVersion != "test" {
 			t.Fatalf("result %+v", r)
 		}
@@ -73,13 +74,7 @@ func TestTheSurvivorCheckAsksAgainLessAndLessOften(t *testing.T) {
 		if err := w.askAbout(t.Context(), beat); err != nil {
 			t.Fatal(err)
 		}
-		want := []time.Duration{1, 2, 4, 8, 15, 15, 15}
-		for i := range want {
-			want[i] *= time.Second
-		}
-		if got := gaps(at); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("heartbeats %v apart, want %v", got, want)
-		}
+		apart(t, "heartbeats", at, 1, 2, 4, 8, 15, 15, 15)
 	})
 }
 
