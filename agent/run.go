@@ -237,6 +237,7 @@ func (d *daemon) wire(ctx context.Context) error {
 	}
 	if d.rt != nil {
 		w.Runtime = &runtime.Runtime{System: d.rt, Conn: d.client, Dir: leases, Log: d.log.With("component", "runtime")}
+		w.Sessions = d.client
 	}
 	d.worker = w
 	d.loop = &heartbeat.Loop{

@@ -31,11 +31,13 @@ import (
 	"github.com/runmesh/runmesh/controlplane/maintenance"
 	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/queue"
+	"github.com/runmesh/runmesh/controlplane/relay"
 	"github.com/runmesh/runmesh/controlplane/runnerhttp"
 	"github.com/runmesh/runmesh/controlplane/tenancy"
 	"github.com/runmesh/runmesh/graph"
 	"github.com/runmesh/runmesh/internal/health"
 	"github.com/runmesh/runmesh/pki/ca"
+	"github.com/runmesh/runmesh/runnerapi"
 )
 
 // DefaultReadTimeout: the largest body either listener takes (a batch of
@@ -106,6 +108,7 @@ type Server struct {
 	heartbeats *fleet.Writer
 	upkeep     *maintenance.Maintainer
 	runnerAPI  *runnerhttp.Server
+	relay      *relay.Hub // people's sessions, joined with agents' streams
 	cert       *serverCert
 	admin      *http.Server
 	runner     *http.Server
@@ -167,9 +170,10 @@ func New(o Options) (*Server, error) {
 
 	s.queue = queue.NewService(o.Store, s.listener)
 	s.queue.HasStorage = o.Bucket != nil
+	ten := tenancy.New(o.Store, s.listener)
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", s.metrics.instrument("admin", "/graphql", graph.NewHandler(graph.Options{
-		Tenancy:       tenancy.New(o.Store, s.listener),
+		Tenancy:       ten,
 		Queue:         s.queue,
 		Fleet:         fleet.NewService(o.Store, s.listener),
 		Enrolment:     enrol,
@@ -183,6 +187,10 @@ func New(o Options) (*Server, error) {
 	playground := graph.PlaygroundHandler("/graphql") // the page, and its files under /playground/
 	mux.Handle("GET /playground", playground)
 	mux.Handle("GET /playground/", playground)
+	s.relay = relay.NewHub(relay.DefaultBounds, o.Log.With("component", "relay"))
+	mux.Handle("GET "+runnerapi.PathSessions+"{jobId}", graph.NewSessionHandler(graph.SessionOptions{
+		Tenancy: ten, Queue: s.queue, Relay: s.relay, Log: o.Log.With("component", "sessions"),
+	}))
 	mux.Handle("GET /metrics", s.metrics.handler())
 	mux.HandleFunc("GET /healthz", s.healthz)
 	s.admin = &http.Server{
@@ -202,6 +210,7 @@ func New(o Options) (*Server, error) {
 		Heartbeats: fleet.NewHeartbeats(o.Store, s.heartbeats, fleet.HeartbeatsOptions{
 			DefaultLeaseSeconds: o.Defaults.LeaseSeconds, Latency: s.metrics.heartbeatLatency, Log: o.Log}),
 		Leases:  s.queue.Leases(queue.LeasesOptions{Bucket: o.Bucket, DefaultLeaseSeconds: o.Defaults.LeaseSeconds, Log: o.Log}),
+		Relay:   s.relay,
 		Log:     o.Log,
 		Version: "runmesh " + Version,
 	})

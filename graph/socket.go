@@ -142,19 +142,22 @@ func socketInit(t *tenancy.Service, logins *loginLimit, recheck time.Duration, l
 			return transport.WithWebsocketCloseCode(ctx, closeForbidden), nil, errors.New("unauthenticated")
 		}
 		if sock != nil {
-			go watchToken(ctx, t, a.TokenID.String(), token, sock, recheck, log)
+			go watchToken(ctx, t, a.TokenID.String(), token, recheck, func() {
+				log.InfoContext(ctx, "closing a socket whose token expired or was revoked", "remote", sock.remote)
+				sock.closeWith(closeForbidden, "the token expired or was revoked")
+			})
 		}
 		// Every operation on the socket checks the token again as well.
 		return context.WithValue(withPrincipal(ctx, a), socketTokenKey{}, token), nil, nil
 	}
 }
 
-// watchToken closes sock with 4403 once its token (id tokenID) no longer
+// watchToken calls revoked once the token (id tokenID) no longer
 // authenticates: checked when any replica revokes it, and every recheck
-// (for expiry) until the socket's request ends.
-func watchToken(ctx context.Context, t *tenancy.Service, tokenID, token string, sock *socket, recheck time.Duration, log *slog.Logger) {
-	revoked := t.WatchTokens()
-	defer revoked.Close()
+// (for expiry), until ctx ends.
+func watchToken(ctx context.Context, t *tenancy.Service, tokenID, token string, recheck time.Duration, revoked func()) {
+	watch := t.WatchTokens()
+	defer watch.Close()
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
 	for {
@@ -162,14 +165,13 @@ func watchToken(ctx context.Context, t *tenancy.Service, tokenID, token string, 
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		case id := <-revoked.Revoked():
+		case id := <-watch.Revoked():
 			if id != "" && id != tokenID {
 				continue // another token
 			}
 		}
 		if _, err := t.Authenticate(ctx, token); errors.Is(err, tenancy.ErrUnauthenticated) {
-			log.InfoContext(ctx, "closing a socket whose token expired or was revoked", "remote", sock.remote)
-			sock.closeWith(closeForbidden, "the token expired or was revoked")
+			revoked()
 			return
 		}
 	}

@@ -209,7 +209,7 @@ happen, and runmesh exits with the job's exit code (1 when it ended without one)
 				return a.print(out, view{})
 			}
 			fmt.Fprintf(a.stderr, "job %s queued in pool %s\n", out.SubmitJob.Id, out.SubmitJob.Pool.Name)
-			return a.waitFor(cmd.Context(), out.SubmitJob.Id)
+			return a.waitFor(cmd.Context(), out.SubmitJob.Id, true)
 		},
 	}, "Mutation.submitJob")
 	f := c.Flags()
@@ -260,10 +260,13 @@ func stdioFlags(in *api.SubmitJobInput, stdio string, idle time.Duration, given 
 	return nil
 }
 
-// waitFor follows a job's events on stderr until it has finished, and
-// returns its exit code as an exitCode (0: nil).
-func (a *app) waitFor(ctx context.Context, job string) error {
+// waitFor follows a job's events (on stderr if show) until it has
+// finished, and returns its exit code as an exitCode (0: nil).
+func (a *app) waitFor(ctx context.Context, job string, show bool) error {
 	err := a.followEvents(ctx, job, func(e api.JobEventsJobEventsJobEvent) error {
+		if !show {
+			return nil
+		}
 		_, err := fmt.Fprintf(a.stderr, "%s  %-16s attempt %d  %s\n", e.At.UTC().Format("15:04:05.000"), e.Type, e.Attempt, e.Detail)
 		return err
 	})

@@ -82,7 +82,7 @@ Lists are paged: --first N and --after CURSOR, or --all.`,
 	}
 	a.flags.register(root)
 	root.AddGroup(&cobra.Group{ID: "read", Title: "Read:"}, &cobra.Group{ID: "change", Title: "Change:"},
-		&cobra.Group{ID: "follow", Title: "Follow:"}, &cobra.Group{ID: "cli", Title: "The CLI itself:"})
+		&cobra.Group{ID: "follow", Title: "Follow:"}, &cobra.Group{ID: "session", Title: "Work on a running job:"}, &cobra.Group{ID: "cli", Title: "The CLI itself:"})
 	for _, c := range a.readCommands() {
 		c.GroupID = "read"
 		root.AddCommand(c)
@@ -93,6 +93,10 @@ Lists are paged: --first N and --after CURSOR, or --all.`,
 	}
 	for _, c := range a.followCommands() {
 		c.GroupID = "follow"
+		root.AddCommand(c)
+	}
+	for _, c := range a.sessionCommands() {
+		c.GroupID = "session"
 		root.AddCommand(c)
 	}
 	for _, c := range []*cobra.Command{a.configCommand(), a.versionCommand(), a.queryCommand()} {

@@ -21,6 +21,7 @@ import (
 	"github.com/runmesh/runmesh/controlplane/fleet"
 	"github.com/runmesh/runmesh/controlplane/queue"
 	"github.com/runmesh/runmesh/controlplane/record"
+	"github.com/runmesh/runmesh/controlplane/relay"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -29,7 +30,9 @@ type Options struct {
 	Enrolment  *enrolment.Service
 	Heartbeats *fleet.Heartbeats
 	Leases     *queue.Leases
-	Log        *slog.Logger
+	// Relay holds the agents' streams for sessions (attach, exec).
+	Relay *relay.Hub
+	Log   *slog.Logger
 	// Version is the server's, as step-ca's /version tells it.
 	Version string
 }
@@ -58,6 +61,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/leases/{id}/logs", s.authenticated(s.logs))
 	mux.Handle("POST /v1/leases/{id}/result", s.authenticated(s.result))
 	mux.Handle("POST "+runnerapi.PathResults, s.authenticated(s.results))
+	mux.Handle("GET /v1/leases/{id}/session", s.authenticated(s.session))
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))

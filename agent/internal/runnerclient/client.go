@@ -15,9 +15,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	"github.com/runmesh/runmesh/agent/internal/identity"
 	"github.com/runmesh/runmesh/pki"
@@ -251,4 +254,37 @@ func Code(err error) string {
 		return e.Code
 	}
 	return ""
+}
+
+// Session dials the stream for a lease's next session (runnerapi.
+// PathSession), fenced by attempt: a WebSocket over the same mutual TLS
+// as every request. A refusal (a stale attempt: 409) is an *APIError.
+func (c *Client) Session(ctx context.Context, leaseID string, attempt int) (*websocket.Conn, error) {
+	u, err := url.Parse(c.base + runnerapi.PathSession(leaseID))
+	if err != nil {
+		return nil, err
+	}
+	u.Scheme = "wss"
+	u.RawQuery = url.Values{"attempt": {strconv.Itoa(attempt)}}.Encode()
+	d := websocket.Dialer{
+		TLSClientConfig:  c.http.Transport.(*http.Transport).TLSClientConfig.Clone(),
+		HandshakeTimeout: 30 * time.Second,
+		ReadBufferSize:   runnerapi.MaxSessionMessage,
+		WriteBufferSize:  runnerapi.MaxSessionMessage,
+	}
+	conn, resp, err := d.DialContext(ctx, u.String(), nil)
+	if err != nil && resp != nil {
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+		var e runnerapi.Error
+		if json.Unmarshal(raw, &e) != nil || e.Error.Code == "" {
+			e.Error = runnerapi.ErrorBody{Code: http.StatusText(resp.StatusCode)}
+		}
+		return nil, &APIError{Status: resp.StatusCode, Code: e.Error.Code, Msg: e.Error.Message}
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn.SetReadLimit(runnerapi.MaxSessionMessage)
+	return conn, nil
 }

@@ -15,7 +15,8 @@ import (
 // podman.socket), reached through podman's own bindings: everything the
 // agent asks podman but the job's own process, which is its unit's.
 type podmanAPI struct {
-	uri string
+	uri    string
+	socket string
 
 	mu sync.Mutex
 	// conn holds the bindings' connection as a context value; nil until
@@ -34,7 +35,7 @@ func init() {
 }
 
 func newPodmanAPI(socket string) *podmanAPI {
-	return &podmanAPI{uri: "unix://" + socket}
+	return &podmanAPI{uri: "unix://" + socket, socket: socket}
 }
 
 // with gives ctx the service's connection, reaching the service first

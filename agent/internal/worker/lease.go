@@ -63,7 +63,11 @@ func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 // follow has the runtime follow a started (or adopted) job to its end,
 // then reports it, or lets it go.
 func (w *Worker) follow(ctx context.Context, j *held) {
+	// While the job runs, a stream stands for people's sessions on it.
+	sctx, stopSessions := context.WithCancel(ctx)
+	go w.stand(sctx, j)
 	res, how := j.job.Follow(ctx)
+	stopSessions()
 	switch how {
 	case runtime.Finished:
 		w.finish(ctx, j, res)

@@ -38,6 +38,9 @@ type Worker struct {
 	API API
 	// Runtime runs the leases' jobs on this host.
 	Runtime *runtime.Runtime
+	// Sessions dials the streams of people's sessions on running jobs
+	// (nil: the agent takes none); Runtime.System must be a SessionHost.
+	Sessions Sessions
 	// Kinds are the job kinds this runner takes.
 	Kinds []string
 	// Capacity is the latest measurement (false before the first).

@@ -111,6 +111,23 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 	return n, err
 }
 
+// LiveAttempt is the stdio mode of a job the runner holds at this attempt,
+// not yet ended; ErrStaleAttempt when it does not (a session's stream is
+// fenced so).
+func (s *Querier) LiveAttempt(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID) (string, error) {
+	if attempt < 1 || attempt > math.MaxInt32 {
+		return "", ErrStaleAttempt
+	}
+	row, err := s.q.LiveAttempt(ctx, s.db, dbsqlc.LiveAttemptParams{ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
+	if err != nil {
+		return "", mapErr(err)
+	}
+	if !row.Live {
+		return "", ErrStaleAttempt
+	}
+	return row.Stdio, nil
+}
+
 // AppendLog stores one chunk of an attempt's output, fenced like results.
 // A chunk stored before (same sequence number) is not stored again.
 func (s *Querier) AppendLog(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID, seq int, data []byte) error {

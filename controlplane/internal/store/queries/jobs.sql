@@ -410,6 +410,14 @@ SELECT coalesce(bool_or(true), false)::boolean AS held,
 FROM jobs
 WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id;
 
+-- name: LiveAttempt :one
+-- Whether the runner holds the job at this attempt and the attempt has not
+-- ended (a session's stream may stand for it), and the job's stdio mode.
+SELECT coalesce(bool_or(true), false)::boolean AS live,
+       coalesce(max(options->>'stdio'), '')::text AS stdio
+FROM jobs
+WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id AND state IN ('LEASED', 'RUNNING');
+
 -- name: InsertLogChunk :execrows
 INSERT INTO job_logs (job_id, attempt, seq, data) VALUES (@job_id, @attempt, @seq, @data)
 ON CONFLICT DO NOTHING;

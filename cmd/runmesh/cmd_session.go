@@ -1,0 +1,244 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/gorilla/websocket"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// detachKeys end an attach and leave the job running (docker's and
+// podman's ctrl-p ctrl-q).
+var detachKeys = []byte{0x10, 0x11}
+
+func (a *app) sessionCommands() []*cobra.Command {
+	attach := &cobra.Command{
+		Use:   "attach JOB-ID",
+		Short: "Join a TTY or PIPE job's process: ctrl-p ctrl-q detaches, the process's exit status is the command's",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.session(cmd.Context(), args[0], runnerapi.SessionRequest{Kind: runnerapi.SessionAttach}, true)
+		},
+	}
+	var interactive, tty bool
+	exec := &cobra.Command{
+		Use:   "exec JOB-ID [-it] -- COMMAND [ARG...]",
+		Short: "Run a command in a running job's container; its exit status is the command's",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return errors.New("usage: runmesh exec JOB-ID [-it] -- COMMAND [ARG...]")
+			}
+			return a.session(cmd.Context(), args[0], runnerapi.SessionRequest{Kind: runnerapi.SessionExec, Command: args[1:], TTY: tty}, interactive)
+		},
+	}
+	exec.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass this terminal's input to the command")
+	exec.Flags().BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
+	return []*cobra.Command{attach, exec}
+}
+
+// session opens a session on the admin listener and passes this
+// terminal's bytes until it ends. With input, a terminal is put in raw
+// mode (the process's terminal does the echo and line editing), and its
+// size follows the window's.
+func (a *app) session(ctx context.Context, job string, req runnerapi.SessionRequest, input bool) error {
+	end, err := a.relay(ctx, job, req, input)
+	if err != nil {
+		return err
+	}
+	return a.sessionEnded(ctx, job, end)
+}
+
+// relay passes the bytes of one session, and returns how it ended.
+func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionRequest, input bool) (runnerapi.SessionEnd, error) {
+	var none runnerapi.SessionEnd
+	if err := a.connect(); err != nil {
+		return none, err
+	}
+	url := "ws" + strings.TrimPrefix(a.ep.url, "http") + runnerapi.PathSessions + job
+	dialer := &websocket.Dialer{Proxy: http.ProxyFromEnvironment, HandshakeTimeout: a.flags.timeout,
+		ReadBufferSize: runnerapi.MaxSessionMessage, WriteBufferSize: runnerapi.MaxSessionMessage}
+	if tr, ok := a.http.Transport.(bearer).next.(*http.Transport); ok {
+		dialer.TLSClientConfig = tr.TLSClientConfig
+	}
+	in, _ := a.stdin.(*os.File)
+	out, _ := a.stdout.(*os.File)
+	raw := input && in != nil && term.IsTerminal(int(in.Fd()))
+	if raw && out != nil && term.IsTerminal(int(out.Fd())) {
+		if w, h, err := term.GetSize(int(out.Fd())); err == nil {
+			req.Size = runnerapi.Size{Cols: uint16(w), Rows: uint16(h)}
+		}
+	}
+	conn, _, err := dialer.DialContext(ctx, url, nil)
+	if err != nil {
+		return none, fmt.Errorf("open the session: %w", readable(err))
+	}
+	defer conn.Close()
+	conn.SetReadLimit(runnerapi.MaxSessionMessage)
+	req.Token = a.ep.token
+	first, _ := json.Marshal(req)
+	if err := conn.WriteMessage(websocket.TextMessage, first); err != nil {
+		return none, fmt.Errorf("open the session: %w", err)
+	}
+	var wmu sync.Mutex
+	send := func(t runnerapi.FrameType, p []byte) error {
+		wmu.Lock()
+		defer wmu.Unlock()
+		return conn.WriteMessage(websocket.BinaryMessage, runnerapi.AppendFrame(nil, t, p))
+	}
+	if raw {
+		state, err := term.MakeRaw(int(in.Fd()))
+		if err != nil {
+			return none, err
+		}
+		defer term.Restore(int(in.Fd()), state)
+		if out != nil {
+			winch := make(chan os.Signal, 1)
+			signal.Notify(winch, syscall.SIGWINCH)
+			defer signal.Stop(winch)
+			go func() {
+				for range winch {
+					if w, h, err := term.GetSize(int(out.Fd())); err == nil {
+						sz, _ := json.Marshal(runnerapi.Size{Cols: uint16(w), Rows: uint16(h)})
+						_ = send(runnerapi.FrameResize, sz)
+					}
+				}
+			}()
+		}
+	}
+	if input {
+		go a.sendInput(send, raw && req.Kind == runnerapi.SessionAttach)
+	}
+	for {
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			var closed *websocket.CloseError
+			if errors.As(err, &closed) {
+				return none, sessionRefused(closed)
+			}
+			return none, fmt.Errorf("the session's connection broke: %w", err)
+		}
+		f, err := runnerapi.ParseFrame(msg)
+		if err != nil {
+			return none, err
+		}
+		switch f.Type {
+		case runnerapi.FrameStdout:
+			_, err = a.stdout.Write(f.Payload)
+		case runnerapi.FrameStderr:
+			_, err = a.stderr.Write(f.Payload)
+		case runnerapi.FrameEnd:
+			var end runnerapi.SessionEnd
+			err := f.Decode(&end)
+			return end, err
+		}
+		if err != nil {
+			return none, err
+		}
+	}
+}
+
+// sendInput passes stdin to the session; at its end, the process's input
+// ends. detach: ctrl-p ctrl-q in the input ends the session instead, and
+// the job runs on.
+func (a *app) sendInput(send func(runnerapi.FrameType, []byte) error, detach bool) {
+	buf := make([]byte, runnerapi.MaxFramePayload)
+	var held []byte // a ctrl-p that may begin the detach keys
+	for {
+		n, err := a.stdin.Read(buf)
+		p := append(held, buf[:n]...)
+		held = nil
+		if detach {
+			if i := bytes.Index(p, detachKeys); i >= 0 {
+				if i > 0 {
+					_ = send(runnerapi.FrameStdin, p[:i])
+				}
+				_ = send(runnerapi.FrameEnd, []byte(`{"code":"detached"}`))
+				return
+			}
+			if len(p) > 0 && p[len(p)-1] == detachKeys[0] {
+				held, p = []byte{detachKeys[0]}, p[:len(p)-1]
+			}
+		}
+		if len(p) > 0 {
+			for len(p) > 0 {
+				k := min(len(p), runnerapi.MaxFramePayload)
+				if send(runnerapi.FrameStdin, p[:k]) != nil {
+					return
+				}
+				p = p[k:]
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				_ = send(runnerapi.FrameStdinEnd, nil)
+			}
+			return
+		}
+	}
+}
+
+// sessionEnded turns the session's end into the command's result.
+func (a *app) sessionEnded(ctx context.Context, job string, end runnerapi.SessionEnd) error {
+	switch end.Code {
+	case runnerapi.EndExited:
+		if end.Exit != nil && *end.Exit != 0 {
+			return exitCode(*end.Exit)
+		}
+		return nil
+	case runnerapi.EndDetached:
+		fmt.Fprintf(a.stderr, "\r\ndetached from job %s: it runs on (runmesh attach %s joins it again)\r\n", job, job)
+		return nil
+	case runnerapi.EndJobEnded:
+		// The job's own exit status, once the server has its result.
+		return a.waitFor(ctx, job, false)
+	}
+	return fmt.Errorf("the session ended: %s", sessionSentence(end))
+}
+
+// sessionSentence says what an end code means to a person.
+func sessionSentence(end runnerapi.SessionEnd) string {
+	what := map[string]string{
+		runnerapi.EndAgentGone:     "the runner's agent went away (a restart, an upgrade); the job runs on, attach again once it is back",
+		runnerapi.EndServerGone:    "the server holding the session went away; the job runs on, attach again",
+		runnerapi.EndRevoked:       "the token expired or was revoked",
+		runnerapi.EndTooMany:       "too many sessions open on this job, its runner or this token",
+		runnerapi.EndFrameTooLarge: "a frame over the bound of 32 KiB",
+		runnerapi.EndBadFrame:      "a malformed frame",
+		runnerapi.EndUnavailable:   "the job's agent cannot be reached: the job is not running, or its agent is away",
+		runnerapi.EndFailed:        "the runner could not open it",
+	}[end.Code]
+	if what == "" {
+		what = end.Code
+	}
+	if end.Reason != "" && !strings.Contains(what, end.Reason) {
+		what += " (" + end.Reason + ")"
+	}
+	return what
+}
+
+// sessionRefused says why the server closed the socket before a session
+// began.
+func sessionRefused(c *websocket.CloseError) error {
+	switch c.Code {
+	case 4403:
+		return fmt.Errorf("the session was refused: %s (is the token still valid?)", c.Text)
+	case 4404:
+		return fmt.Errorf("no such job (or not one of yours): %s", c.Text)
+	}
+	return fmt.Errorf("the session was refused: %s (close code %d)", c.Text, c.Code)
+}

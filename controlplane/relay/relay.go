@@ -1,0 +1,382 @@
+// Package relay joins a person's session (attach, exec) on a running job
+// with a stream the job's agent dialled out: the control plane never opens
+// a connection into a runner. An agent holds a standing stream per lease it
+// runs (runnerapi.PathSession); a session takes one, and the agent dials
+// the next. The relay passes frames, one at a time each way: it keeps no
+// byte, and a side that stops reading stops the other from writing.
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/runmesh/runmesh/runnerapi"
+)
+
+// Conn is one side's connection: one frame a message. Write is safe for
+// concurrent use; Close ends the connection with the end's code (a
+// WebSocket's close code and reason), after sending it as the last frame
+// where the connection is still open.
+type Conn interface {
+	Read() ([]byte, error)
+	Write(msg []byte) error
+	Close(end runnerapi.SessionEnd)
+}
+
+// Bounds are the relay's limits (docs/security.md).
+type Bounds struct {
+	SessionsPerJob    int
+	SessionsPerRunner int
+	SessionsPerToken  int
+	// StandingPerLease bounds an agent's standing streams for one lease.
+	StandingPerLease int
+	// StreamWait is how long a session waits for its agent's stream (one
+	// that was just taken is dialled again within a moment).
+	StreamWait time.Duration
+}
+
+// DefaultBounds are the server's.
+var DefaultBounds = Bounds{SessionsPerJob: 4, SessionsPerRunner: 16, SessionsPerToken: 8, StandingPerLease: 2, StreamWait: 5 * time.Second}
+
+// Hub pairs sessions with standing streams on this replica.
+type Hub struct {
+	Bounds Bounds
+	Log    *slog.Logger
+
+	mu       sync.Mutex
+	standing map[streamKey][]*stream
+	arrived  map[streamKey]chan struct{} // closed when a stream stands for the key
+	perJob   map[uuid.UUID]int
+	perRun   map[uuid.UUID]int
+	perToken map[uuid.UUID]int
+	byRunner map[uuid.UUID]map[*stream]struct{}
+}
+
+// NewHub is a hub with bounds b.
+func NewHub(b Bounds, log *slog.Logger) *Hub {
+	return &Hub{Bounds: b, Log: log, standing: map[streamKey][]*stream{}, arrived: map[streamKey]chan struct{}{},
+		perJob: map[uuid.UUID]int{}, perRun: map[uuid.UUID]int{}, perToken: map[uuid.UUID]int{}, byRunner: map[uuid.UUID]map[*stream]struct{}{}}
+}
+
+type streamKey struct {
+	lease   uuid.UUID
+	attempt int
+}
+
+// Lease is a stream's: the job (its lease id), the attempt the runner
+// holds, and the runner. The caller has checked that it holds it.
+type Lease struct {
+	ID       uuid.UUID
+	Attempt  int
+	RunnerID uuid.UUID
+}
+
+type stream struct {
+	lease Lease
+	conn  Conn
+	mu    sync.Mutex
+	s     *session // nil while it stands
+}
+
+// session is one person's, over one stream.
+type session struct {
+	open     runnerapi.SessionOpen
+	admin    Conn
+	agent    Conn
+	once     sync.Once
+	done     chan struct{}
+	end      runnerapi.SessionEnd
+	in, out  atomic.Int64
+	started  time.Time
+	finished time.Time
+}
+
+// finish ends the session once: toAdmin is what the person is told, and
+// the agent is told the same (it stops the exec'd process, or lets the
+// job run on after a detach).
+func (s *session) finish(end runnerapi.SessionEnd) {
+	s.once.Do(func() {
+		s.end, s.finished = end, time.Now()
+		s.admin.Close(end)
+		s.agent.Close(end)
+		close(s.done)
+	})
+}
+
+// Stand holds an agent's stream for lease until a session has used it, or
+// the agent goes: it reads what the agent sends and passes it to the
+// session. It returns when the stream is over.
+func (h *Hub) Stand(ctx context.Context, l Lease, conn Conn) error {
+	st := &stream{lease: l, conn: conn}
+	key := streamKey{l.ID, l.Attempt}
+	h.mu.Lock()
+	if len(h.standing[key]) >= h.Bounds.StandingPerLease {
+		h.mu.Unlock()
+		conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndTooMany, Reason: "this lease already has its standing streams"})
+		return nil
+	}
+	h.standing[key] = append(h.standing[key], st)
+	if ch := h.arrived[key]; ch != nil {
+		close(ch)
+		delete(h.arrived, key)
+	}
+	if h.byRunner[l.RunnerID] == nil {
+		h.byRunner[l.RunnerID] = map[*stream]struct{}{}
+	}
+	h.byRunner[l.RunnerID][st] = struct{}{}
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		h.unstand(key, st)
+		delete(h.byRunner[l.RunnerID], st)
+		if len(h.byRunner[l.RunnerID]) == 0 {
+			delete(h.byRunner, l.RunnerID)
+		}
+		h.mu.Unlock()
+	}()
+	stop := context.AfterFunc(ctx, func() {
+		h.endStream(st, runnerapi.SessionEnd{Code: runnerapi.EndServerGone, Reason: "the server is shutting down"})
+	})
+	defer stop()
+	for {
+		msg, err := conn.Read()
+		st.mu.Lock()
+		s := st.s
+		st.mu.Unlock()
+		if err != nil {
+			if s != nil {
+				s.finish(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away; the job runs on"})
+			} else {
+				conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "closed"})
+			}
+			return nil
+		}
+		f, err := runnerapi.ParseFrame(msg)
+		switch {
+		case s == nil:
+			// A standing stream carries nothing until a session opens.
+			conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "a frame before the session opened"})
+			return nil
+		case errors.Is(err, runnerapi.ErrFrameTooLarge):
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndFrameTooLarge, Reason: "the agent sent a frame over the bound"})
+			return nil
+		case err != nil:
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: err.Error()})
+			return nil
+		}
+		switch f.Type {
+		case runnerapi.FrameStdout, runnerapi.FrameStderr:
+			s.out.Add(int64(len(f.Payload)))
+			if s.admin.Write(msg) != nil {
+				s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "the person's connection went away"})
+				return nil
+			}
+		case runnerapi.FrameEnd:
+			var end runnerapi.SessionEnd
+			if f.Decode(&end) != nil || end.Code == "" {
+				end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "the agent ended the session without saying why"}
+			}
+			s.finish(end)
+			return nil
+		default:
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "the agent sent a frame only a person sends"})
+			return nil
+		}
+	}
+}
+
+// unstand takes st off the standing list; h.mu held.
+func (h *Hub) unstand(key streamKey, st *stream) {
+	list := h.standing[key]
+	for i, x := range list {
+		if x == st {
+			list = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(h.standing, key)
+	} else {
+		h.standing[key] = list
+	}
+}
+
+func (h *Hub) endStream(st *stream, end runnerapi.SessionEnd) {
+	st.mu.Lock()
+	s := st.s
+	st.mu.Unlock()
+	if s != nil {
+		s.finish(end)
+	} else {
+		st.conn.Close(end)
+	}
+}
+
+// CloseRunner ends every stream of the runner, and the sessions on them
+// (the runner was revoked).
+func (h *Hub) CloseRunner(runner uuid.UUID) {
+	h.mu.Lock()
+	var list []*stream
+	for st := range h.byRunner[runner] {
+		list = append(list, st)
+	}
+	h.mu.Unlock()
+	for _, st := range list {
+		h.endStream(st, runnerapi.SessionEnd{Code: runnerapi.EndRevoked, Reason: "the runner was revoked"})
+	}
+}
+
+// Target is the job a session is for, as the store has it now: the lease
+// (job id), the attempt and the runner holding it, and who asks.
+type Target struct {
+	Lease   Lease
+	TokenID uuid.UUID
+}
+
+// Summary is what a session's audit entry says: never its bytes.
+type Summary struct {
+	Open     runnerapi.SessionOpen
+	Started  time.Time
+	Ended    time.Time
+	BytesIn  int64 // from the person to the job
+	BytesOut int64 // from the job to the person
+	End      runnerapi.SessionEnd
+}
+
+// Open runs one session on t's job: it takes the lease's standing stream
+// (waiting up to StreamWait for one), tells the agent what to open, and
+// passes the person's frames until the session ends. ctx ending (the
+// person's token revoked, the server stopping) ends it with cause's end
+// (SessionEnd, or EndServerGone).
+func (h *Hub) Open(ctx context.Context, t Target, open runnerapi.SessionOpen, admin Conn) Summary {
+	sum := Summary{Open: open, Started: time.Now()}
+	refuse := func(end runnerapi.SessionEnd) Summary {
+		admin.Close(end)
+		sum.Ended, sum.End = time.Now(), end
+		return sum
+	}
+	if !h.count(t, 1) {
+		return refuse(runnerapi.SessionEnd{Code: runnerapi.EndTooMany, Reason: "too many sessions on this job, runner or token"})
+	}
+	defer h.count(t, -1)
+	st := h.take(ctx, streamKey{t.Lease.ID, t.Lease.Attempt})
+	if st == nil {
+		return refuse(runnerapi.SessionEnd{Code: runnerapi.EndUnavailable, Reason: "the job's agent is not reachable: it is not running, or its agent is away"})
+	}
+	s := &session{open: open, admin: admin, agent: st.conn, done: make(chan struct{}), started: sum.Started}
+	st.mu.Lock()
+	st.s = s
+	st.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		end, ok := context.Cause(ctx).(*EndError)
+		if !ok {
+			end = &EndError{runnerapi.SessionEnd{Code: runnerapi.EndServerGone, Reason: "the server is shutting down"}}
+		}
+		s.finish(end.End)
+	})
+	defer stop()
+	if st.conn.Write(runnerapi.JSONFrame(runnerapi.FrameOpen, open)) != nil {
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away"})
+	}
+	go h.fromPerson(s)
+	<-s.done
+	sum.Ended, sum.End = s.finished, s.end
+	sum.BytesIn, sum.BytesOut = s.in.Load(), s.out.Load()
+	return sum
+}
+
+// fromPerson passes the person's frames to the agent until the session
+// ends.
+func (h *Hub) fromPerson(s *session) {
+	for {
+		msg, err := s.admin.Read()
+		if err != nil {
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "the person's connection went away"})
+			return
+		}
+		f, err := runnerapi.ParseFrame(msg)
+		switch {
+		case errors.Is(err, runnerapi.ErrFrameTooLarge):
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndFrameTooLarge, Reason: "a frame over the bound of 32 KiB"})
+			return
+		case err != nil:
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: err.Error()})
+			return
+		}
+		switch f.Type {
+		case runnerapi.FrameStdin, runnerapi.FrameStdinEnd, runnerapi.FrameResize:
+			if f.Type == runnerapi.FrameStdin {
+				s.in.Add(int64(len(f.Payload)))
+			}
+			if s.agent.Write(msg) != nil {
+				s.finish(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away; the job runs on"})
+				return
+			}
+		case runnerapi.FrameEnd:
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "detached; the job runs on"})
+			return
+		default:
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "a frame only the agent sends"})
+			return
+		}
+	}
+}
+
+// take pops a standing stream for key, waiting up to StreamWait.
+func (h *Hub) take(ctx context.Context, key streamKey) *stream {
+	deadline := time.NewTimer(h.Bounds.StreamWait)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		if list := h.standing[key]; len(list) > 0 {
+			st := list[0]
+			h.unstand(key, st)
+			h.mu.Unlock()
+			return st
+		}
+		ch := h.arrived[key]
+		if ch == nil {
+			ch = make(chan struct{})
+			h.arrived[key] = ch
+		}
+		h.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// count adds d to the session counts of t, refusing (false) a session past
+// a bound.
+func (h *Hub) count(t Target, d int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.Bounds
+	if d > 0 && (h.perJob[t.Lease.ID] >= b.SessionsPerJob || h.perRun[t.Lease.RunnerID] >= b.SessionsPerRunner || h.perToken[t.TokenID] >= b.SessionsPerToken) {
+		return false
+	}
+	for _, c := range []struct {
+		m  map[uuid.UUID]int
+		id uuid.UUID
+	}{{h.perJob, t.Lease.ID}, {h.perRun, t.Lease.RunnerID}, {h.perToken, t.TokenID}} {
+		if c.m[c.id] += d; c.m[c.id] <= 0 {
+			delete(c.m, c.id)
+		}
+	}
+	return true
+}
+
+// EndError is a context cause that ends a session with End.
+type EndError struct{ End runnerapi.SessionEnd }
+
+func (e *EndError) Error() string { return e.End.Code + ": " + e.End.Reason }
