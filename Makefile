@@ -84,7 +84,7 @@ SANDBOX_DIR ?= /tmp/runmesh-sandbox
 E2E_PACKAGES = ./agent/internal/runtime
 # Tests that run here and drive an agent inside the sandbox.
 E2E_HOST_PACKAGES = ./cmd/runmesh-agent
-E2E_HOST_TESTS = TestJobsInTheSandbox|TestGPUsInTheSandbox
+E2E_HOST_TESTS = TestJobsInTheSandbox|TestGPUsInTheSandbox|TestSessionsInTheSandbox
 
 test-e2e: ## the agent against a real systemd and rootless Podman, in agent/sandbox (needs root)
 	@# Each package's directory is copied next to its test binary: the tests read testdata from there, and

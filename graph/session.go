@@ -63,7 +63,7 @@ func NewSessionHandler(o SessionOptions) http.Handler {
 			http.Error(w, "a session is a WebSocket", http.StatusBadRequest)
 			return
 		}
-		c, err := sessionUpgrader.Upgrade(w, r, nil)
+		c, err := sessionUpgrader.Upgrade(relay.Hijackable(w), r, nil)
 		if err != nil {
 			return
 		}

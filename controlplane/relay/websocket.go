@@ -2,6 +2,7 @@ package relay
 
 import (
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 
@@ -71,4 +72,20 @@ func (w *wsConn) Close(end runnerapi.SessionEnd) {
 	}
 	_ = w.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(end.CloseCode(), reason), time.Now().Add(closeWait))
 	_ = w.c.Close()
+}
+
+// Hijackable is w, or the writer it wraps that can hand over its
+// connection: gorilla's Upgrader asserts http.Hijacker on the writer it is
+// given, and the listeners' instrumenting writers only Unwrap to theirs.
+func Hijackable(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		if _, ok := w.(http.Hijacker); ok {
+			return w
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }

@@ -45,7 +45,7 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c enrolment.Cal
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "a session stream is a WebSocket")
 		return
 	}
-	conn, err := upgrader.Upgrade(w, r, nil)
+	conn, err := upgrader.Upgrade(relay.Hijackable(w), r, nil)
 	if err != nil {
 		return // the upgrader answered
 	}

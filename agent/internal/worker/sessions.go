@@ -46,7 +46,7 @@ func (w *Worker) stand(ctx context.Context, j *held) {
 				return
 			}
 			if ctx.Err() == nil {
-				log.Debug("dialling the session stream failed", "err", err, "retry_in", backoff)
+				log.Warn("dialling the session stream failed: no session can reach the job until it succeeds", "err", err, "retry_in", backoff)
 			}
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 30*time.Second)

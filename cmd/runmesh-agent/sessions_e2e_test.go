@@ -1,0 +1,208 @@
+package main_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/runmesh/runmesh/cmd/internal/e2e"
+)
+
+// tmux is a real terminal: a detached tmux server of the test's own, one
+// window running a command.
+type tmux struct {
+	t      *testing.T
+	socket string
+}
+
+func newTmux(t *testing.T, cols, rows int, command string) tmux {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Fatal("the interactive tests drive a real terminal: apt-get install tmux")
+	}
+	// A short path: a unix socket's is bounded (108 bytes), and a
+	// subtest's TempDir is named after it.
+	dir, err := os.MkdirTemp("", "tmux")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	m := tmux{t: t, socket: filepath.Join(dir, "sock")}
+	m.must("new-session", "-d", "-x", itoa(cols), "-y", itoa(rows), "sh", "-c", command)
+	m.must("set-option", "-g", "window-size", "manual")
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", m.socket, "kill-server").Run() })
+	return m
+}
+
+// shq quotes s for sh.
+func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func (m tmux) must(args ...string) string {
+	m.t.Helper()
+	out, err := exec.Command("tmux", append([]string{"-S", m.socket}, args...)...).CombinedOutput()
+	require.NoError(m.t, err, "tmux %v: %s", args, out)
+	return string(out)
+}
+
+// screen is what the terminal shows now.
+func (m tmux) screen() string { return m.must("capture-pane", "-p", "-J") }
+
+// waitFor waits until the screen shows s.
+func (m tmux) waitFor(s string, within time.Duration) {
+	m.t.Helper()
+	e2e.Eventually(m.t, within, "the terminal to show "+s, func() bool { return strings.Contains(m.screen(), s) })
+}
+
+// TestSessionsInTheSandbox attaches to and execs in jobs run by the real
+// agent in the sandbox, through the real server, from a real terminal
+// (tmux): the CLI's raw mode, its size and a resize reach the job's
+// terminal; ctrl-p ctrl-q detaches and the job runs on; the job's exit
+// status is attach's own; exec's streams and status; each session audited,
+// none of its bytes stored.
+func TestSessionsInTheSandbox(t *testing.T) {
+	sb, serverBin, cliBin, agentBin := sandboxTest(t, "runmesh-agent")
+	srv := e2e.StartDev(t, serverBin)
+	poolID := srv.GraphQL(t, `{ pools { id } }`, nil)["pools"].([]any)[0].(map[string]any)["id"]
+	sb.installAgent(t, srv, cliBin, agentBin, "sandbox-01", "metrics:\n  listen: \"off\"\n")
+	sb.must("exec", "systemctl", "start", "runmesh-agent")
+
+	submit := func(stdio string, command ...string) string {
+		t.Helper()
+		in := map[string]any{"poolId": poolID, "image": "localhost/busybox:latest", "command": command, "stdio": stdio,
+			"claim": map[string]any{"cores": 0.5, "wallClockSeconds": 600}}
+		return srv.GraphQL(t, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})["submitJob"].(map[string]any)["id"].(string)
+	}
+	state := func(id string) string {
+		return srv.GraphQL(t, `query($id: ID!) { job(id: $id) { state } }`, map[string]any{"id": id})["job"].(map[string]any)["state"].(string)
+	}
+	waitState := func(id, want string) {
+		t.Helper()
+		e2e.Eventually(t, 90*time.Second, "job "+id+" "+want, func() bool { return state(id) == want })
+	}
+	cli := shq(cliBin) + " --env-file " + shq(srv.EnvFile)
+
+	shell := submit("TTY", "sh")
+	waitState(shell, "RUNNING")
+
+	t.Run("attach from a terminal: its size, a resize, a detach", func(t *testing.T) {
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 120, 40, cli+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		// The agent's stream stands once the job runs; the shell prompts
+		// once a key reaches it.
+		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
+			term.must("send-keys", "echo ready-$((6*7))", "Enter")
+			time.Sleep(300 * time.Millisecond)
+			return strings.Contains(term.screen(), "ready-42")
+		})
+		term.must("send-keys", "stty size", "Enter")
+		term.waitFor("40 120", 10*time.Second)
+		term.must("resize-window", "-x", "90", "-y", "25")
+		time.Sleep(500 * time.Millisecond)
+		term.must("send-keys", "clear; stty size", "Enter")
+		term.waitFor("25 90", 10*time.Second)
+		term.must("send-keys", "C-p", "C-q")
+		e2e.Eventually(t, 10*time.Second, "attach to end", func() bool { _, err := os.Stat(done); return err == nil })
+		b, _ := os.ReadFile(done)
+		require.Equal(t, "0\n", string(b), "a detach exits 0")
+		require.Contains(t, term.screen(), "detached from job")
+		require.Equal(t, "RUNNING", state(shell), "the job runs on after a detach")
+	})
+
+	t.Run("exec beside the job: its streams and exit status", func(t *testing.T) {
+		out, err := e2e.Run(t, nil, "sh", "-c", "echo 5 | "+cli+" exec -i "+shell+" -- sh -c 'read x; echo out-$x; echo err >&2; exit 4'")
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "exec's status is the command's: %s", out)
+		require.Equal(t, 4, exit.ExitCode(), out)
+		require.Contains(t, out, "out-5")
+		require.Contains(t, out, "err")
+	})
+
+	token := func(role string, org any) (id, secret string) {
+		in := map[string]any{"name": "e2e-" + strings.ToLower(role) + "-" + itoa(int(time.Now().UnixNano()%1e6)), "role": role, "organisationId": org}
+		c := srv.GraphQL(t, `mutation($in: CreateAdminTokenInput!) { createAdminToken(input: $in) { token tokenId } }`,
+			map[string]any{"in": in})["createAdminToken"].(map[string]any)
+		return c["tokenId"].(string), c["token"].(string)
+	}
+	// as is an env file (the CLI's --env-file) that holds the token: never
+	// in a command line.
+	as := func(secret string) string {
+		f := filepath.Join(t.TempDir(), "admin.env")
+		require.NoError(t, os.WriteFile(f, []byte("RUNMESH_ADMIN_URL="+srv.Env["RUNMESH_ADMIN_URL"]+"\nRUNMESH_ADMIN_TOKEN="+secret+"\n"), 0o600))
+		return f
+	}
+
+	t.Run("another organisation's admin is told there is no such job, and only the refusal is recorded", func(t *testing.T) {
+		org := srv.GraphQL(t, `mutation { createOrganisation(input: {name: "elsewhere"}) { id } }`, nil)["createOrganisation"].(map[string]any)["id"]
+		_, secret := token("ORG_ADMIN", org)
+		out, err := e2e.Run(t, nil, cliBin, "--env-file", as(secret), "exec", shell, "--", "echo", "never-runs")
+		require.Error(t, err)
+		require.Contains(t, out, "no such job")
+		require.NotContains(t, out, "never-runs")
+		entries := srv.GraphQL(t, `{ auditLog(action: "jobSession", first: 50) { nodes { outcome actorRole } } }`, nil)["auditLog"].(map[string]any)["nodes"].([]any)
+		refused := 0
+		for _, e := range entries {
+			if e.(map[string]any)["outcome"] == "NOT_FOUND" {
+				refused++
+				require.Equal(t, "ORG_ADMIN", e.(map[string]any)["actorRole"])
+			}
+		}
+		require.Equal(t, 1, refused, "the refusal, and nothing else, is recorded: %v", entries)
+	})
+
+	t.Run("revoking the token ends its session with 4403, the job runs on", func(t *testing.T) {
+		id, secret := token("PLATFORM_ADMIN", nil)
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 80, 24, cliBin+" --env-file "+shq(as(secret))+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
+			term.must("send-keys", "echo revoke-$((6*7))", "Enter")
+			time.Sleep(300 * time.Millisecond)
+			return strings.Contains(term.screen(), "revoke-42")
+		})
+		srv.GraphQL(t, `mutation($id: ID!) { revokeAdminToken(id: $id) { id } }`, map[string]any{"id": id})
+		e2e.Eventually(t, 15*time.Second, "attach to end", func() bool { _, err := os.Stat(done); return err == nil })
+		b, _ := os.ReadFile(done)
+		require.NotEqual(t, "0\n", string(b), "a revoked session is a failure")
+		require.Contains(t, term.screen(), "revoked")
+		require.Equal(t, "RUNNING", state(shell))
+	})
+
+	t.Run("the job's exit status is attach's own", func(t *testing.T) {
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 80, 24, cli+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
+			term.must("send-keys", "echo again-$((6*7))", "Enter")
+			time.Sleep(300 * time.Millisecond)
+			return strings.Contains(term.screen(), "again-42")
+		})
+		term.must("send-keys", "exit 5", "Enter")
+		e2e.Eventually(t, 60*time.Second, "attach to end with the job", func() bool { _, err := os.Stat(done); return err == nil })
+		b, _ := os.ReadFile(done)
+		require.Equal(t, "5\n", string(b), "attach exits with the job's status; the terminal showed:\n%s", term.screen())
+		waitState(shell, "FAILED")
+	})
+
+	t.Run("each session is audited, none of its bytes stored", func(t *testing.T) {
+		entries := srv.GraphQL(t, `{ auditLog(action: "jobSession", first: 50) { nodes { outcome detail actorName } } }`, nil)["auditLog"].(map[string]any)["nodes"].([]any)
+		kinds := map[string]int{}
+		for _, e := range entries {
+			e := e.(map[string]any)
+			if e["outcome"] != "OK" {
+				continue // the refusal above
+			}
+			var d map[string]any
+			require.NoError(t, json.Unmarshal([]byte(e["detail"].(string)), &d))
+			kinds[d["kind"].(string)]++
+			require.Greater(t, d["bytes_in"].(float64), float64(0), "bytes in: %v", d)
+			require.Greater(t, d["bytes_out"].(float64), float64(0), "bytes out: %v", d)
+		}
+		require.Equal(t, map[string]int{"attach": 3, "exec": 1}, kinds, "three attaches and an exec")
+		logs := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": shell})["job"].(map[string]any)["logs"]
+		require.Empty(t, logs, "an interactive job's bytes are never stored")
+	})
+}
