@@ -25,7 +25,8 @@ RU=runmesh
 IMAGE=localhost/busybox:latest
 SELF=$(readlink -f "$0")
 # docker-registry is the e2e tests' registry (a real one, which they start themselves on loopback).
-PACKAGES="podman crun runc uidmap slirp4netns fuse-overlayfs busybox-static conmon catatonit dbus-user-session docker-registry"
+# tmux is not the sandbox's: it is the real terminal the session tests (TestSessionsInTheSandbox) drive on the host.
+PACKAGES="podman crun runc uidmap slirp4netns fuse-overlayfs busybox-static conmon catatonit dbus-user-session docker-registry tmux"
 # Units a minimal boot must not start: timers would run apt and man-db inside, podman's own units are not ours.
 MASK="apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer dpkg-db-backup.timer fstrim.timer
       podman-auto-update.timer podman.socket podman-restart.service systemd-modules-load.service console-getty.service
