@@ -72,10 +72,13 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	sb.installAgent(t, srv, cliBin, agentBin, "sandbox-01", "metrics:\n  listen: \"off\"\n")
 	sb.must("exec", "systemctl", "start", "runmesh-agent")
 
-	submit := func(stdio string, command ...string) string {
+	submit := func(stdio string, idle int, command ...string) string {
 		t.Helper()
 		in := map[string]any{"poolId": poolID, "image": "localhost/busybox:latest", "command": command, "stdio": stdio,
 			"claim": map[string]any{"cores": 0.5, "wallClockSeconds": 600}}
+		if idle > 0 {
+			in["idleTimeoutSeconds"] = idle
+		}
 		return srv.GraphQL(t, `mutation($in: SubmitJobInput!) { submitJob(input: $in) { id } }`, map[string]any{"in": in})["submitJob"].(map[string]any)["id"].(string)
 	}
 	state := func(id string) string {
@@ -87,7 +90,11 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	}
 	cli := shq(cliBin) + " --env-file " + shq(srv.EnvFile)
 
-	shell := submit("TTY", "sh")
+	// A PIPE job nobody speaks to, bound to a minute idle: the shortest
+	// bound there is, so it runs beside the rest of the test.
+	idle := submit("PIPE", 60, "cat")
+	idleSince := time.Now()
+	shell := submit("TTY", 0, "sh")
 	waitState(shell, "RUNNING")
 
 	t.Run("attach from a terminal: its size, a resize, a detach", func(t *testing.T) {
@@ -175,6 +182,9 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	t.Run("the job's exit status is attach's own", func(t *testing.T) {
 		done := filepath.Join(t.TempDir(), "done")
 		term := newTmux(t, 80, 24, cli+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		// The recent screen is replayed: the last session's answer shows
+		// before anything is typed.
+		term.waitFor("revoke-42", 10*time.Second)
 		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
 			term.must("send-keys", "echo again-$((6*7))", "Enter")
 			time.Sleep(300 * time.Millisecond)
@@ -204,5 +214,16 @@ func TestSessionsInTheSandbox(t *testing.T) {
 		require.Equal(t, map[string]int{"attach": 3, "exec": 1}, kinds, "three attaches and an exec")
 		logs := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": shell})["job"].(map[string]any)["logs"]
 		require.Empty(t, logs, "an interactive job's bytes are never stored")
+	})
+
+	t.Run("an interactive job idle past its bound is stopped, its run ending IDLE", func(t *testing.T) {
+		e2e.Eventually(t, 90*time.Second, "the idle job to end", func() bool { return state(idle) != "RUNNING" && state(idle) != "QUEUED" && state(idle) != "LEASED" })
+		took := time.Since(idleSince)
+		j := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { state stateReason runs { returnReason } } }`, map[string]any{"id": idle})["job"].(map[string]any)
+		runs := j["runs"].([]any)
+		require.NotEmpty(t, runs)
+		reason, _ := runs[len(runs)-1].(map[string]any)["returnReason"].(string)
+		require.True(t, strings.HasPrefix(reason, "IDLE"), "the run ended %q (job %v)", reason, j)
+		require.GreaterOrEqual(t, took, 60*time.Second, "stopped before its idle timeout")
 	})
 }

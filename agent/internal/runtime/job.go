@@ -28,6 +28,7 @@ type Job struct {
 
 	// Set under Runtime.mu.
 	cancel bool // the server cancelled it: stop it, and say so
+	idle   bool // an interactive job idle past its bound: stop it, and say so
 	gone   bool // the server no longer holds its lease for this runner
 	digest string
 
@@ -78,6 +79,14 @@ func (j *Job) Cancel() {
 	j.r.mu.Lock()
 	defer j.r.mu.Unlock()
 	j.cancel = true
+}
+
+// StopIdle tells an interactive job that no byte went either way for its
+// idle timeout: it is stopped, and its run ends IDLE.
+func (j *Job) StopIdle() {
+	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
+	j.idle = true
 }
 
 // LeaseLost tells the job that the server no longer holds its lease for
@@ -213,6 +222,9 @@ func (j *Job) Launch(ctx context.Context, env map[string]string) (runnerapi.Resu
 	return runnerapi.ResultRequest{}, true
 }
 
+// IdleReason begins the return reason of a run an idle timeout ended.
+const IdleReason = "IDLE"
+
 // GiveBack is the result of an attempt that did not run to its own end,
 // with the reason, and whether the host (not the job) is at fault.
 func GiveBack(reason string, hostFault bool) runnerapi.ResultRequest {
@@ -313,7 +325,7 @@ func (f *follower) step(ctx context.Context, st *Status) (runnerapi.ResultReques
 		j.sendOutput(ctx)
 	}
 	r.mu.Lock()
-	cancel, gone := j.cancel, j.gone
+	cancel, gone := j.cancel || j.idle, j.gone
 	r.mu.Unlock()
 	if gone {
 		// The server gave the lease to no one or to someone else: stop
@@ -341,7 +353,7 @@ func (f *follower) step(ctx context.Context, st *Status) (runnerapi.ResultReques
 	}
 	if cancel && !f.stopping {
 		f.stopping = true
-		f.log.Info("cancelled: stopping the job")
+		f.log.Info("stopping the job: cancelled, or idle past its bound")
 		go func() {
 			if err := r.System.Stop(ctx, j.unit); err != nil {
 				f.log.Warn("stop", "err", err)
@@ -353,8 +365,13 @@ func (f *follower) step(ctx context.Context, st *Status) (runnerapi.ResultReques
 
 // outcome turns how the unit ended into a result.
 func (j *Job) outcome(st Status, cancelled bool) runnerapi.ResultRequest {
+	j.r.mu.Lock()
+	idle := j.idle
+	j.r.mu.Unlock()
 	var r runnerapi.ResultRequest
 	switch {
+	case idle:
+		r = GiveBack(fmt.Sprintf("%s: no byte in either direction for %d seconds", IdleReason, j.lease.IdleTimeoutSeconds), false)
 	case cancelled:
 		r = GiveBack("cancelled", false)
 	case st.WallClock:

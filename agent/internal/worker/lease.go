@@ -65,7 +65,7 @@ func (w *Worker) start(ctx context.Context, l runnerapi.Lease) {
 func (w *Worker) follow(ctx context.Context, j *held) {
 	// While the job runs, a stream stands for people's sessions on it.
 	sctx, stopSessions := context.WithCancel(ctx)
-	go w.stand(sctx, j)
+	go w.stand(sctx, j, w.holdTerminal(sctx, j))
 	res, how := j.job.Follow(ctx)
 	stopSessions()
 	switch how {

@@ -19,17 +19,51 @@ type Sessions interface {
 	Session(ctx context.Context, leaseID string, attempt int) (*websocket.Conn, error)
 }
 
-// SessionHost runs a session's process on this host (runtime.Local).
+// SessionHost runs a session's process on this host (runtime.Local): it
+// holds an interactive job's terminal, and execs beside any job.
 type SessionHost interface {
-	Attach(ctx context.Context, container string, tty bool, s runtime.SessionIO) error
+	Hold(ctx context.Context, container string, t *runtime.Terminal)
 	Exec(ctx context.Context, container string, cmd []string, tty bool, size runnerapi.Size, s runtime.SessionIO) (int, error)
+}
+
+// holdTerminal attaches to an interactive job's process for as long as it
+// runs, and stops the job once no byte went either way for its idle
+// timeout.
+func (w *Worker) holdTerminal(ctx context.Context, j *held) *runtime.Terminal {
+	host, ok := w.Runtime.System.(SessionHost)
+	if !ok || !j.lease.Stdio.Interactive() {
+		return nil
+	}
+	t := runtime.NewTerminal(j.lease.Stdio)
+	go host.Hold(ctx, w.Runtime.System.Host().Paths(j.lease.LeaseID, j.lease.Attempt).Container, t)
+	if idle := time.Duration(j.lease.IdleTimeoutSeconds) * time.Second; idle > 0 {
+		go func() {
+			tick := time.NewTicker(min(idle/10, 5*time.Second))
+			defer tick.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.Done():
+					return
+				case <-tick.C:
+				}
+				if time.Since(t.IdleSince()) >= idle {
+					w.Log.Info("stopping an idle interactive job", "lease_id", j.lease.LeaseID, "idle_timeout_seconds", j.lease.IdleTimeoutSeconds)
+					j.job.StopIdle()
+					return
+				}
+			}
+		}()
+	}
+	return t
 }
 
 // stand keeps one stream standing for the running job's next session,
 // until ctx ends (the job ended, or the agent stops): each stream a
 // session takes is served, and the next one dialled at once. A stale
 // attempt's stream, which the server refuses, is not asked for again.
-func (w *Worker) stand(ctx context.Context, j *held) {
+func (w *Worker) stand(ctx context.Context, j *held, term *runtime.Terminal) {
 	host, ok := w.Runtime.System.(SessionHost)
 	if !ok || w.Sessions == nil {
 		return
@@ -67,7 +101,7 @@ func (w *Worker) stand(ctx context.Context, j *held) {
 		log.Info("session opened", "session", open.ID, "kind", open.Kind, "tty", open.TTY)
 		go func() {
 			defer stop()
-			end := serveSession(ctx, conn, host, container, j.lease.Stdio, open)
+			end := serveSession(ctx, conn, host, term, container, open)
 			log.Info("session ended", "session", open.ID, "end", end.Code, "reason", end.Reason)
 		}()
 	}
@@ -130,73 +164,54 @@ func (w writer) Write(p []byte) (int, error) {
 // serveSession runs one session: the person's frames in, the process's
 // output out, until either ends. It sends the end as the last frame and
 // returns it.
-func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, container string, stdio runnerapi.Stdio, open runnerapi.SessionOpen) runnerapi.SessionEnd {
+func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, term *runtime.Terminal, container string, open runnerapi.SessionOpen) runnerapi.SessionEnd {
 	out := &frames{conn: conn}
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	stdin, toStdin := io.Pipe()
-	resize := make(chan runnerapi.Size, 1)
-	if open.Size.Cols > 0 {
-		resize <- open.Size
-	}
-	// The person's frames.
-	go func() {
-		defer toStdin.Close()
-		for {
-			_, msg, err := conn.ReadMessage()
-			if err != nil {
-				cancel(errGone)
-				return
-			}
-			f, err := runnerapi.ParseFrame(msg)
-			if err != nil {
-				cancel(err)
-				return
-			}
-			switch f.Type {
-			case runnerapi.FrameStdin:
-				if _, err := toStdin.Write(f.Payload); err != nil {
-					// The process stopped reading (it ended): what the
-					// person types next goes nowhere.
-					continue
-				}
-			case runnerapi.FrameStdinEnd:
-				toStdin.Close()
-			case runnerapi.FrameResize:
-				var sz runnerapi.Size
-				if f.Decode(&sz) == nil {
-					select { // only the latest size matters
-					case <-resize:
-					default:
-					}
-					resize <- sz
-				}
-			case runnerapi.FrameEnd:
-				cancel(errDetached)
-				return
-			}
-		}
-	}()
-	sio := runtime.SessionIO{Stdin: stdin, Stdout: writer{out, runnerapi.FrameStdout}, Stderr: writer{out, runnerapi.FrameStderr}, Resize: resize}
+	stdout, stderr := writer{out, runnerapi.FrameStdout}, writer{out, runnerapi.FrameStderr}
 	var end runnerapi.SessionEnd
-	switch open.Kind {
-	case runnerapi.SessionAttach:
-		tty := stdio == runnerapi.StdioTTY
-		if tty {
-			sio.Stderr = nil
+	switch {
+	case open.Kind == runnerapi.SessionAttach && term != nil:
+		var errs io.Writer = stderr
+		if open.TTY {
+			errs = nil
 		}
-		err := host.Attach(sctx, container, tty, sio)
-		end = endOf(sctx, err, runnerapi.SessionEnd{Code: runnerapi.EndJobEnded, Reason: "the job's process ended"})
-	case runnerapi.SessionExec:
+		s, err := term.Join(stdout, errs)
+		if err != nil {
+			end = runnerapi.SessionEnd{Code: runnerapi.EndJobEnded, Reason: "the job's process ended"}
+			break
+		}
+		if open.Size.Cols > 0 && open.Size.Rows > 0 {
+			s.Resize(open.Size) // the person's terminal, as it is now
+		}
+		go readFrames(conn, cancel, s.Input, s.EndInput, s.Resize)
+		select {
+		case <-sctx.Done():
+		case <-term.Done():
+		}
+		s.Leave()
+		end = endOf(sctx, nil, runnerapi.SessionEnd{Code: runnerapi.EndJobEnded, Reason: "the job's process ended"})
+	case open.Kind == runnerapi.SessionExec:
+		stdin, toStdin := io.Pipe()
+		resize := make(chan runnerapi.Size, 1)
+		go readFrames(conn, cancel, func(p []byte) error { _, err := toStdin.Write(p); return err }, func() { toStdin.Close() },
+			func(sz runnerapi.Size) {
+				select { // only the latest size matters
+				case <-resize:
+				default:
+				}
+				resize <- sz
+			})
+		sio := runtime.SessionIO{Stdin: stdin, Stdout: stdout, Stderr: stderr, Resize: resize}
 		if open.TTY {
 			sio.Stderr = nil
 		}
 		code, err := host.Exec(sctx, container, open.Command, open.TTY, open.Size, sio)
+		stdin.Close()
 		end = endOf(sctx, err, runnerapi.SessionEnd{Exit: &code, Code: runnerapi.EndExited, Reason: "the process ended"})
 	default:
-		end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "this agent opens no session of kind " + open.Kind}
+		end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "this agent opens no session of kind " + open.Kind + " on this job"}
 	}
-	stdin.Close()
 	out.mu.Lock()
 	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
 	_ = conn.WriteMessage(websocket.BinaryMessage, runnerapi.JSONFrame(runnerapi.FrameEnd, end))
@@ -204,6 +219,39 @@ func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, c
 	out.mu.Unlock()
 	conn.Close()
 	return end
+}
+
+// readFrames passes the person's frames to the process until the stream
+// ends (cancel: errGone) or the person detaches (errDetached).
+func readFrames(conn *websocket.Conn, cancel context.CancelCauseFunc, input func([]byte) error, endInput func(), resize func(runnerapi.Size)) {
+	for {
+		_, msg, err := conn.ReadMessage()
+		if err != nil {
+			cancel(errGone)
+			return
+		}
+		f, err := runnerapi.ParseFrame(msg)
+		if err != nil {
+			cancel(err)
+			return
+		}
+		switch f.Type {
+		case runnerapi.FrameStdin:
+			// An error: the process stopped reading (it ended); what the
+			// person types next goes nowhere.
+			_ = input(f.Payload)
+		case runnerapi.FrameStdinEnd:
+			endInput()
+		case runnerapi.FrameResize:
+			var sz runnerapi.Size
+			if f.Decode(&sz) == nil && sz.Cols > 0 && sz.Rows > 0 {
+				resize(sz)
+			}
+		case runnerapi.FrameEnd:
+			cancel(errDetached)
+			return
+		}
+	}
 }
 
 var (
