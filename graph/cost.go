@@ -24,6 +24,7 @@ const (
 	expectedRunners       = 200 // runners of a query
 	expectedEvents        = 10  // a job's events
 	expectedRuns          = 4   // a job's runs (one an attempt)
+	expectedSessions      = 4   // a job's sessions (attach, exec)
 	expectedPerRunner     = 8   // a runner's GPUs, labels, health conditions
 	expectedHealth        = 10  // the server's health conditions
 	// A job's output tail, and its command and environment names, are
@@ -54,6 +55,7 @@ func complexity() generated.ComplexityRoot {
 	c.Organisation.Pools = func(child int) int { return list(child, expectedOrganisations) }
 	c.Job.Events = func(child int, first int, _ *string) int { return list(child, min(first, expectedEvents)) }
 	c.Job.Runs = func(child int) int { return list(child, expectedRuns) }
+	c.Job.Sessions = func(child int) int { return list(child, expectedSessions) }
 	c.Job.Logs = func(int) int { return bulkyField }
 	c.Job.Command = func(int) int { return bulkyField }
 	c.Job.EnvNames = func(int) int { return bulkyField }

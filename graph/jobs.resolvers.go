@@ -180,6 +180,11 @@ func (r *jobResolver) Logs(ctx context.Context, obj *record.Job) (string, error)
 	return strings.ToValidUTF8(b.String(), "\uFFFD"), nil
 }
 
+// Sessions is the resolver for the sessions field.
+func (r *jobResolver) Sessions(ctx context.Context, obj *record.Job) ([]record.JobSession, error) {
+	return loadersFor(ctx).sessions.Load(ctx, obj.ID)
+}
+
 // Job is the resolver for the job field.
 func (r *jobRunResolver) Job(ctx context.Context, obj *record.JobRun) (*record.Job, error) {
 	return loadJob(ctx, obj.JobID)
@@ -223,6 +228,24 @@ func (r *jobRunResolver) Outputs(ctx context.Context, obj *record.JobRun) ([]mod
 		out = append(out, model.RunOutput{Key: o.Key, Sha256: o.SHA256, Size: int(o.Size), Md5: o.MD5})
 	}
 	return out, nil
+}
+
+// Admin is the resolver for the admin field.
+func (r *jobSessionResolver) Admin(ctx context.Context, obj *record.JobSession) (*record.Admin, error) {
+	return loadAdmin(ctx, obj.AdminID)
+}
+
+// Kind is the resolver for the kind field.
+func (r *jobSessionResolver) Kind(ctx context.Context, obj *record.JobSession) (model.SessionKind, error) {
+	return model.SessionKind(strings.ToUpper(obj.Kind)), nil
+}
+
+// EndReason is the resolver for the endReason field.
+func (r *jobSessionResolver) EndReason(ctx context.Context, obj *record.JobSession) (*string, error) {
+	if obj.EndCode == "" {
+		return nil, nil
+	}
+	return &obj.EndCode, nil
 }
 
 // Data is the resolver for the data field.
@@ -296,12 +319,16 @@ func (r *Resolver) Job() generated.JobResolver { return &jobResolver{r} }
 // JobRun returns generated.JobRunResolver implementation.
 func (r *Resolver) JobRun() generated.JobRunResolver { return &jobRunResolver{r} }
 
+// JobSession returns generated.JobSessionResolver implementation.
+func (r *Resolver) JobSession() generated.JobSessionResolver { return &jobSessionResolver{r} }
+
 // LogChunk returns generated.LogChunkResolver implementation.
 func (r *Resolver) LogChunk() generated.LogChunkResolver { return &logChunkResolver{r} }
 
 type (
-	holdResolver     struct{ *Resolver }
-	jobResolver      struct{ *Resolver }
-	jobRunResolver   struct{ *Resolver }
-	logChunkResolver struct{ *Resolver }
+	holdResolver       struct{ *Resolver }
+	jobResolver        struct{ *Resolver }
+	jobRunResolver     struct{ *Resolver }
+	jobSessionResolver struct{ *Resolver }
+	logChunkResolver   struct{ *Resolver }
 )

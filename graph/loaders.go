@@ -27,6 +27,7 @@ type loaders struct {
 	// these.
 	jobEvents *dataloadgen.Loader[uuid.UUID, []record.JobEvent]
 	jobRuns   *dataloadgen.Loader[uuid.UUID, []record.JobRun]
+	sessions  *dataloadgen.Loader[uuid.UUID, []record.JobSession]
 	jobLogs   *dataloadgen.Loader[uuid.UUID, record.JobOutput]
 	// Inside the caller's scope: admins (who made a hold or a token), jobs
 	// (of runs listed across jobs).
@@ -66,6 +67,7 @@ func newLoaders(r *Resolver, scope record.Scope) *loaders {
 		poolQueue:  dataloadgen.NewMappedLoader(r.Queue.PoolQueues, wait),
 		jobEvents:  dataloadgen.NewMappedLoader(r.Queue.EventsOfJobs, wait),
 		jobRuns:    dataloadgen.NewMappedLoader(r.Queue.RunsOfJobs, wait),
+		sessions:   dataloadgen.NewMappedLoader(r.Queue.SessionsOfJobs, wait),
 		admin: dataloadgen.NewMappedLoader(func(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]record.Admin, error) {
 			return r.Tenancy.AdminsByID(ctx, scope, ids)
 		}, wait),
@@ -178,6 +180,8 @@ func prefetchJobs(ctx context.Context, jobs []record.Job) {
 			l.jobRuns.LoadAllThunk(ctx, ids)
 		case "logs":
 			l.jobLogs.LoadAllThunk(ctx, ids)
+		case "sessions":
+			l.sessions.LoadAllThunk(ctx, ids)
 		}
 	}
 }

@@ -90,6 +90,7 @@ const (
 	closeBadRequest = 4400
 	closeNotFound   = 4404
 	closeConflict   = 4409 // the job is in no state for it (not running, not interactive)
+	closeInternal   = 1011
 )
 
 func (s *sessionConn) serve(ctx context.Context, jobArg string) {
@@ -146,12 +147,24 @@ func (s *sessionConn) serve(ctx context.Context, jobArg string) {
 	go watchToken(ctx, s.o.Tenancy, me.TokenID.String(), token, s.o.Recheck, func() {
 		cancel(&relay.EndError{End: runnerapi.SessionEnd{Code: runnerapi.EndRevoked, Reason: "the token expired or was revoked"}})
 	})
-	open := runnerapi.SessionOpen{ID: uuid.NewString(), Kind: req.Kind, Command: req.Command, TTY: req.TTY, Size: req.Size}
+	sessionID := uuid.New()
+	open := runnerapi.SessionOpen{ID: sessionID.String(), Kind: req.Kind, Command: req.Command, TTY: req.TTY, Size: req.Size}
 	if req.Kind == runnerapi.SessionAttach {
 		open.TTY = job.Options.Stdio == runnerapi.StdioTTY
 	}
+	// Job.sessions: the row as it opens, its end after.
+	if err := s.o.Queue.OpenSession(ctx, record.JobSession{ID: sessionID, JobID: job.ID, Attempt: job.Attempt, AdminID: &me.ID,
+		AdminName: me.Name, Kind: req.Kind, Command: req.Command}); err != nil {
+		s.o.Log.ErrorContext(ctx, "recording a session failed", "job", job.ID, "err", err)
+		write("INTERNAL")
+		s.refuse(closeInternal, "the server could not record the session")
+		return
+	}
 	sum := s.o.Relay.Open(ctx, relay.Target{Lease: relay.Lease{ID: job.ID, Attempt: job.Attempt, RunnerID: *job.RunnerID}, TokenID: me.TokenID},
 		open, relay.WebSocket(s.c))
+	if err := s.o.Queue.EndSession(context.WithoutCancel(ctx), sessionID, sum.BytesIn, sum.BytesOut, sum.End.Code); err != nil {
+		s.o.Log.ErrorContext(ctx, "recording a session's end failed", "job", job.ID, "session", sessionID, "err", err)
+	}
 	detail["session"] = open.ID
 	detail["started"], detail["ended"] = sum.Started.UTC(), sum.Ended.UTC()
 	detail["bytes_in"], detail["bytes_out"] = sum.BytesIn, sum.BytesOut

@@ -74,8 +74,11 @@ func TestSessionsInTheSandbox(t *testing.T) {
 
 	submit := func(stdio string, idle int, command ...string) string {
 		t.Helper()
-		in := map[string]any{"poolId": poolID, "image": "localhost/busybox:latest", "command": command, "stdio": stdio,
+		in := map[string]any{"poolId": poolID, "image": "localhost/busybox:latest", "command": command,
 			"claim": map[string]any{"cores": 0.5, "wallClockSeconds": 600}}
+		if stdio != "" {
+			in["stdio"] = stdio
+		}
 		if idle > 0 {
 			in["idleTimeoutSeconds"] = idle
 		}
@@ -211,9 +214,61 @@ func TestSessionsInTheSandbox(t *testing.T) {
 			require.Greater(t, d["bytes_in"].(float64), float64(0), "bytes in: %v", d)
 			require.Greater(t, d["bytes_out"].(float64), float64(0), "bytes out: %v", d)
 		}
-		require.Equal(t, map[string]int{"attach": 3, "exec": 1}, kinds, "three attaches and an exec")
-		logs := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { logs } }`, map[string]any{"id": shell})["job"].(map[string]any)["logs"]
-		require.Empty(t, logs, "an interactive job's bytes are never stored")
+		require.Equal(t, map[string]int{"attach": 3, "exec": 1}, kinds, "three attaches and an exec so far")
+		j := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { logs sessions { kind adminName bytesIn bytesOut endedAt endReason command } } }`,
+			map[string]any{"id": shell})["job"].(map[string]any)
+		require.Empty(t, j["logs"], "an interactive job's bytes are never stored")
+		// Job.sessions: the same four, in order, the refused one not among them.
+		var got []string
+		for _, x := range j["sessions"].([]any) {
+			x := x.(map[string]any)
+			require.NotNil(t, x["endedAt"])
+			require.Greater(t, x["bytesOut"].(float64), float64(0))
+			got = append(got, x["kind"].(string)+":"+x["endReason"].(string))
+		}
+		require.Equal(t, []string{"ATTACH:detached", "EXEC:exited", "ATTACH:revoked", "ATTACH:job_ended"}, got)
+	})
+
+	t.Run("run -it: submit, wait for the lease, attach, and the job's status is the command's", func(t *testing.T) {
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 100, 30, cli+" run -it --cores 0.5 localhost/busybox:latest -- sh; echo $? >"+shq(done)+"; sleep 600")
+		term.waitFor("attaching", 60*time.Second)
+		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
+			term.must("send-keys", "stty size; echo run-$((6*7))", "Enter")
+			time.Sleep(300 * time.Millisecond)
+			return strings.Contains(term.screen(), "run-42")
+		})
+		require.Contains(t, term.screen(), "30 100", "the terminal's size from the start")
+		term.must("send-keys", "exit 7", "Enter")
+		e2e.Eventually(t, 60*time.Second, "run to end with the job", func() bool { _, err := os.Stat(done); return err == nil })
+		b, _ := os.ReadFile(done)
+		require.Equal(t, "7\n", string(b), "the terminal showed:\n%s", term.screen())
+	})
+
+	t.Run("logs -f and events -f follow a job that is still running, to its end", func(t *testing.T) {
+		job := submit("", 0, "sh", "-c", "echo one; sleep 4; echo two")
+		waitState(job, "RUNNING")
+		dir := t.TempDir()
+		logs, events := filepath.Join(dir, "logs"), filepath.Join(dir, "events")
+		follow := func(out string, args ...string) *exec.Cmd {
+			f, err := os.Create(out)
+			require.NoError(t, err)
+			t.Cleanup(func() { f.Close() })
+			c := exec.Command(cliBin, append([]string{"--env-file", srv.EnvFile}, args...)...)
+			c.Stdout, c.Stderr = f, f
+			require.NoError(t, c.Start())
+			return c
+		}
+		l, e := follow(logs, "logs", "-f", job), follow(events, "events", "-f", job)
+		read := func(p string) string { b, _ := os.ReadFile(p); return string(b) }
+		e2e.Eventually(t, 10*time.Second, "the first line while the job runs", func() bool { return read(logs) == "one\n" })
+		require.Equal(t, "RUNNING", state(job), "seen before the job ended")
+		require.Contains(t, read(events), "RUNNING")
+		require.NotContains(t, read(events), "SUCCEEDED")
+		require.NoError(t, l.Wait(), "logs -f ends with the job: %s", read(logs))
+		require.NoError(t, e.Wait(), "events -f ends with the job: %s", read(events))
+		require.Equal(t, "one\ntwo\n", read(logs))
+		require.Contains(t, read(events), "SUCCEEDED")
 	})
 
 	t.Run("an interactive job idle past its bound is stopped, its run ending IDLE", func(t *testing.T) {

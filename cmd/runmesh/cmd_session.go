@@ -13,11 +13,15 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/Khan/genqlient/graphql"
 
 	"github.com/gorilla/websocket"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/runmesh/runmesh/cmd/runmesh/internal/api"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -48,7 +52,7 @@ func (a *app) sessionCommands() []*cobra.Command {
 	}
 	exec.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass this terminal's input to the command")
 	exec.Flags().BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
-	return []*cobra.Command{attach, exec}
+	return []*cobra.Command{attach, exec, a.runCommand()}
 }
 
 // session opens a session on the admin listener and passes this
@@ -241,4 +245,118 @@ func sessionRefused(c *websocket.CloseError) error {
 		return fmt.Errorf("no such job (or not one of yours): %s", c.Text)
 	}
 	return fmt.Errorf("the session was refused: %s (close code %d)", c.Text, c.Code)
+}
+
+// runCommand is `runmesh run -it IMAGE -- CMD`: submit an interactive
+// job, wait for it to run (saying what it waits for), attach.
+func (a *app) runCommand() *cobra.Command {
+	var in api.SubmitJobInput
+	var pool, selector string
+	var wall, idle time.Duration
+	var env []string
+	var interactive, tty bool
+	c := &cobra.Command{
+		Use:   "run -it [--pool POOL] [--gpus N ...] IMAGE -- COMMAND [ARG...]",
+		Short: "Submit an interactive job, wait for it to run, and attach: a session on a runner in one command",
+		Long: `Submit an interactive job (-i: its stdin is yours; -t: with a terminal), wait until it runs, and
+attach to it as runmesh attach does: ctrl-p ctrl-q detaches and leaves it running, and its exit
+status is the command's. --env NAME passes NAME with its value from this environment.`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 {
+				return errors.New("usage: runmesh run -it [flags] IMAGE -- COMMAND [ARG...]")
+			}
+			if !interactive {
+				return errors.New("run is for interactive jobs: -i (and -t for a terminal); submit-job --wait runs a batch job")
+			}
+			ctx := cmd.Context()
+			id, err := a.poolID(ctx, pool)
+			if err != nil {
+				return err
+			}
+			in.PoolId, in.Image, in.Command, in.Selector = id, args[0], args[1:], opt(selector)
+			in.Claim.WallClockSeconds = int(wall.Seconds())
+			mode := "pipe"
+			if tty {
+				mode = "tty"
+			}
+			if err := stdioFlags(&in, mode, idle, a.changed("idle-timeout")); err != nil {
+				return err
+			}
+			for _, name := range env {
+				v := a.getenv(name)
+				if v == "" {
+					return fmt.Errorf("--env %s: it is not set in this environment", name)
+				}
+				in.Env = append(in.Env, api.EnvVarInput{Name: name, Value: v})
+			}
+			out, err := call(ctx, a, func(ctx context.Context, c graphql.Client) (*api.SubmitJobResponse, error) {
+				return api.SubmitJob(ctx, c, in)
+			})
+			if err != nil {
+				return err
+			}
+			job := out.SubmitJob.Id
+			if err := a.waitRunning(ctx, job); err != nil {
+				return err
+			}
+			return a.session(ctx, job, runnerapi.SessionRequest{Kind: runnerapi.SessionAttach}, true)
+		},
+	}
+	f := c.Flags()
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass this terminal's input to the job")
+	f.BoolVarP(&tty, "tty", "t", false, "give the job a terminal")
+	f.StringVar(&pool, "pool", "default", "the pool (id or name)")
+	f.Float64Var(&in.Claim.Cores, "cores", 1, "cores it claims")
+	f.IntVar(&in.Claim.MemoryMiB, "memory-mib", 0, "memory it claims (MiB)")
+	f.IntVar(&in.Claim.Gpus, "gpus", 0, "GPUs it claims")
+	f.BoolVar(&in.Network, "network", false, "a network (the pool must allow it)")
+	f.DurationVar(&wall, "wall-clock", time.Hour, "how long it may run")
+	f.DurationVar(&idle, "idle-timeout", 0, "stop it after this long without a byte in either direction (1m to 168h)")
+	f.StringVar(&selector, "selector", "", "which runners may take it, by their labels")
+	f.StringVar(&in.Kind, "kind", "default", "the kind of runner it needs")
+	f.StringArrayVar(&env, "env", nil, "pass this variable with its value from this environment (repeatable)")
+	in.MaxAttempts = 1 // a session's state is its terminal: never run it again elsewhere
+	return c
+}
+
+// waitRunning waits for the job to run, saying on stderr what it waits
+// for; a job that ends first is the error.
+func (a *app) waitRunning(ctx context.Context, job string) error {
+	said := ""
+	for {
+		out, err := call(ctx, a, func(ctx context.Context, c graphql.Client) (*api.JobProgressResponse, error) {
+			return api.JobProgress(ctx, c, job)
+		})
+		if err != nil {
+			return err
+		}
+		if out.Job == nil {
+			return fmt.Errorf("no job %s", job)
+		}
+		var now string
+		switch out.Job.State {
+		case api.JobStateRunning:
+			fmt.Fprintf(a.stderr, "job %s runs: attaching (ctrl-p ctrl-q detaches)\r\n", job)
+			return nil
+		case api.JobStateQueued:
+			now = "queued: waiting for a runner with room"
+		case api.JobStateBlocked:
+			now = "blocked: " + out.Job.StateReason
+		case api.JobStateLeased:
+			now = "leased: the runner pulls the image and starts the container"
+		default:
+			return fmt.Errorf("job %s %s before it ran: %s", job, out.Job.State, out.Job.StateReason)
+		}
+		if now != said {
+			fmt.Fprintf(a.stderr, "job %s %s\n", job, now)
+			said = now
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("job %s is still %s (runmesh attach %s joins it once it runs; runmesh cancel-job %s ends it): %w",
+				job, strings.ToLower(string(out.Job.State)), job, job, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

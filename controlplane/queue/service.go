@@ -133,3 +133,17 @@ func (s *Service) Release(ctx context.Context, scope record.Scope, id uuid.UUID)
 func (s *Service) JobsByID(ctx context.Context, scope record.Scope, ids []uuid.UUID) (map[uuid.UUID]record.Job, error) {
 	return s.st.JobsByID(ctx, scope, ids)
 }
+
+// OpenSession records a person's session on a job as it opens (never its
+// bytes); EndSession records its end.
+func (s *Service) OpenSession(ctx context.Context, js record.JobSession) error { return s.st.OpenJobSession(ctx, js) }
+
+// EndSession records a session's end: bytes each way, and how it ended.
+func (s *Service) EndSession(ctx context.Context, id uuid.UUID, bytesIn, bytesOut int64, endCode string) error {
+	return s.st.EndJobSession(ctx, id, bytesIn, bytesOut, endCode)
+}
+
+// SessionsOfJobs returns each job's sessions, every id with an entry.
+func (s *Service) SessionsOfJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobSession, error) {
+	return s.st.JobSessionsForJobs(ctx, ids)
+}

@@ -254,3 +254,22 @@ type Outcome struct {
 	// Data: what the attempt fetched and uploaded (nil: none).
 	Data *RunData
 }
+
+// JobSession is one person's session on a running job (attach or exec):
+// who, what, when, and bytes each way as of its end. Never its bytes.
+type JobSession struct {
+	ID        uuid.UUID
+	JobID     uuid.UUID
+	Attempt   int
+	AdminID   *uuid.UUID
+	AdminName string
+	Kind      string   // runnerapi.SessionAttach or SessionExec
+	Command   []string // exec's
+	StartedAt time.Time
+	// EndedAt is nil while it is open (or when the replica relaying it
+	// stopped before it could say).
+	EndedAt  *time.Time
+	BytesIn  int64
+	BytesOut int64
+	EndCode  string // runnerapi.SessionEnd's code; "" while open
+}

@@ -39,6 +39,7 @@ type ResolverRoot interface {
 	Hold() HoldResolver
 	Job() JobResolver
 	JobRun() JobRunResolver
+	JobSession() JobSessionResolver
 	LogChunk() LogChunkResolver
 	Mutation() MutationResolver
 	Organisation() OrganisationResolver
@@ -236,6 +237,7 @@ type ComplexityRoot struct {
 		Priority           func(childComplexity int) int
 		Runs               func(childComplexity int) int
 		Selector           func(childComplexity int) int
+		Sessions           func(childComplexity int) int
 		State              func(childComplexity int) int
 		StateReason        func(childComplexity int) int
 		Stdio              func(childComplexity int) int
@@ -318,6 +320,20 @@ type ComplexityRoot struct {
 	JobRunEdge struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
+	}
+
+	JobSession struct {
+		Admin     func(childComplexity int) int
+		AdminName func(childComplexity int) int
+		Attempt   func(childComplexity int) int
+		BytesIn   func(childComplexity int) int
+		BytesOut  func(childComplexity int) int
+		Command   func(childComplexity int) int
+		EndReason func(childComplexity int) int
+		EndedAt   func(childComplexity int) int
+		ID        func(childComplexity int) int
+		Kind      func(childComplexity int) int
+		StartedAt func(childComplexity int) int
 	}
 
 	Label struct {
@@ -571,6 +587,7 @@ type JobResolver interface {
 	Events(ctx context.Context, obj *record.Job, first int, after *string) (*model.JobEventConnection, error)
 	Runs(ctx context.Context, obj *record.Job) ([]record.JobRun, error)
 	Logs(ctx context.Context, obj *record.Job) (string, error)
+	Sessions(ctx context.Context, obj *record.Job) ([]record.JobSession, error)
 }
 type JobRunResolver interface {
 	Job(ctx context.Context, obj *record.JobRun) (*record.Job, error)
@@ -579,6 +596,13 @@ type JobRunResolver interface {
 
 	Inputs(ctx context.Context, obj *record.JobRun) ([]model.RunInput, error)
 	Outputs(ctx context.Context, obj *record.JobRun) ([]model.RunOutput, error)
+}
+type JobSessionResolver interface {
+	Admin(ctx context.Context, obj *record.JobSession) (*record.Admin, error)
+
+	Kind(ctx context.Context, obj *record.JobSession) (model.SessionKind, error)
+
+	EndReason(ctx context.Context, obj *record.JobSession) (*string, error)
 }
 type LogChunkResolver interface {
 	Data(ctx context.Context, obj *record.LogChunk) (string, error)
@@ -1448,6 +1472,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Job.Selector(childComplexity), true
+	case "Job.sessions":
+		if e.ComplexityRoot.Job.Sessions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Job.Sessions(childComplexity), true
 	case "Job.state":
 		if e.ComplexityRoot.Job.State == nil {
 			break
@@ -1753,6 +1783,73 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.JobRunEdge.Node(childComplexity), true
+
+	case "JobSession.admin":
+		if e.ComplexityRoot.JobSession.Admin == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.Admin(childComplexity), true
+	case "JobSession.adminName":
+		if e.ComplexityRoot.JobSession.AdminName == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.AdminName(childComplexity), true
+	case "JobSession.attempt":
+		if e.ComplexityRoot.JobSession.Attempt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.Attempt(childComplexity), true
+	case "JobSession.bytesIn":
+		if e.ComplexityRoot.JobSession.BytesIn == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.BytesIn(childComplexity), true
+	case "JobSession.bytesOut":
+		if e.ComplexityRoot.JobSession.BytesOut == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.BytesOut(childComplexity), true
+	case "JobSession.command":
+		if e.ComplexityRoot.JobSession.Command == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.Command(childComplexity), true
+	case "JobSession.endReason":
+		if e.ComplexityRoot.JobSession.EndReason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.EndReason(childComplexity), true
+	case "JobSession.endedAt":
+		if e.ComplexityRoot.JobSession.EndedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.EndedAt(childComplexity), true
+	case "JobSession.id":
+		if e.ComplexityRoot.JobSession.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.ID(childComplexity), true
+	case "JobSession.kind":
+		if e.ComplexityRoot.JobSession.Kind == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.Kind(childComplexity), true
+	case "JobSession.startedAt":
+		if e.ComplexityRoot.JobSession.StartedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.JobSession.StartedAt(childComplexity), true
 
 	case "Label.key":
 		if e.ComplexityRoot.Label.Key == nil {
@@ -3108,11 +3205,14 @@ type AuditEntry {
   actorRole: Role
   "The organisation the actor belonged to; null for platform admins."
   organisationId: ID
-  "The mutation, e.g. createPool."
+  "The mutation, e.g. createPool; or jobSession, a session on a job (runmesh attach, exec)."
   action: String!
-  "OK, or the error code the caller got."
+  "OK, or the error code the caller got (a session refused: NOT_FOUND, CONFLICT, BAD_INPUT)."
   outcome: String!
-  "The mutation's arguments, as JSON."
+  """
+  The mutation's arguments, as JSON; a session's job, kind, command (exec), start, end, bytes each way and
+  how it ended. Never a session's bytes.
+  """
   detail: String!
 }
 
@@ -3299,6 +3399,39 @@ type Job {
   subscription streams all of it. Empty for a TTY or PIPE job, whose output is never stored.
   """
   logs: String!
+  "People's sessions on it (runmesh attach, exec), in the order they opened. Never their bytes."
+  sessions: [JobSession!]!
+}
+
+"What a session is: attach (to the job's own process) or exec (a new process beside it)."
+enum SessionKind {
+  ATTACH
+  EXEC
+}
+
+"A person's session on a running job: who, what, when, and how many bytes went each way. Never its bytes."
+type JobSession {
+  id: ID!
+  "The job's attempt it was on."
+  attempt: Int!
+  "Who opened it (null: an admin the caller may not see)."
+  admin: Admin
+  adminName: String!
+  kind: SessionKind!
+  "What exec ran (empty for attach)."
+  command: [String!]!
+  startedAt: Time!
+  "Null while it is open, or when the server replica relaying it stopped before it could record its end."
+  endedAt: Time
+  "Bytes from the person to the job, as of its end (0 while open)."
+  bytesIn: Int!
+  "Bytes from the job to the person, as of its end (0 while open)."
+  bytesOut: Int!
+  """
+  How it ended: exited, detached, job_ended, revoked, agent_gone, server_gone, too_many, frame_too_large,
+  bad_frame, unavailable or failed; null while open.
+  """
+  endReason: String
 }
 
 type JobClaim {
@@ -4274,6 +4407,8 @@ func (ec *executionContext) childFields_Job(ctx context.Context, field graphql.C
 		return ec.fieldContext_Job_runs(ctx, field)
 	case "logs":
 		return ec.fieldContext_Job_logs(ctx, field)
+	case "sessions":
+		return ec.fieldContext_Job_sessions(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Job", field.Name)
 }
@@ -4430,6 +4565,34 @@ func (ec *executionContext) childFields_JobRunEdge(ctx context.Context, field gr
 		return ec.fieldContext_JobRunEdge_node(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type JobRunEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_JobSession(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_JobSession_id(ctx, field)
+	case "attempt":
+		return ec.fieldContext_JobSession_attempt(ctx, field)
+	case "admin":
+		return ec.fieldContext_JobSession_admin(ctx, field)
+	case "adminName":
+		return ec.fieldContext_JobSession_adminName(ctx, field)
+	case "kind":
+		return ec.fieldContext_JobSession_kind(ctx, field)
+	case "command":
+		return ec.fieldContext_JobSession_command(ctx, field)
+	case "startedAt":
+		return ec.fieldContext_JobSession_startedAt(ctx, field)
+	case "endedAt":
+		return ec.fieldContext_JobSession_endedAt(ctx, field)
+	case "bytesIn":
+		return ec.fieldContext_JobSession_bytesIn(ctx, field)
+	case "bytesOut":
+		return ec.fieldContext_JobSession_bytesOut(ctx, field)
+	case "endReason":
+		return ec.fieldContext_JobSession_endReason(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type JobSession", field.Name)
 }
 
 func (ec *executionContext) childFields_Label(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -8961,6 +9124,38 @@ func (ec *executionContext) fieldContext_Job_logs(_ context.Context, field graph
 	return graphql.NewScalarFieldContext("Job", field, true, true, "String")
 }
 
+func (ec *executionContext) _Job_sessions(ctx context.Context, field graphql.CollectedField, obj *record.Job) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Job_sessions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Job().Sessions(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []record.JobSession) graphql.Marshaler {
+			return ec.marshalNJobSession2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobSessionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Job_sessions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Job",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_JobSession(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _JobClaim_cores(ctx context.Context, field graphql.CollectedField, obj *model.JobClaim) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -10106,6 +10301,268 @@ func (ec *executionContext) fieldContext_JobRunEdge_node(_ context.Context, fiel
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _JobSession_id(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v uuid.UUID) graphql.Marshaler {
+			return ec.marshalNID2githubᚗcomᚋgoogleᚋuuidᚐUUID(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "ID")
+}
+
+func (ec *executionContext) _JobSession_attempt(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_attempt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Attempt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_attempt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobSession_admin(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_admin(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobSession().Admin(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *record.Admin) graphql.Marshaler {
+			return ec.marshalOAdmin2ᚖgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐAdmin(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_admin(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "JobSession",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Admin(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _JobSession_adminName(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_adminName(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.AdminName, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_adminName(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobSession_kind(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_kind(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobSession().Kind(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v model.SessionKind) graphql.Marshaler {
+			return ec.marshalNSessionKind2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSessionKind(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_kind(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, true, true, "SessionKind")
+}
+
+func (ec *executionContext) _JobSession_command(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_command(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Command, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_command(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "String")
+}
+
+func (ec *executionContext) _JobSession_startedAt(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_startedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.StartedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_startedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "Time")
+}
+
+func (ec *executionContext) _JobSession_endedAt(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_endedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.EndedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_endedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "Time")
+}
+
+func (ec *executionContext) _JobSession_bytesIn(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_bytesIn(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BytesIn, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_bytesIn(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobSession_bytesOut(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_bytesOut(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BytesOut, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int64) graphql.Marshaler {
+			return ec.marshalNInt2int64(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_bytesOut(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, false, false, "Int")
+}
+
+func (ec *executionContext) _JobSession_endReason(ctx context.Context, field graphql.CollectedField, obj *record.JobSession) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_JobSession_endReason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.JobSession().EndReason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_JobSession_endReason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("JobSession", field, true, true, "String")
 }
 
 func (ec *executionContext) _Label_key(ctx context.Context, field graphql.CollectedField, obj *model.Label) (ret graphql.Marshaler) {
@@ -17995,6 +18452,12 @@ func (ec *executionContext) _Job(ctx context.Context, sel ast.SelectionSet, obj 
 				func(ctx context.Context) graphql.Marshaler {
 					return ec._Job_logs(ctx, field, obj)
 				})
+		case "sessions":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._Job_sessions(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -18527,6 +18990,92 @@ func (ec *executionContext) _JobRunEdge(ctx context.Context, sel ast.SelectionSe
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	if n := len(deferred.Defers); n > 0 {
+		atomic.AddInt32(&ec.Deferred, int32(min(n, math.MaxInt32)))
+		ec.ProcessDeferredGroup(deferred)
+	}
+
+	return out
+}
+
+var jobSessionImplementors = []string{"JobSession"}
+
+func (ec *executionContext) _JobSession(ctx context.Context, sel ast.SelectionSet, obj *record.JobSession) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, jobSessionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := graphql.NewDeferredGroup(ctx)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("JobSession")
+		case "id":
+			out.Values[i] = ec._JobSession_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "attempt":
+			out.Values[i] = ec._JobSession_attempt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "admin":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobSession_admin(ctx, field, obj)
+				})
+		case "adminName":
+			out.Values[i] = ec._JobSession_adminName(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "kind":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, true,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobSession_kind(ctx, field, obj)
+				})
+		case "command":
+			out.Values[i] = ec._JobSession_command(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "startedAt":
+			out.Values[i] = ec._JobSession_startedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "endedAt":
+			out.Values[i] = ec._JobSession_endedAt(ctx, field, obj)
+			if out.Values[i] == graphql.RequiredNull {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "bytesIn":
+			out.Values[i] = ec._JobSession_bytesIn(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "bytesOut":
+			out.Values[i] = ec._JobSession_bytesOut(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "endReason":
+			out.ResolveConcurrently(ec.OperationContext, &deferred, i,
+				true, false,
+				func(ctx context.Context) graphql.Marshaler {
+					return ec._JobSession_endReason(ctx, field, obj)
+				})
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -20934,6 +21483,26 @@ func (ec *executionContext) marshalNJobRunEdge2ᚕgithubᚗcomᚋrunmeshᚋrunme
 	return ret
 }
 
+func (ec *executionContext) marshalNJobSession2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobSession(ctx context.Context, sel ast.SelectionSet, v record.JobSession) graphql.Marshaler {
+	return ec._JobSession(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNJobSession2ᚕgithubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobSessionᚄ(ctx context.Context, sel ast.SelectionSet, v []record.JobSession) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNJobSession2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobSession(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
 func (ec *executionContext) unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState(ctx context.Context, v any) (record.JobState, error) {
 	tmp, err := graphql.UnmarshalString(v)
 	res := unmarshalNJobState2githubᚗcomᚋrunmeshᚋrunmeshᚋcontrolplaneᚋrecordᚐJobState[tmp]
@@ -21283,6 +21852,16 @@ var (
 		record.RunnerRevoked:  "REVOKED",
 	}
 )
+
+func (ec *executionContext) unmarshalNSessionKind2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSessionKind(ctx context.Context, v any) (model.SessionKind, error) {
+	var res model.SessionKind
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNSessionKind2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐSessionKind(ctx context.Context, sel ast.SelectionSet, v model.SessionKind) graphql.Marshaler {
+	return v
+}
 
 func (ec *executionContext) unmarshalNStdio2githubᚗcomᚋrunmeshᚋrunmeshᚋgraphᚋmodelᚐStdio(ctx context.Context, v any) (model.Stdio, error) {
 	var res model.Stdio

@@ -534,6 +534,62 @@ func (e LabelSource) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// What a session is: attach (to the job's own process) or exec (a new process beside it).
+type SessionKind string
+
+const (
+	SessionKindAttach SessionKind = "ATTACH"
+	SessionKindExec   SessionKind = "EXEC"
+)
+
+var AllSessionKind = []SessionKind{
+	SessionKindAttach,
+	SessionKindExec,
+}
+
+func (e SessionKind) IsValid() bool {
+	switch e {
+	case SessionKindAttach, SessionKindExec:
+		return true
+	}
+	return false
+}
+
+func (e SessionKind) String() string {
+	return string(e)
+}
+
+func (e *SessionKind) UnmarshalGQL(v any) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("enums must be strings")
+	}
+
+	*e = SessionKind(str)
+	if !e.IsValid() {
+		return fmt.Errorf("%s is not a valid SessionKind", str)
+	}
+	return nil
+}
+
+func (e SessionKind) MarshalGQL(w io.Writer) {
+	_, _ = fmt.Fprint(w, strconv.Quote(e.String()))
+}
+
+func (e *SessionKind) UnmarshalJSON(b []byte) error {
+	s, err := strconv.Unquote(string(b))
+	if err != nil {
+		return err
+	}
+	return e.UnmarshalGQL(s)
+}
+
+func (e SessionKind) MarshalJSON() ([]byte, error) {
+	var buf bytes.Buffer
+	e.MarshalGQL(&buf)
+	return buf.Bytes(), nil
+}
+
 // How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
 type Stdio string
 

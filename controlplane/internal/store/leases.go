@@ -266,3 +266,34 @@ func (s *Querier) JobOptionsOf(ctx context.Context, id uuid.UUID) (record.JobOpt
 	}
 	return o, nil
 }
+
+// OpenJobSession records a session as it opens.
+func (s *Querier) OpenJobSession(ctx context.Context, js record.JobSession) error {
+	return mapErr(s.q.InsertJobSession(ctx, s.db, dbsqlc.InsertJobSessionParams{
+		ID: js.ID, JobID: js.JobID, Attempt: int32(js.Attempt), AdminID: nullUUID(js.AdminID), AdminName: js.AdminName,
+		Kind: js.Kind, Command: js.Command,
+	}))
+}
+
+// EndJobSession records a session's end: its bytes each way and how it
+// ended. A session already ended is left as it is.
+func (s *Querier) EndJobSession(ctx context.Context, id uuid.UUID, bytesIn, bytesOut int64, endCode string) error {
+	return mapErr(s.q.EndJobSession(ctx, s.db, dbsqlc.EndJobSessionParams{ID: id, BytesIn: bytesIn, BytesOut: bytesOut, EndCode: &endCode}))
+}
+
+// JobSessionsForJobs returns each job's sessions, in the order they opened.
+func (s *Querier) JobSessionsForJobs(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID][]record.JobSession, error) {
+	rows, err := s.q.JobSessionsForJobs(ctx, s.db, ids)
+	return byJob(ids, rows, err, func(r dbsqlc.JobSession) (uuid.UUID, record.JobSession) {
+		js := record.JobSession{ID: r.ID, JobID: r.JobID, Attempt: int(r.Attempt), AdminName: r.AdminName, Kind: r.Kind,
+			Command: r.Command, StartedAt: r.StartedAt, EndedAt: r.EndedAt, BytesIn: r.BytesIn, BytesOut: r.BytesOut}
+		if r.AdminID.Valid {
+			id := r.AdminID.UUID
+			js.AdminID = &id
+		}
+		if r.EndCode != nil {
+			js.EndCode = *r.EndCode
+		}
+		return r.JobID, js
+	})
+}

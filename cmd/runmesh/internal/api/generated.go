@@ -1382,6 +1382,8 @@ type JobJob struct {
 	Events JobJobEventsJobEventConnection `json:"events"`
 	// One per attempt: where it ran and how it ended.
 	Runs []JobJobRunsJobRun `json:"runs"`
+	// People's sessions on it (runmesh attach, exec), in the order they opened. Never their bytes.
+	Sessions []JobJobSessionsJobSession `json:"sessions"`
 	// The output of every attempt, in order: about its last MiB at most, after a line saying how much came
 	// before. The logs of many jobs in one answer share about 64 MiB (at least 64 KiB each). The jobLogs
 	// subscription streams all of it. Empty for a TTY or PIPE job, whose output is never stored.
@@ -1462,6 +1464,9 @@ func (v *JobJob) GetEvents() JobJobEventsJobEventConnection { return v.Events }
 
 // GetRuns returns JobJob.Runs, and is useful for accessing the field via an interface.
 func (v *JobJob) GetRuns() []JobJobRunsJobRun { return v.Runs }
+
+// GetSessions returns JobJob.Sessions, and is useful for accessing the field via an interface.
+func (v *JobJob) GetSessions() []JobJobSessionsJobSession { return v.Sessions }
 
 // GetLogs returns JobJob.Logs, and is useful for accessing the field via an interface.
 func (v *JobJob) GetLogs() string { return v.Logs }
@@ -1611,6 +1616,51 @@ func (v *JobJobRunsJobRun) GetImageDigest() *string { return v.ImageDigest }
 
 // GetRunnerVersion returns JobJobRunsJobRun.RunnerVersion, and is useful for accessing the field via an interface.
 func (v *JobJobRunsJobRun) GetRunnerVersion() *string { return v.RunnerVersion }
+
+// JobJobSessionsJobSession includes the requested fields of the GraphQL type JobSession.
+// The GraphQL type's documentation follows.
+//
+// A person's session on a running job: who, what, when, and how many bytes went each way. Never its bytes.
+type JobJobSessionsJobSession struct {
+	Kind      SessionKind `json:"kind"`
+	AdminName string      `json:"adminName"`
+	// What exec ran (empty for attach).
+	Command   []string  `json:"command"`
+	StartedAt time.Time `json:"startedAt"`
+	// Null while it is open, or when the server replica relaying it stopped before it could record its end.
+	EndedAt *time.Time `json:"endedAt"`
+	// Bytes from the person to the job, as of its end (0 while open).
+	BytesIn int `json:"bytesIn"`
+	// Bytes from the job to the person, as of its end (0 while open).
+	BytesOut int `json:"bytesOut"`
+	// How it ended: exited, detached, job_ended, revoked, agent_gone, server_gone, too_many, frame_too_large,
+	// bad_frame, unavailable or failed; null while open.
+	EndReason *string `json:"endReason"`
+}
+
+// GetKind returns JobJobSessionsJobSession.Kind, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetKind() SessionKind { return v.Kind }
+
+// GetAdminName returns JobJobSessionsJobSession.AdminName, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetAdminName() string { return v.AdminName }
+
+// GetCommand returns JobJobSessionsJobSession.Command, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetCommand() []string { return v.Command }
+
+// GetStartedAt returns JobJobSessionsJobSession.StartedAt, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetStartedAt() time.Time { return v.StartedAt }
+
+// GetEndedAt returns JobJobSessionsJobSession.EndedAt, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetEndedAt() *time.Time { return v.EndedAt }
+
+// GetBytesIn returns JobJobSessionsJobSession.BytesIn, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetBytesIn() int { return v.BytesIn }
+
+// GetBytesOut returns JobJobSessionsJobSession.BytesOut, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetBytesOut() int { return v.BytesOut }
+
+// GetEndReason returns JobJobSessionsJobSession.EndReason, and is useful for accessing the field via an interface.
+func (v *JobJobSessionsJobSession) GetEndReason() *string { return v.EndReason }
 
 // JobLogsJobLogsLogChunk includes the requested fields of the GraphQL type LogChunk.
 type JobLogsJobLogsLogChunk struct {
@@ -3727,6 +3777,19 @@ func (v *RunsRunsJobRunConnectionPageInfo) __premarshalJSON() (*__premarshalRuns
 	return &retval, nil
 }
 
+// What a session is: attach (to the job's own process) or exec (a new process beside it).
+type SessionKind string
+
+const (
+	SessionKindAttach SessionKind = "ATTACH"
+	SessionKindExec   SessionKind = "EXEC"
+)
+
+var AllSessionKind = []SessionKind{
+	SessionKindAttach,
+	SessionKindExec,
+}
+
 // How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
 type Stdio string
 
@@ -5375,6 +5438,16 @@ query Job ($id: ID!) {
 			peakMemoryMiB
 			imageDigest
 			runnerVersion
+		}
+		sessions {
+			kind
+			adminName
+			command
+			startedAt
+			endedAt
+			bytesIn
+			bytesOut
+			endReason
 		}
 		logs
 	}

@@ -716,7 +716,7 @@ LIMIT @max_rows
 FOR UPDATE SKIP LOCKED;
 
 -- name: DeleteJobs :execrows
--- Jobs and everything they left: events, runs, output. (= ANY(...) lets
+-- Jobs and everything they left: events, runs, output, sessions. (= ANY(...) lets
 -- the planner probe each primary key by job.)
 WITH events AS (
     DELETE FROM job_events WHERE job_id = ANY(@ids::uuid[])
@@ -726,8 +726,23 @@ runs AS (
 ),
 logs AS (
     DELETE FROM job_logs WHERE job_id = ANY(@ids::uuid[])
+),
+sessions AS (
+    DELETE FROM job_sessions WHERE job_id = ANY(@ids::uuid[])
 )
 DELETE FROM jobs WHERE id = ANY(@ids::uuid[]);
+
+-- name: InsertJobSession :exec
+INSERT INTO job_sessions (id, job_id, attempt, admin_id, admin_name, kind, command)
+VALUES (@id, @job_id, @attempt, @admin_id, @admin_name, @kind, @command);
+
+-- name: EndJobSession :exec
+UPDATE job_sessions SET ended_at = now(), bytes_in = @bytes_in, bytes_out = @bytes_out, end_code = @end_code
+WHERE id = @id AND ended_at IS NULL;
+
+-- name: JobSessionsForJobs :many
+-- The sessions of several jobs, each job's in the order they opened.
+SELECT * FROM job_sessions WHERE job_id = ANY(@ids::uuid[]) ORDER BY job_id, started_at, id;
 
 -- name: UnfinishedJobCounts :many
 -- Unfinished jobs by pool, submitting organisation (in platform pools; ''

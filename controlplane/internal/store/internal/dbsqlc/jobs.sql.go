@@ -367,11 +367,14 @@ runs AS (
 ),
 logs AS (
     DELETE FROM job_logs WHERE job_id = ANY($1::uuid[])
+),
+sessions AS (
+    DELETE FROM job_sessions WHERE job_id = ANY($1::uuid[])
 )
 DELETE FROM jobs WHERE id = ANY($1::uuid[])
 `
 
-// Jobs and everything they left: events, runs, output. (= ANY(...) lets
+// Jobs and everything they left: events, runs, output, sessions. (= ANY(...) lets
 // the planner probe each primary key by job.)
 func (q *Queries) DeleteJobs(ctx context.Context, db DBTX, ids []uuid.UUID) (int64, error) {
 	result, err := db.Exec(ctx, deleteJobs, ids)
@@ -398,6 +401,28 @@ type EndExpiredRunParams struct {
 // its run is written from the job row, before the job lets go of it.
 func (q *Queries) EndExpiredRun(ctx context.Context, db DBTX, arg EndExpiredRunParams) error {
 	_, err := db.Exec(ctx, endExpiredRun, arg.JobID, arg.Attempt)
+	return err
+}
+
+const endJobSession = `-- name: EndJobSession :exec
+UPDATE job_sessions SET ended_at = now(), bytes_in = $1, bytes_out = $2, end_code = $3
+WHERE id = $4 AND ended_at IS NULL
+`
+
+type EndJobSessionParams struct {
+	BytesIn  int64
+	BytesOut int64
+	EndCode  *string
+	ID       uuid.UUID
+}
+
+func (q *Queries) EndJobSession(ctx context.Context, db DBTX, arg EndJobSessionParams) error {
+	_, err := db.Exec(ctx, endJobSession,
+		arg.BytesIn,
+		arg.BytesOut,
+		arg.EndCode,
+		arg.ID,
+	)
 	return err
 }
 
@@ -843,6 +868,34 @@ func (q *Queries) InsertJobEvent(ctx context.Context, db DBTX, arg InsertJobEven
 	return err
 }
 
+const insertJobSession = `-- name: InsertJobSession :exec
+INSERT INTO job_sessions (id, job_id, attempt, admin_id, admin_name, kind, command)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+`
+
+type InsertJobSessionParams struct {
+	ID        uuid.UUID
+	JobID     uuid.UUID
+	Attempt   int32
+	AdminID   uuid.NullUUID
+	AdminName string
+	Kind      string
+	Command   []string
+}
+
+func (q *Queries) InsertJobSession(ctx context.Context, db DBTX, arg InsertJobSessionParams) error {
+	_, err := db.Exec(ctx, insertJobSession,
+		arg.ID,
+		arg.JobID,
+		arg.Attempt,
+		arg.AdminID,
+		arg.AdminName,
+		arg.Kind,
+		arg.Command,
+	)
+	return err
+}
+
 const insertJobs = `-- name: InsertJobs :many
 WITH v AS (
     SELECT id, submitted_by, image, command, env, cores, memory_mib, gpus, wall_clock_seconds, priority, max_attempts, idempotency_key, kind, options FROM ROWS FROM (
@@ -1265,6 +1318,44 @@ func (q *Queries) JobRunsForJobs(ctx context.Context, db DBTX, jobIds []uuid.UUI
 			&i.ImageDigest,
 			&i.RunnerVersion,
 			&i.Data,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const jobSessionsForJobs = `-- name: JobSessionsForJobs :many
+SELECT id, job_id, attempt, admin_id, admin_name, kind, command, started_at, ended_at, bytes_in, bytes_out, end_code FROM job_sessions WHERE job_id = ANY($1::uuid[]) ORDER BY job_id, started_at, id
+`
+
+// The sessions of several jobs, each job's in the order they opened.
+func (q *Queries) JobSessionsForJobs(ctx context.Context, db DBTX, ids []uuid.UUID) ([]JobSession, error) {
+	rows, err := db.Query(ctx, jobSessionsForJobs, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []JobSession
+	for rows.Next() {
+		var i JobSession
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.Attempt,
+			&i.AdminID,
+			&i.AdminName,
+			&i.Kind,
+			&i.Command,
+			&i.StartedAt,
+			&i.EndedAt,
+			&i.BytesIn,
+			&i.BytesOut,
+			&i.EndCode,
 		); err != nil {
 			return nil, err
 		}

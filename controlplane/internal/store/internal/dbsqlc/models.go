@@ -150,6 +150,21 @@ type JobRun struct {
 	Data          []byte
 }
 
+type JobSession struct {
+	ID        uuid.UUID
+	JobID     uuid.UUID
+	Attempt   int32
+	AdminID   uuid.NullUUID
+	AdminName string
+	Kind      string
+	Command   []string
+	StartedAt time.Time
+	EndedAt   *time.Time
+	BytesIn   int64
+	BytesOut  int64
+	EndCode   *string
+}
+
 type MaintenanceClock struct {
 	Duty       string
 	LastPassAt time.Time
