@@ -89,6 +89,13 @@ func (j *Job) StopIdle() {
 	j.idle = true
 }
 
+// StoppedIdle reports whether StopIdle was called.
+func (j *Job) StoppedIdle() bool {
+	j.r.mu.Lock()
+	defer j.r.mu.Unlock()
+	return j.idle
+}
+
 // LeaseLost tells the job that the server no longer holds its lease for
 // this runner: it is stopped, and nothing is reported.
 func (j *Job) LeaseLost() {

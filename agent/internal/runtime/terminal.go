@@ -48,9 +48,9 @@ func NewTerminal(stdio runnerapi.Stdio) *Terminal {
 // Hold attaches to the job's process until it ends (or ctx ends), again
 // after a broken attach; then it closes the terminal.
 func (l *Local) Hold(ctx context.Context, container string, t *Terminal) {
-	defer t.close()
+	defer t.Close()
 	for ctx.Err() == nil {
-		err := l.Attach(ctx, container, t.tty, SessionIO{Stdin: t.stdinR, Stdout: output{t, false}, Stderr: output{t, true}, Resize: t.resize})
+		err := l.Attach(ctx, container, t.tty, t.IO())
 		if err == nil {
 			return // the process's output ended: it did
 		}
@@ -59,6 +59,11 @@ func (l *Local) Hold(ctx context.Context, container string, t *Terminal) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// IO is the process's side of the terminal: what a Hold attaches to it.
+func (t *Terminal) IO() SessionIO {
+	return SessionIO{Stdin: t.stdinR, Stdout: output{t, false}, Stderr: output{t, true}, Resize: t.resize}
 }
 
 // output is one of the process's streams into the terminal.
@@ -166,7 +171,8 @@ func (t *Terminal) IdleSince() time.Time {
 // Done is closed once the process's streams ended.
 func (t *Terminal) Done() <-chan struct{} { return t.done }
 
-func (t *Terminal) close() {
+// Close ends the terminal: the process's streams ended.
+func (t *Terminal) Close() {
 	t.mu.Lock()
 	if !t.closed {
 		t.closed = true

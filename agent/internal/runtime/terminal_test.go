@@ -59,7 +59,7 @@ func TestATerminalsIdleClock(t *testing.T) {
 	if !term.IdleSince().After(afterOut) {
 		t.Fatal("input did not count")
 	}
-	term.close()
+	term.Close()
 	select {
 	case <-term.Done():
 	default:
