@@ -258,11 +258,12 @@ type AuditLogAuditLogAuditEntryConnectionNodesAuditEntry struct {
 	ActorName string    `json:"actorName"`
 	// The admin's role; null when the actor is no admin (a runner revoking one of its certificates with step).
 	ActorRole *Role `json:"actorRole"`
-	// The mutation, e.g. createPool.
+	// The mutation, e.g. createPool; or jobSession, a session on a job (runmesh attach, exec).
 	Action string `json:"action"`
-	// OK, or the error code the caller got.
+	// OK, or the error code the caller got (a session refused: NOT_FOUND, CONFLICT, BAD_INPUT).
 	Outcome string `json:"outcome"`
-	// The mutation's arguments, as JSON.
+	// The mutation's arguments, as JSON; a session's job, kind, command (exec), start, end, bytes each way and
+	// how it ended. Never a session's bytes.
 	Detail string `json:"detail"`
 }
 
