@@ -26,6 +26,16 @@ set -uo pipefail
 gremlins=${GREMLINS:-$("$(dirname "$0")"/gremlins.sh)} || exit 1
 export GOFLAGS="${GOFLAGS:-} -count=1 -vet=off -gcflags=-l -ldflags=-s -trimpath"
 export GOGC=400
+# gremlins copies the module once per worker and scope: it works on a copy
+# of the files git knows (tracked, or new and not ignored), made here once,
+# not on the checkout, whose build outputs (bin/, dist/: hundreds of MB)
+# it would copy twelve times, and whose files may change while it runs.
+src=$(mktemp -d)
+trap 'rm -rf "$src"' EXIT
+(cd "$(dirname "$0")/.." && git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+	[ -e "$f" ] && printf '%s\0' "$f"
+done | xargs -0 cp --parents -t "$src") || exit 1
+cd "$src" || exit 1
 efficacy_min=${MUTATION_EFFICACY:-85}
 coverage_min=${MUTATION_COVERAGE:-80}
 failed=()

@@ -136,7 +136,9 @@ func (s *Service) JobsByID(ctx context.Context, scope record.Scope, ids []uuid.U
 
 // OpenSession records a person's session on a job as it opens (never its
 // bytes); EndSession records its end.
-func (s *Service) OpenSession(ctx context.Context, js record.JobSession) error { return s.st.OpenJobSession(ctx, js) }
+func (s *Service) OpenSession(ctx context.Context, js record.JobSession) error {
+	return s.st.OpenJobSession(ctx, js)
+}
 
 // EndSession records a session's end: bytes each way, and how it ended.
 func (s *Service) EndSession(ctx context.Context, id uuid.UUID, bytesIn, bytesOut int64, endCode string) error {

@@ -56,13 +56,17 @@ func TestAttachToATTYJob(t *testing.T) {
 	resize := make(chan runnerapi.Size, 1)
 	ctx, detach := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Attach(ctx, u.Container(), true, runtime.SessionIO{Stdin: stdin, Stdout: out, Resize: resize}) }()
+	go func() {
+		done <- r.Attach(ctx, u.Container(), true, runtime.SessionIO{Stdin: stdin, Stdout: out, Resize: resize})
+	}()
 	resize <- runnerapi.Size{Cols: 101, Rows: 31}
 	time.Sleep(500 * time.Millisecond) // the resize reaches the terminal
 	if _, err := io.WriteString(typing, "stty size; echo at-$((6*7))\r"); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, 20*time.Second, func() bool { return strings.Contains(out.String(), "31 101") && strings.Contains(out.String(), "at-42") },
+	testutil.Eventually(t, 20*time.Second, func() bool {
+		return strings.Contains(out.String(), "31 101") && strings.Contains(out.String(), "at-42")
+	},
 		"the shell's answer (so far %q)", out)
 	detach()
 	select {
