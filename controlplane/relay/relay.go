@@ -39,10 +39,14 @@ type Bounds struct {
 	// StreamWait is how long a session waits for its agent's stream (one
 	// that was just taken is dialled again within a moment).
 	StreamWait time.Duration
+	// Recheck is how often a stream's runner is asked again whether it
+	// may hold streams (Lease.Standing).
+	Recheck time.Duration
 }
 
 // DefaultBounds are the server's.
-var DefaultBounds = Bounds{SessionsPerJob: 4, SessionsPerRunner: 16, SessionsPerToken: 8, StandingPerLease: 2, StreamWait: 5 * time.Second}
+var DefaultBounds = Bounds{SessionsPerJob: 4, SessionsPerRunner: 16, SessionsPerToken: 8, StandingPerLease: 2, StreamWait: 5 * time.Second,
+	Recheck: 10 * time.Second}
 
 // Hub pairs sessions with standing streams on this replica.
 type Hub struct {
@@ -75,6 +79,10 @@ type Lease struct {
 	ID       uuid.UUID
 	Attempt  int
 	RunnerID uuid.UUID
+	// Standing, when set, says whether the runner may still hold streams
+	// (its certificate revoked, the runner revoked or retired: false).
+	// Asked every Bounds.Recheck; an error is not an answer.
+	Standing func(context.Context) (bool, error)
 }
 
 type stream struct {
@@ -144,6 +152,11 @@ func (h *Hub) Stand(ctx context.Context, l Lease, conn Conn) error {
 		h.endStream(st, runnerapi.SessionEnd{Code: runnerapi.EndServerGone, Reason: "the server is shutting down"})
 	})
 	defer stop()
+	if l.Standing != nil && h.Bounds.Recheck > 0 {
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go h.recheck(rctx, st)
+	}
 	for {
 		msg, err := conn.Read()
 		st.mu.Lock()
@@ -215,6 +228,24 @@ func (h *Hub) endStream(st *stream, end runnerapi.SessionEnd) {
 		s.finish(end)
 	} else {
 		st.conn.Close(end)
+	}
+}
+
+// recheck ends st, and its session, once its runner may no longer hold
+// streams.
+func (h *Hub) recheck(ctx context.Context, st *stream) {
+	tick := time.NewTicker(h.Bounds.Recheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if ok, err := st.lease.Standing(ctx); err == nil && !ok {
+			h.endStream(st, runnerapi.SessionEnd{Code: runnerapi.EndRevoked, Reason: "the runner may no longer hold streams (revoked or retired)"})
+			return
+		}
 	}
 }
 

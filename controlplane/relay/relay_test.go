@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"sync"
@@ -314,4 +315,38 @@ func TestRevokingARunnerEndsItsStreams(t *testing.T) {
 	person.ended(t)
 	standing.ended(t)
 	busy.ended(t)
+}
+
+// A runner that may no longer hold streams (revoked, retired) loses them,
+// and the sessions on them; a failed check (the database away) is no
+// answer and ends nothing.
+func TestARevokedRunnersStreamsEnd(t *testing.T) {
+	f := newFixture()
+	f.hub.Bounds.Recheck = 20 * time.Millisecond
+	var mu sync.Mutex
+	standing, checkErr := true, errors.New("database unreachable")
+	f.lease.Standing = func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return standing, checkErr
+	}
+	agent := f.stand(t, f.lease)
+	person, sum := f.open(context.Background(), f.lease)
+	recv(t, agent, runnerapi.FrameOpen)
+	mu.Lock()
+	standing = false // with an error: not an answer
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-person.peer.closed:
+		t.Fatal("a failed check ended the session")
+	default:
+	}
+	mu.Lock()
+	checkErr = nil
+	mu.Unlock()
+	if got := wait(t, sum); got.End.Code != runnerapi.EndRevoked {
+		t.Fatalf("summary %+v", got)
+	}
+	agent.ended(t)
 }

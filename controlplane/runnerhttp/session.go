@@ -1,6 +1,8 @@
 package runnerhttp
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -44,6 +46,17 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c enrolment.Cal
 	if s.o.Relay == nil || !websocket.IsWebSocketUpgrade(r) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "a session stream is a WebSocket")
 		return
+	}
+	// The runner's certificate is checked again while the stream lasts: a
+	// runner revoked (or its certificate) loses its streams.
+	leaf := r.TLS.PeerCertificates[0]
+	lease.Standing = func(ctx context.Context) (bool, error) {
+		_, err := s.o.Enrolment.Authenticate(ctx, leaf, time.Now())
+		var refusal *runnerapi.ErrorBody
+		if errors.As(err, &refusal) {
+			return false, nil
+		}
+		return err == nil, err
 	}
 	conn, err := upgrader.Upgrade(relay.Hijackable(w), r, nil)
 	if err != nil {
