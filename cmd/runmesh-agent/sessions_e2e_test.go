@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -36,6 +38,13 @@ func newTmux(t *testing.T, cols, rows int, command string) tmux {
 	m.must("set-option", "-g", "window-size", "manual")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", m.socket, "kill-server").Run() })
 	return m
+}
+
+// statusTo ends a terminal's command line: the status of what ran before
+// it, written to file whole (the test reads it once it exists), then the
+// terminal stays open to be read.
+func statusTo(file string) string {
+	return "; echo $? >" + shq(file+".tmp") + " && mv " + shq(file+".tmp") + " " + shq(file) + "; sleep 600"
 }
 
 // shq quotes s for sh.
@@ -102,7 +111,7 @@ func TestSessionsInTheSandbox(t *testing.T) {
 
 	t.Run("attach from a terminal: its size, a resize, a detach", func(t *testing.T) {
 		done := filepath.Join(t.TempDir(), "done")
-		term := newTmux(t, 120, 40, cli+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		term := newTmux(t, 120, 40, cli+" attach "+shell+statusTo(done))
 		// The agent's stream stands once the job runs; the shell prompts
 		// once a key reaches it.
 		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
@@ -168,7 +177,7 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	t.Run("revoking the token ends its session with 4403, the job runs on", func(t *testing.T) {
 		id, secret := token("PLATFORM_ADMIN", nil)
 		done := filepath.Join(t.TempDir(), "done")
-		term := newTmux(t, 80, 24, cliBin+" --env-file "+shq(as(secret))+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		term := newTmux(t, 80, 24, cliBin+" --env-file "+shq(as(secret))+" attach "+shell+statusTo(done))
 		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
 			term.must("send-keys", "echo revoke-$((6*7))", "Enter")
 			time.Sleep(300 * time.Millisecond)
@@ -182,9 +191,43 @@ func TestSessionsInTheSandbox(t *testing.T) {
 		require.Equal(t, "RUNNING", state(shell))
 	})
 
+	t.Run("cp a 64 MiB binary file in and out keeps its bytes and mode; a missing path and a finished job are clear errors", func(t *testing.T) {
+		box := submit("", 0, "sleep", "600")
+		waitState(box, "RUNNING")
+		dir := t.TempDir()
+		src := filepath.Join(dir, "blob.bin")
+		data := make([]byte, 64<<20)
+		_, _ = rand.Read(data)
+		require.NoError(t, os.WriteFile(src, data, 0o640))
+		want := sha256.Sum256(data)
+		e2e.MustRun(t, nil, cliBin, "--env-file", srv.EnvFile, "cp", src, box+":/tmp/")
+		back := filepath.Join(dir, "back")
+		require.NoError(t, os.Mkdir(back, 0o755))
+		e2e.MustRun(t, nil, cliBin, "--env-file", srv.EnvFile, "cp", box+":/tmp/blob.bin", back)
+		got, err := os.ReadFile(filepath.Join(back, "blob.bin"))
+		require.NoError(t, err)
+		require.Equal(t, want, sha256.Sum256(got), "the bytes came back changed")
+		fi, err := os.Stat(filepath.Join(back, "blob.bin"))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o640), fi.Mode().Perm())
+		// Renamed on the way: DST not a directory names the copy.
+		e2e.MustRun(t, nil, cliBin, "--env-file", srv.EnvFile, "cp", box+":/tmp/blob.bin", filepath.Join(dir, "renamed.bin"))
+		_, err = os.Stat(filepath.Join(dir, "renamed.bin"))
+		require.NoError(t, err)
+
+		out, err := e2e.Run(t, nil, cliBin, "--env-file", srv.EnvFile, "cp", box+":/no/such/file", dir)
+		require.Error(t, err)
+		require.Contains(t, out, "No such file")
+		srv.GraphQL(t, `mutation($id: ID!) { cancelJob(id: $id) { id } }`, map[string]any{"id": box})
+		e2e.Eventually(t, 60*time.Second, "the job to end", func() bool { return state(box) == "CANCELLED" })
+		out, err = e2e.Run(t, nil, cliBin, "--env-file", srv.EnvFile, "cp", box+":/tmp/blob.bin", dir)
+		require.Error(t, err)
+		require.Contains(t, out, "not RUNNING")
+	})
+
 	t.Run("the job's exit status is attach's own", func(t *testing.T) {
 		done := filepath.Join(t.TempDir(), "done")
-		term := newTmux(t, 80, 24, cli+" attach "+shell+"; echo $? >"+shq(done)+"; sleep 600")
+		term := newTmux(t, 80, 24, cli+" attach "+shell+statusTo(done))
 		// The recent screen is replayed: the last session's answer shows
 		// before anything is typed.
 		term.waitFor("revoke-42", 10*time.Second)
@@ -203,6 +246,7 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	t.Run("each session is audited, none of its bytes stored", func(t *testing.T) {
 		entries := srv.GraphQL(t, `{ auditLog(action: "jobSession", first: 50) { nodes { outcome detail actorName } } }`, nil)["auditLog"].(map[string]any)["nodes"].([]any)
 		kinds := map[string]int{}
+		var maxIn, maxOut float64
 		for _, e := range entries {
 			e := e.(map[string]any)
 			if e["outcome"] != "OK" {
@@ -211,10 +255,16 @@ func TestSessionsInTheSandbox(t *testing.T) {
 			var d map[string]any
 			require.NoError(t, json.Unmarshal([]byte(e["detail"].(string)), &d))
 			kinds[d["kind"].(string)]++
-			require.Greater(t, d["bytes_in"].(float64), float64(0), "bytes in: %v", d)
-			require.Greater(t, d["bytes_out"].(float64), float64(0), "bytes out: %v", d)
+			if d["kind"] == "attach" {
+				require.Greater(t, d["bytes_in"].(float64), float64(0), "bytes in: %v", d)
+				require.Greater(t, d["bytes_out"].(float64), float64(0), "bytes out: %v", d)
+			}
+			maxIn, maxOut = max(maxIn, d["bytes_in"].(float64)), max(maxOut, d["bytes_out"].(float64))
 		}
-		require.Equal(t, map[string]int{"attach": 3, "exec": 1}, kinds, "three attaches and an exec so far")
+		// cp's 64 MiB each way, counted, never kept.
+		require.GreaterOrEqual(t, maxIn, float64(64<<20))
+		require.GreaterOrEqual(t, maxOut, float64(64<<20))
+		require.Equal(t, map[string]int{"attach": 3, "exec": 6}, kinds, "three attaches and six execs (one, and cp's five) so far")
 		j := srv.GraphQL(t, `query($id: ID!) { job(id: $id) { logs sessions { kind adminName bytesIn bytesOut endedAt endReason command } } }`,
 			map[string]any{"id": shell})["job"].(map[string]any)
 		require.Empty(t, j["logs"], "an interactive job's bytes are never stored")
@@ -231,7 +281,7 @@ func TestSessionsInTheSandbox(t *testing.T) {
 
 	t.Run("run -it: submit, wait for the lease, attach, and the job's status is the command's", func(t *testing.T) {
 		done := filepath.Join(t.TempDir(), "done")
-		term := newTmux(t, 100, 30, cli+" run -it --cores 0.5 localhost/busybox:latest -- sh; echo $? >"+shq(done)+"; sleep 600")
+		term := newTmux(t, 100, 30, cli+" run -it --cores 0.5 localhost/busybox:latest -- sh"+statusTo(done))
 		term.waitFor("attaching", 60*time.Second)
 		e2e.Eventually(t, 20*time.Second, "the shell to answer", func() bool {
 			term.must("send-keys", "stty size; echo run-$((6*7))", "Enter")

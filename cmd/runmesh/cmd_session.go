@@ -52,7 +52,7 @@ func (a *app) sessionCommands() []*cobra.Command {
 	}
 	exec.Flags().BoolVarP(&interactive, "interactive", "i", false, "pass this terminal's input to the command")
 	exec.Flags().BoolVarP(&tty, "tty", "t", false, "give the command a terminal")
-	return []*cobra.Command{attach, exec, a.runCommand()}
+	return []*cobra.Command{attach, exec, a.runCommand(), a.cpCommand()}
 }
 
 // session opens a session on the admin listener and passes this
@@ -60,15 +60,26 @@ func (a *app) sessionCommands() []*cobra.Command {
 // mode (the process's terminal does the echo and line editing), and its
 // size follows the window's.
 func (a *app) session(ctx context.Context, job string, req runnerapi.SessionRequest, input bool) error {
-	end, err := a.relay(ctx, job, req, input)
+	var in io.Reader
+	if input {
+		in = a.stdin
+	}
+	end, err := a.relay(ctx, job, req, streams{in: in, out: a.stdout, err: a.stderr})
 	if err != nil {
 		return err
 	}
 	return a.sessionEnded(ctx, job, end)
 }
 
-// relay passes the bytes of one session, and returns how it ended.
-func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionRequest, input bool) (runnerapi.SessionEnd, error) {
+// streams are a session's ends on this side: in nil for no input.
+type streams struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+// relay passes the bytes of one session, and returns how it ended. A
+// terminal as input is put in raw mode, and its size follows the window.
+func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionRequest, sio streams) (runnerapi.SessionEnd, error) {
 	var none runnerapi.SessionEnd
 	if err := a.connect(); err != nil {
 		return none, err
@@ -79,9 +90,9 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 	if tr, ok := a.http.Transport.(bearer).next.(*http.Transport); ok {
 		dialer.TLSClientConfig = tr.TLSClientConfig
 	}
-	in, _ := a.stdin.(*os.File)
-	out, _ := a.stdout.(*os.File)
-	raw := input && in != nil && term.IsTerminal(int(in.Fd()))
+	in, _ := sio.in.(*os.File)
+	out, _ := sio.out.(*os.File)
+	raw := in != nil && term.IsTerminal(int(in.Fd()))
 	if raw && out != nil && term.IsTerminal(int(out.Fd())) {
 		if w, h, err := term.GetSize(int(out.Fd())); err == nil {
 			req.Size = runnerapi.Size{Cols: uint16(w), Rows: uint16(h)}
@@ -124,8 +135,8 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 			}()
 		}
 	}
-	if input {
-		go a.sendInput(send, raw && req.Kind == runnerapi.SessionAttach)
+	if sio.in != nil {
+		go sendInput(sio.in, send, raw && req.Kind == runnerapi.SessionAttach)
 	}
 	for {
 		_, msg, err := conn.ReadMessage()
@@ -142,9 +153,9 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 		}
 		switch f.Type {
 		case runnerapi.FrameStdout:
-			_, err = a.stdout.Write(f.Payload)
+			_, err = sio.out.Write(f.Payload)
 		case runnerapi.FrameStderr:
-			_, err = a.stderr.Write(f.Payload)
+			_, err = sio.err.Write(f.Payload)
 		case runnerapi.FrameEnd:
 			var end runnerapi.SessionEnd
 			err := f.Decode(&end)
@@ -159,11 +170,11 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 // sendInput passes stdin to the session; at its end, the process's input
 // ends. detach: ctrl-p ctrl-q in the input ends the session instead, and
 // the job runs on.
-func (a *app) sendInput(send func(runnerapi.FrameType, []byte) error, detach bool) {
+func sendInput(in io.Reader, send func(runnerapi.FrameType, []byte) error, detach bool) {
 	buf := make([]byte, runnerapi.MaxFramePayload)
 	var held []byte // a ctrl-p that may begin the detach keys
 	for {
-		n, err := a.stdin.Read(buf)
+		n, err := in.Read(buf)
 		p := append(held, buf[:n]...)
 		held = nil
 		if detach {
