@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -195,9 +196,20 @@ func TestASessionJoinsTheJobsTerminal(t *testing.T) {
 		t.Fatalf("end %+v (%v)", end, err)
 	}
 
-	// The next session sees the screen so far.
-	send(t, next, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "s2", Kind: runnerapi.SessionAttach, TTY: true}))
+	// The next session sees the screen so far. A size with a zero in it
+	// (no terminal there) is not passed on, at the open or later.
+	send(t, next, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "s2", Kind: runnerapi.SessionAttach, TTY: true,
+		Size: runnerapi.Size{Cols: 0, Rows: 24}}))
 	until(t, next, runnerapi.FrameStdout, "HI\r")
+	send(t, next, runnerapi.JSONFrame(runnerapi.FrameResize, runnerapi.Size{Cols: 120, Rows: 0}))
+	send(t, next, runnerapi.AppendFrame(nil, runnerapi.FrameStdin, []byte("x")))
+	until(t, next, runnerapi.FrameStdout, "X")
+	time.Sleep(100 * time.Millisecond) // a size passed on would reach the terminal by now
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if len(host.sizes) != 2 {
+		t.Fatalf("sizes at the terminal %v: one with a zero was passed on", host.sizes)
+	}
 }
 
 // exec's streams stay apart, its input ends when the person's does, and
@@ -205,10 +217,15 @@ func TestASessionJoinsTheJobsTerminal(t *testing.T) {
 func TestAnExecSessionReturnsTheStatus(t *testing.T) {
 	t.Parallel()
 	w, host, s, j := sessionWorker(t, runnerapi.StdioLogs, 0)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 100<<10/16) // 100 KiB: four frames
 	host.exec = func(sio runtime.SessionIO) int {
 		in, _ := io.ReadAll(sio.Stdin)
 		sio.Stdout.Write([]byte("out:" + string(in)))
 		sio.Stderr.Write([]byte("err"))
+		// io.Copy checks what each Write says it wrote.
+		if _, err := io.Copy(sio.Stdout, bytes.NewReader(big)); err != nil {
+			return 9
+		}
 		return 3
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -218,10 +235,35 @@ func TestAnExecSessionReturnsTheStatus(t *testing.T) {
 	send(t, c, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "s1", Kind: runnerapi.SessionExec, Command: []string{"cat"}}))
 	send(t, c, runnerapi.AppendFrame(nil, runnerapi.FrameStdin, []byte("abc")))
 	send(t, c, runnerapi.AppendFrame(nil, runnerapi.FrameStdinEnd, nil))
-	until(t, c, runnerapi.FrameStdout, "out:abc")
+	// All of the output, in frames of at most MaxFramePayload, then the
+	// end.
+	var out []byte
 	var end runnerapi.SessionEnd
-	if err := until(t, c, runnerapi.FrameEnd, "").Decode(&end); err != nil || end.Code != runnerapi.EndExited || end.Exit == nil || *end.Exit != 3 {
-		t.Fatalf("end %+v (%v)", end, err)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for done := false; !done; {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := runnerapi.ParseFrame(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch f.Type {
+		case runnerapi.FrameStdout:
+			out = append(out, f.Payload...)
+		case runnerapi.FrameEnd:
+			if err := f.Decode(&end); err != nil {
+				t.Fatal(err)
+			}
+			done = true
+		}
+	}
+	if want := append([]byte("out:abc"), big...); !bytes.Equal(out, want) {
+		t.Fatalf("%d bytes of output, want %d", len(out), len(want))
+	}
+	if end.Code != runnerapi.EndExited || end.Exit == nil || *end.Exit != 3 {
+		t.Fatalf("end %+v", end)
 	}
 	if host.command[0] != "cat" {
 		t.Fatalf("ran %v", host.command)
