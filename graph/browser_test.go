@@ -55,7 +55,7 @@ func TestBrowserPlayground(t *testing.T) {
 
 	p.run(`{ viewer { role } }`, "PLATFORM_ADMIN")
 	p.run(fmt.Sprintf(`subscription { jobEvents(jobId: %q) { type } }`, jobID), "SUBMITTED")
-	p.showDocs("SubmitJobInput", "poolId")
+	p.showDocs("Job", "stdio", "idleTimeoutSeconds", "sessions")
 	t.Logf("screenshot: %s", p.screenshot("playground.png"))
 	// A dialog injects a <style> element: what style-src 'unsafe-inline'
 	// is for.
@@ -309,8 +309,8 @@ func (p *page) run(query, want string) {
 }
 
 // showDocs opens the documentation explorer, finds typeName by its search
-// and waits for field among the type's fields.
-func (p *page) showDocs(typeName, field string) {
+// and waits for each of fields among the type's fields.
+func (p *page) showDocs(typeName string, fields ...string) {
 	p.t.Helper()
 	p.click("the docs button", `document.querySelector('[aria-label="Show Documentation Explorer"]')`)
 	p.waitFor("the schema's root types", `!!document.querySelector(".graphiql-doc-explorer-root-type")`)
@@ -318,11 +318,13 @@ func (p *page) showDocs(typeName, field string) {
 	name, _ := json.Marshal(typeName)
 	p.click(typeName+" among the search results", fmt.Sprintf(`[...document.querySelectorAll('[data-cy="doc-explorer-list"] [role="option"]')]
 		.find((e) => e.innerText.trim() === %s)`, name))
-	f, _ := json.Marshal(field)
-	p.waitFor(typeName+"'s "+field, fmt.Sprintf(`(() => {
+	for _, field := range fields {
+		f, _ := json.Marshal(field)
+		p.waitFor(typeName+"'s "+field, fmt.Sprintf(`(() => {
 		const title = document.querySelector(".graphiql-doc-explorer-title");
 		return !!title && title.innerText.trim() === %s &&
 			[...document.querySelectorAll(".graphiql-doc-explorer-content .graphiql-doc-explorer-field-name")].some((e) => e.innerText === %s); })()`, name, f))
+	}
 }
 
 // screenshot saves the page as name in $RUNMESH_ARTIFACTS, or in a
