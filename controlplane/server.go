@@ -187,7 +187,7 @@ func New(o Options) (*Server, error) {
 	playground := graph.PlaygroundHandler("/graphql") // the page, and its files under /playground/
 	mux.Handle("GET /playground", playground)
 	mux.Handle("GET /playground/", playground)
-	s.relay = relay.NewHub(relay.DefaultBounds, o.Log.With("component", "relay"))
+	s.relay = relay.NewHub(relay.DefaultBounds)
 	mux.Handle("GET "+runnerapi.PathSessions+"{jobId}", graph.NewSessionHandler(graph.SessionOptions{
 		Tenancy: ten, Queue: s.queue, Relay: s.relay, Log: o.Log.With("component", "sessions"),
 	}))

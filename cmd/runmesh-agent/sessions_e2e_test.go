@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func newTmux(t *testing.T, cols, rows int, command string) tmux {
 	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	m := tmux{t: t, socket: filepath.Join(dir, "sock")}
-	m.must("new-session", "-d", "-x", itoa(cols), "-y", itoa(rows), "sh", "-c", command)
+	m.must("new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "sh", "-c", command)
 	m.must("set-option", "-g", "window-size", "manual")
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", m.socket, "kill-server").Run() })
 	return m
@@ -49,8 +50,6 @@ func statusTo(file string) string {
 
 // shq quotes s for sh.
 func shq(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func (m tmux) must(args ...string) string {
 	m.t.Helper()
@@ -143,7 +142,7 @@ func TestSessionsInTheSandbox(t *testing.T) {
 	})
 
 	token := func(role string, org any) (id, secret string) {
-		in := map[string]any{"name": "e2e-" + strings.ToLower(role) + "-" + itoa(int(time.Now().UnixNano()%1e6)), "role": role, "organisationId": org}
+		in := map[string]any{"name": "e2e-" + strings.ToLower(role) + "-" + strconv.Itoa(int(time.Now().UnixNano()%1e6)), "role": role, "organisationId": org}
 		c := srv.GraphQL(t, `mutation($in: CreateAdminTokenInput!) { createAdminToken(input: $in) { token tokenId } }`,
 			map[string]any{"in": in})["createAdminToken"].(map[string]any)
 		return c["tokenId"].(string), c["token"].(string)

@@ -15,7 +15,6 @@ import (
 	"github.com/runmesh/runmesh/controlplane/internal/store"
 	"github.com/runmesh/runmesh/controlplane/objects"
 	"github.com/runmesh/runmesh/controlplane/record"
-	"github.com/runmesh/runmesh/controlplane/relay"
 	"github.com/runmesh/runmesh/runnerapi"
 )
 
@@ -358,16 +357,16 @@ func (l *Leases) AppendOutput(ctx context.Context, runner record.Runner, id uuid
 // SessionStream fences a stream an agent holds for a lease's sessions:
 // the runner must hold the job at this attempt, and the attempt must not
 // have ended. A stale attempt's stream is refused and changes nothing.
-func (l *Leases) SessionStream(ctx context.Context, runner record.Runner, id uuid.UUID, attempt int) (relay.Lease, error) {
+func (l *Leases) SessionStream(ctx context.Context, runner record.Runner, id uuid.UUID, attempt int) error {
 	if runnerapi.CheckAttempt(attempt) != nil {
-		return relay.Lease{}, runnerapi.Refuse(runnerapi.CodeBadRequest, "attempt 1 to %d", runnerapi.MaxAttempt)
+		return runnerapi.Refuse(runnerapi.CodeBadRequest, "attempt 1 to %d", runnerapi.MaxAttempt)
 	}
-	if _, err := l.st.LiveAttempt(ctx, id, attempt, runner.ID); errors.Is(err, store.ErrStaleAttempt) {
-		return relay.Lease{}, errStale
+	if err := l.st.HoldsAttempt(ctx, id, attempt, runner.ID); errors.Is(err, store.ErrStaleAttempt) {
+		return errStale
 	} else if err != nil {
-		return relay.Lease{}, err
+		return err
 	}
-	return relay.Lease{ID: id, Attempt: attempt, RunnerID: runner.ID}, nil
+	return nil
 }
 
 // Result ends one attempt, fenced: a stale attempt changes nothing.

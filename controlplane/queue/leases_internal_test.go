@@ -298,3 +298,22 @@ func TestAppendOutput(t *testing.T) {
 	require.Len(t, chunks, 4, "nothing refused was stored")
 	require.Equal(t, "[runmesh: output beyond this point was not kept (64 MiB per attempt)]\n", LogLimitNote)
 }
+
+// A session stream stands only for the attempt the runner holds, while
+// it has not ended: another attempt, another job, an attempt out of range
+// or an ended one is refused.
+func TestASessionStreamIsFencedByAttempt(t *testing.T) {
+	t.Parallel()
+	d := newDesk(t, deskOptions{})
+	j := d.submit(t, record.AllOrganisations(), nil)
+	d.leased(t, 1)
+	ctx := context.Background()
+	require.NoError(t, d.leases.SessionStream(ctx, d.runner, j.ID, 1))
+	refusedWith(t, d.leases.SessionStream(ctx, d.runner, j.ID, 2), runnerapi.CodeStaleAttempt)
+	refusedWith(t, d.leases.SessionStream(ctx, d.runner, uuid.New(), 1), runnerapi.CodeStaleAttempt)
+	refusedWith(t, d.leases.SessionStream(ctx, d.runner, j.ID, 0), runnerapi.CodeBadRequest)
+	zero := 0
+	_, err := d.leases.Result(ctx, d.runner, j.ID, runnerapi.ResultRequest{Attempt: 1, ExitCode: &zero})
+	require.NoError(t, err)
+	refusedWith(t, d.leases.SessionStream(ctx, d.runner, j.ID, 1), runnerapi.CodeStaleAttempt)
+}

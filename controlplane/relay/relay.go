@@ -9,7 +9,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +50,6 @@ var DefaultBounds = Bounds{SessionsPerJob: 4, SessionsPerRunner: 16, SessionsPer
 // Hub pairs sessions with standing streams on this replica.
 type Hub struct {
 	Bounds Bounds
-	Log    *slog.Logger
 
 	mu       sync.Mutex
 	standing map[streamKey][]*stream
@@ -59,13 +57,12 @@ type Hub struct {
 	perJob   map[uuid.UUID]int
 	perRun   map[uuid.UUID]int
 	perToken map[uuid.UUID]int
-	byRunner map[uuid.UUID]map[*stream]struct{}
 }
 
 // NewHub is a hub with bounds b.
-func NewHub(b Bounds, log *slog.Logger) *Hub {
-	return &Hub{Bounds: b, Log: log, standing: map[streamKey][]*stream{}, arrived: map[streamKey]chan struct{}{},
-		perJob: map[uuid.UUID]int{}, perRun: map[uuid.UUID]int{}, perToken: map[uuid.UUID]int{}, byRunner: map[uuid.UUID]map[*stream]struct{}{}}
+func NewHub(b Bounds) *Hub {
+	return &Hub{Bounds: b, standing: map[streamKey][]*stream{}, arrived: map[streamKey]chan struct{}{},
+		perJob: map[uuid.UUID]int{}, perRun: map[uuid.UUID]int{}, perToken: map[uuid.UUID]int{}}
 }
 
 type streamKey struct {
@@ -94,14 +91,12 @@ type stream struct {
 
 // session is one person's, over one stream.
 type session struct {
-	open     runnerapi.SessionOpen
 	admin    Conn
 	agent    Conn
 	once     sync.Once
 	done     chan struct{}
 	end      runnerapi.SessionEnd
 	in, out  atomic.Int64
-	started  time.Time
 	finished time.Time
 }
 
@@ -134,18 +129,10 @@ func (h *Hub) Stand(ctx context.Context, l Lease, conn Conn) error {
 		close(ch)
 		delete(h.arrived, key)
 	}
-	if h.byRunner[l.RunnerID] == nil {
-		h.byRunner[l.RunnerID] = map[*stream]struct{}{}
-	}
-	h.byRunner[l.RunnerID][st] = struct{}{}
 	h.mu.Unlock()
 	defer func() {
 		h.mu.Lock()
 		h.unstand(key, st)
-		delete(h.byRunner[l.RunnerID], st)
-		if len(h.byRunner[l.RunnerID]) == 0 {
-			delete(h.byRunner, l.RunnerID)
-		}
 		h.mu.Unlock()
 	}()
 	stop := context.AfterFunc(ctx, func() {
@@ -249,20 +236,6 @@ func (h *Hub) recheck(ctx context.Context, st *stream) {
 	}
 }
 
-// CloseRunner ends every stream of the runner, and the sessions on them
-// (the runner was revoked).
-func (h *Hub) CloseRunner(runner uuid.UUID) {
-	h.mu.Lock()
-	var list []*stream
-	for st := range h.byRunner[runner] {
-		list = append(list, st)
-	}
-	h.mu.Unlock()
-	for _, st := range list {
-		h.endStream(st, runnerapi.SessionEnd{Code: runnerapi.EndRevoked, Reason: "the runner was revoked"})
-	}
-}
-
 // Target is the job a session is for, as the store has it now: the lease
 // (job id), the attempt and the runner holding it, and who asks.
 type Target struct {
@@ -272,7 +245,6 @@ type Target struct {
 
 // Summary is what a session's audit entry says: never its bytes.
 type Summary struct {
-	Open     runnerapi.SessionOpen
 	Started  time.Time
 	Ended    time.Time
 	BytesIn  int64 // from the person to the job
@@ -286,7 +258,7 @@ type Summary struct {
 // person's token revoked, the server stopping) ends it with cause's end
 // (SessionEnd, or EndServerGone).
 func (h *Hub) Open(ctx context.Context, t Target, open runnerapi.SessionOpen, admin Conn) Summary {
-	sum := Summary{Open: open, Started: time.Now()}
+	sum := Summary{Started: time.Now()}
 	refuse := func(end runnerapi.SessionEnd) Summary {
 		admin.Close(end)
 		sum.Ended, sum.End = time.Now(), end
@@ -300,7 +272,7 @@ func (h *Hub) Open(ctx context.Context, t Target, open runnerapi.SessionOpen, ad
 	if st == nil {
 		return refuse(runnerapi.SessionEnd{Code: runnerapi.EndUnavailable, Reason: "the job's agent is not reachable: it is not running, or its agent is away"})
 	}
-	s := &session{open: open, admin: admin, agent: st.conn, done: make(chan struct{}), started: sum.Started}
+	s := &session{admin: admin, agent: st.conn, done: make(chan struct{})}
 	st.mu.Lock()
 	st.s = s
 	st.mu.Unlock()

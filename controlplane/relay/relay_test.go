@@ -117,7 +117,7 @@ type fixture struct {
 }
 
 func newFixture() fixture {
-	return fixture{hub: relay.NewHub(bounds, nil), lease: relay.Lease{ID: uuid.New(), Attempt: 2, RunnerID: uuid.New()}, token: uuid.New()}
+	return fixture{hub: relay.NewHub(bounds), lease: relay.Lease{ID: uuid.New(), Attempt: 2, RunnerID: uuid.New()}, token: uuid.New()}
 }
 
 // stand gives the hub a standing stream for l; the agent's end is returned.
@@ -299,22 +299,6 @@ func TestBadFramesEndTheSession(t *testing.T) {
 	if e := agent.ended(t); e.Code != runnerapi.EndBadFrame {
 		t.Fatalf("the agent was told %+v", e)
 	}
-}
-
-func TestRevokingARunnerEndsItsStreams(t *testing.T) {
-	f := newFixture()
-	standing := f.stand(t, f.lease)
-	busy := f.stand(t, f.lease)
-	person, sum := f.open(context.Background(), f.lease)
-	// The session took one of the two; whichever it was, both end.
-	time.Sleep(50 * time.Millisecond)
-	f.hub.CloseRunner(f.lease.RunnerID)
-	if got := wait(t, sum); got.End.Code != runnerapi.EndRevoked {
-		t.Fatalf("summary %+v", got)
-	}
-	person.ended(t)
-	standing.ended(t)
-	busy.ended(t)
 }
 
 // A runner that may no longer hold streams (revoked, retired) loses them,

@@ -38,11 +38,11 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c enrolment.Cal
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "?attempt= must be the attempt the runner holds")
 		return
 	}
-	lease, err := s.o.Leases.SessionStream(r.Context(), c.Runner, id, attempt)
-	if err != nil {
+	if err := s.o.Leases.SessionStream(r.Context(), c.Runner, id, attempt); err != nil {
 		s.fail(w, r, "session", err)
 		return
 	}
+	lease := relay.Lease{ID: id, Attempt: attempt, RunnerID: c.Runner.ID}
 	if s.o.Relay == nil || !websocket.IsWebSocketUpgrade(r) {
 		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "a session stream is a WebSocket")
 		return

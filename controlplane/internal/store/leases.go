@@ -111,21 +111,21 @@ func (s *Querier) ReturnUndelivered(ctx context.Context, runnerID uuid.UUID, lea
 	return n, err
 }
 
-// LiveAttempt is the stdio mode of a job the runner holds at this attempt,
-// not yet ended; ErrStaleAttempt when it does not (a session's stream is
-// fenced so).
-func (s *Querier) LiveAttempt(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID) (string, error) {
+// HoldsAttempt is nil when the runner holds the job at this attempt (the
+// job has not ended: an ended job is held by no runner), ErrStaleAttempt
+// when it does not. Session streams are fenced so.
+func (s *Querier) HoldsAttempt(ctx context.Context, jobID uuid.UUID, attempt int, runnerID uuid.UUID) error {
 	if attempt < 1 || attempt > math.MaxInt32 {
-		return "", ErrStaleAttempt
+		return ErrStaleAttempt
 	}
-	row, err := s.q.LiveAttempt(ctx, s.db, dbsqlc.LiveAttemptParams{ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
+	held, err := s.q.HeldAttempt(ctx, s.db, dbsqlc.HeldAttemptParams{ID: jobID, Attempt: int32(attempt), RunnerID: uuid.NullUUID{UUID: runnerID, Valid: true}})
 	if err != nil {
-		return "", mapErr(err)
+		return mapErr(err)
 	}
-	if !row.Live {
-		return "", ErrStaleAttempt
+	if !held.Held {
+		return ErrStaleAttempt
 	}
-	return row.Stdio, nil
+	return nil
 }
 
 // AppendLog stores one chunk of an attempt's output, fenced like results.

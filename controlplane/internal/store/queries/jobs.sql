@@ -403,20 +403,13 @@ event_rows AS (
 SELECT id, pool_id, state FROM done;
 
 -- name: HeldAttempt :one
--- Whether the runner holds the job at this attempt (log uploads), and
+-- Whether the runner holds the job at this attempt (log uploads, session
+-- streams: a job that ended is held by no runner), and
 -- whether the job is interactive (TTY, PIPE), whose output is never kept.
 SELECT coalesce(bool_or(true), false)::boolean AS held,
        coalesce(bool_or(options->'stdio' IS NOT NULL), false)::boolean AS interactive
 FROM jobs
 WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id;
-
--- name: LiveAttempt :one
--- Whether the runner holds the job at this attempt and the attempt has not
--- ended (a session's stream may stand for it), and the job's stdio mode.
-SELECT coalesce(bool_or(true), false)::boolean AS live,
-       coalesce(max(options->>'stdio'), '')::text AS stdio
-FROM jobs
-WHERE id = @id AND attempt = @attempt AND runner_id = @runner_id AND state IN ('LEASED', 'RUNNING');
 
 -- name: InsertLogChunk :execrows
 INSERT INTO job_logs (job_id, attempt, seq, data) VALUES (@job_id, @attempt, @seq, @data)

@@ -835,7 +835,8 @@ type HeldAttemptRow struct {
 	Interactive bool
 }
 
-// Whether the runner holds the job at this attempt (log uploads), and
+// Whether the runner holds the job at this attempt (log uploads, session
+// streams: a job that ended is held by no runner), and
 // whether the job is interactive (TTY, PIPE), whose output is never kept.
 func (q *Queries) HeldAttempt(ctx context.Context, db DBTX, arg HeldAttemptParams) (HeldAttemptRow, error) {
 	row := db.QueryRow(ctx, heldAttempt, arg.ID, arg.Attempt, arg.RunnerID)
@@ -1664,33 +1665,6 @@ func (q *Queries) ListJobsSubmittedBy(ctx context.Context, db DBTX, arg ListJobs
 		return nil, err
 	}
 	return items, nil
-}
-
-const liveAttempt = `-- name: LiveAttempt :one
-SELECT coalesce(bool_or(true), false)::boolean AS live,
-       coalesce(max(options->>'stdio'), '')::text AS stdio
-FROM jobs
-WHERE id = $1 AND attempt = $2 AND runner_id = $3 AND state IN ('LEASED', 'RUNNING')
-`
-
-type LiveAttemptParams struct {
-	ID       uuid.UUID
-	Attempt  int32
-	RunnerID uuid.NullUUID
-}
-
-type LiveAttemptRow struct {
-	Live  bool
-	Stdio string
-}
-
-// Whether the runner holds the job at this attempt and the attempt has not
-// ended (a session's stream may stand for it), and the job's stdio mode.
-func (q *Queries) LiveAttempt(ctx context.Context, db DBTX, arg LiveAttemptParams) (LiveAttemptRow, error) {
-	row := db.QueryRow(ctx, liveAttempt, arg.ID, arg.Attempt, arg.RunnerID)
-	var i LiveAttemptRow
-	err := row.Scan(&i.Live, &i.Stdio)
-	return i, err
 }
 
 const lockJobs = `-- name: LockJobs :exec
