@@ -64,6 +64,7 @@ func Run(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CA:                 keys,
 		RunnerAddr:         cfg.Runner.Listen,
 		RunnerNames:        cfg.Runner.Names,
+		RelayAddr:          cfg.Runner.Advertise,
 		RunnerCertLifetime: cfg.Runner.CertLifetime(),
 	})
 	if err != nil {

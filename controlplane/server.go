@@ -19,9 +19,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runmesh/runmesh/controlplane/enrolment"
@@ -77,6 +79,10 @@ type Options struct {
 	// RunnerCertLifetime is the lifetime of runner certificates (and of the
 	// listener's own).
 	RunnerCertLifetime time.Duration
+	// RelayAddr is where the other replicas reach this one's runner
+	// listener (host:port, the host one of RunnerNames) to relay sessions
+	// (default: the first of RunnerNames, at the bound port).
+	RelayAddr string
 	// SweepInterval is the lease rescuer's pace, the one a lease past its
 	// expiry waits on (default 1 s). The other maintenance services keep
 	// their multiples of it (see newMaintenance).
@@ -109,7 +115,10 @@ type Server struct {
 	upkeep     *maintenance.Maintainer
 	runnerAPI  *runnerhttp.Server
 	relay      *relay.Hub // people's sessions, joined with agents' streams
+	replicaID  uuid.UUID  // this replica, among those advertised in the database
+	relayURL   string     // where the other replicas reach this one
 	cert       *serverCert
+	peerCert   *serverCert // this replica's, to the other replicas
 	admin      *http.Server
 	runner     *http.Server
 	adminLn    net.Listener
@@ -163,7 +172,9 @@ func New(o Options) (*Server, error) {
 	enrol := enrolment.New(enrolment.Options{Store: o.Store, Listener: s.listener, Authority: auth,
 		CertLifetime: o.RunnerCertLifetime, Log: o.Log})
 	s.enrolment = enrol
-	s.cert = &serverCert{auth: auth, names: o.RunnerNames, lifetime: o.RunnerCertLifetime, log: s.log}
+	s.cert = listenerCert(auth, o.RunnerNames, o.RunnerCertLifetime, s.log)
+	s.replicaID = uuid.New()
+	s.peerCert = replicaCert(auth, s.replicaID.String(), o.RunnerCertLifetime, s.log)
 	s.metrics.certificateExpiry("runner_listener", s.cert.notAfter)
 	s.metrics.certificateExpiry("ca_root", func() time.Time { return o.CA.Root.NotAfter })
 	s.metrics.certificateExpiry("ca_intermediate", func() time.Time { return o.CA.Intermediate.NotAfter })
@@ -188,6 +199,12 @@ func New(o Options) (*Server, error) {
 	mux.Handle("GET /playground", playground)
 	mux.Handle("GET /playground/", playground)
 	s.relay = relay.NewHub(relay.DefaultBounds)
+	s.relay.Elsewhere = &relay.Peers{
+		List: func(ctx context.Context) ([]string, error) {
+			return o.Store.PeerReplicas(ctx, s.replicaID, replicaFresh)
+		},
+		TLS: &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: auth.Roots(), GetClientCertificate: s.peerCert.getClient},
+	}
 	mux.Handle("GET "+runnerapi.PathSessions+"{jobId}", graph.NewSessionHandler(graph.SessionOptions{
 		Tenancy: ten, Queue: s.queue, Relay: s.relay, Log: o.Log.With("component", "sessions"),
 	}))
@@ -239,11 +256,15 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.cert.issue(ctx); err != nil {
 		return err
 	}
+	if err := s.peerCert.issue(ctx); err != nil {
+		return err
+	}
 	if err := s.upkeep.Start(bg); err != nil {
 		return err
 	}
 	s.goBackground(func() { s.listener.Run(bg) })
 	s.goBackground(func() { s.cert.renew(bg) })
+	s.goBackground(func() { s.peerCert.renew(bg) })
 	s.goBackground(func() { s.heartbeats.Run(bg) })
 	s.goBackground(func() { s.enrolment.Watch(bg) })
 	select {
@@ -263,6 +284,16 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("runner listener: %w", err)
 	}
 	s.adminLn, s.runnerLn = adminLn, runnerLn
+	s.relayURL = "https://" + s.opts.RelayAddr
+	if s.opts.RelayAddr == "" {
+		s.relayURL = "https://" + net.JoinHostPort(s.opts.RunnerNames[0], strconv.Itoa(runnerLn.Addr().(*net.TCPAddr).Port))
+	}
+	if err := s.opts.Store.AdvertiseReplica(ctx, s.replicaID, s.relayURL); err != nil {
+		adminLn.Close()
+		runnerLn.Close()
+		return fmt.Errorf("advertise this replica: %w", err)
+	}
+	s.goBackground(func() { s.advertise(bg) })
 	// Requests live inside the background context, so Stop ends the
 	// enrolment long-polls instead of waiting them out.
 	s.runner.BaseContext = func(net.Listener) context.Context { return bg }
@@ -286,7 +317,44 @@ func (s *Server) Start(ctx context.Context) error {
 	s.goBackground(func() { s.watchHealth(bg) })
 	s.log.Info("admin listener up", "addr", adminLn.Addr().String(), "tls", s.opts.AdminTLS != nil)
 	s.log.Info("runner listener up", "addr", runnerLn.Addr().String(), "ca_fingerprint", s.opts.CA.Fingerprint())
+	s.log.Info("replica advertised", "replica", s.replicaID, "relay_url", s.relayURL)
 	return nil
+}
+
+// Replicas advertise themselves every replicaBeat; one not seen within
+// replicaFresh is not asked for streams, and its row goes after
+// replicaKeep.
+const (
+	replicaBeat  = 5 * time.Second
+	replicaFresh = 3 * replicaBeat
+	replicaKeep  = time.Hour
+)
+
+// advertise keeps this replica's row fresh until ctx ends, and prunes the
+// rows of replicas long gone; then it deletes its own.
+func (s *Server) advertise(ctx context.Context) {
+	tick := time.NewTicker(replicaBeat)
+	defer tick.Stop()
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := s.opts.Store.ForgetReplica(dctx, s.replicaID); err != nil {
+				s.log.Warn("forget this replica", "err", err)
+			}
+			return
+		case <-tick.C:
+		}
+		if err := s.opts.Store.AdvertiseReplica(ctx, s.replicaID, s.relayURL); err != nil && ctx.Err() == nil {
+			s.log.Warn("advertise this replica", "err", err)
+		}
+		if n%720 == 0 {
+			if _, err := s.opts.Store.PruneReplicas(ctx, replicaKeep); err != nil && ctx.Err() == nil {
+				s.log.Warn("prune replicas", "err", err)
+			}
+		}
+	}
 }
 
 func (s *Server) goBackground(f func()) {

@@ -63,6 +63,27 @@ func RunnerID(cert *x509.Certificate) (string, bool) {
 	return "", false
 }
 
+const replicaURIPrefix = "urn:runmesh:replica:"
+
+// ReplicaURI names a server replica in the client certificate it presents
+// to other replicas (a URI SAN): only a replica, which holds the CA, can
+// have one issued.
+func ReplicaURI(id string) *url.URL {
+	u, _ := url.Parse(replicaURIPrefix + id)
+	return u
+}
+
+// ReplicaID is the replica a certificate was issued to, if it is a
+// replica certificate.
+func ReplicaID(cert *x509.Certificate) (string, bool) {
+	for _, u := range cert.URIs {
+		if s := u.String(); strings.HasPrefix(s, replicaURIPrefix) {
+			return strings.TrimPrefix(s, replicaURIPrefix), true
+		}
+	}
+	return "", false
+}
+
 // EncodeCertificates writes certificates as PEM, in order.
 func EncodeCertificates(certs ...*x509.Certificate) []byte {
 	var out []byte

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,10 @@ type Admin struct {
 type Runner struct {
 	Listen string   `yaml:"listen"`
 	Names  []string `yaml:"names"`
+	// Advertise is where the other server replicas reach this one's
+	// runner listener to relay sessions (host:port, the host one of
+	// Names; default: the first of Names, at the listening port).
+	Advertise string `yaml:"advertise"`
 	// CertificateLifetime is how long runner certificates live (Go duration).
 	CertificateLifetime string `yaml:"certificate_lifetime"`
 }
@@ -179,6 +184,15 @@ func (c *Config) check() error {
 	}
 	if len(c.Runner.Names) == 0 {
 		return &MissingError{Field: "runner.names (the DNS names or addresses runners connect to)"}
+	}
+	if a := c.Runner.Advertise; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return &InvalidError{Field: "runner.advertise", Reason: err.Error()}
+		}
+		if !slices.Contains(c.Runner.Names, host) {
+			return &InvalidError{Field: "runner.advertise", Reason: "its host must be one of runner.names (the listener's certificate names them)"}
+		}
 	}
 	if c.Runner.CertificateLifetime == "" {
 		c.Runner.CertificateLifetime = "24h"

@@ -59,6 +59,8 @@ func TestInvalidSettings(t *testing.T) {
 		"wrong type":          {"version: one\n", `cannot unmarshal`},
 		"both urls":           {"version: 1\ndatabase: {url: x, url_file: y}\nadmin: {listen: '127.0.0.1:1'}\n", `url or url_file`},
 		"bad cert lifetime":   {valid + "  certificate_lifetime: 1s\n", `certificate_lifetime`},
+		"advertise, no port":  {valid + "  advertise: runmesh.example.com\n", `runner.advertise`},
+		"advertise elsewhere": {valid + "  advertise: 'other.example.com:8443'\n", `one of runner.names`},
 		"negative retention":  {valid + "jobs:\n  retention_days: -1\n", `jobs.retention_days`},
 		"audit kept for ever": {valid + "audit:\n  retention_days: 40000\n", `audit.retention_days`},
 		"plain http exposed":  {"version: 1\ndatabase: {url: x}\nadmin: {listen: ':8444'}\n", `loopback`},

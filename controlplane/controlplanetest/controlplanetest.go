@@ -181,6 +181,19 @@ func (s *Services) enrol(t testing.TB, poolID uuid.UUID, r Runner, fingerprint s
 	return enrolled.ID
 }
 
+// AdminToken makes a platform admin named name, straight in the
+// database, and returns its token.
+func (s *Services) AdminToken(t testing.TB, name string) string {
+	t.Helper()
+	token, digest := tokens.Admin.New()
+	if _, err := s.st.CreateAdminWithToken(context.Background(), store.NewAdmin{
+		Name: name, Role: record.RolePlatformAdmin, TokenHash: digest,
+	}); err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	return token
+}
+
 // ExpiredAdminToken makes a platform admin whose only token ended an hour
 // ago, straight in the database (tenancy gives no token a past end), and
 // returns the token.

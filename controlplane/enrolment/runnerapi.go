@@ -207,6 +207,35 @@ func (s *Service) Authenticate(ctx context.Context, leaf *x509.Certificate, now 
 	return Caller{Runner: who.runner, Serial: serial, NotAfter: leaf.NotAfter}, nil
 }
 
+// AuthenticateReplica recognises another server replica by the client
+// certificate it presents to relay a session (pki.ReplicaID): one of
+// ours, valid now and not revoked. A runner's certificate is refused
+// here, as a replica's is by Authenticate.
+func (s *Service) AuthenticateReplica(ctx context.Context, leaf *x509.Certificate, now time.Time) (uuid.UUID, error) {
+	deny := func(msg string) (uuid.UUID, error) {
+		return uuid.Nil, runnerapi.Refuse(runnerapi.CodeUnauthenticated, "%s", msg)
+	}
+	if leaf == nil {
+		return deny("a replica client certificate is required")
+	}
+	if now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+		return deny("the client certificate is not valid now")
+	}
+	idStr, ok := pki.ReplicaID(leaf)
+	id, err := uuid.Parse(idStr)
+	if !ok || err != nil {
+		return deny("not a replica certificate")
+	}
+	who, err := s.ids.lookup(ctx, leaf.SerialNumber.String(), uuid.Nil)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	if !who.standing.Usable() || who.standing.RunnerID != nil {
+		return deny("certificate revoked or unknown")
+	}
+	return id, nil
+}
+
 // CheckPeer is the handshake's check of a client certificate that chains
 // to our root: refused when it is revoked, unknown, or its runner is not
 // approved. (A certificate is optional at the handshake: enrolment and the

@@ -4,6 +4,12 @@
 // runs (runnerapi.PathSession); a session takes one, and the agent dials
 // the next. The relay passes frames, one at a time each way: it keeps no
 // byte, and a side that stops reading stops the other from writing.
+//
+// A person's socket and the agent's stream may land on different
+// replicas: the replica holding the person's socket asks the others
+// (Elsewhere) and one lends it the stream (Lend), relaying between the
+// two replicas as between a person and an agent. docs/architecture.md
+// says why replicas talk to each other rather than ask the agent to dial.
 package relay
 
 import (
@@ -50,6 +56,9 @@ var DefaultBounds = Bounds{SessionsPerJob: 4, SessionsPerRunner: 16, SessionsPer
 // Hub pairs sessions with standing streams on this replica.
 type Hub struct {
 	Bounds Bounds
+	// Elsewhere finds a lease's stream on the other replicas (nil: this
+	// replica is the only one).
+	Elsewhere Elsewhere
 
 	mu       sync.Mutex
 	standing map[streamKey][]*stream
@@ -149,45 +158,59 @@ func (h *Hub) Stand(ctx context.Context, l Lease, conn Conn) error {
 		st.mu.Lock()
 		s := st.s
 		st.mu.Unlock()
-		if err != nil {
-			if s != nil {
-				s.finish(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away; the job runs on"})
-			} else {
-				conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "closed"})
-			}
-			return nil
-		}
-		f, err := runnerapi.ParseFrame(msg)
 		switch {
+		case s == nil && err != nil:
+			conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "closed"})
+			return nil
 		case s == nil:
 			// A standing stream carries nothing until a session opens.
 			conn.Close(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "a frame before the session opened"})
 			return nil
-		case errors.Is(err, runnerapi.ErrFrameTooLarge):
-			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndFrameTooLarge, Reason: "the agent sent a frame over the bound"})
-			return nil
-		case err != nil:
-			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: err.Error()})
+		case !s.fromAgent(msg, err, agentGone):
 			return nil
 		}
-		switch f.Type {
-		case runnerapi.FrameStdout, runnerapi.FrameStderr:
-			s.out.Add(int64(len(f.Payload)))
-			if s.admin.Write(msg) != nil {
-				s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "the person's connection went away"})
-				return nil
-			}
-		case runnerapi.FrameEnd:
-			var end runnerapi.SessionEnd
-			if f.Decode(&end) != nil || end.Code == "" {
-				end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "the agent ended the session without saying why"}
-			}
-			s.finish(end)
-			return nil
-		default:
-			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "the agent sent a frame only a person sends"})
-			return nil
+	}
+}
+
+var lenderGone = runnerapi.SessionEnd{Code: runnerapi.EndServerGone, Reason: "the server replica holding the runner's stream went away"}
+
+var agentGone = runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away; the job runs on"}
+
+// fromAgent passes one message (or read error) from the agent's side to
+// the person's: false when it ended the session. gone is the end a read
+// error means.
+func (s *session) fromAgent(msg []byte, err error, gone runnerapi.SessionEnd) bool {
+	if err != nil {
+		s.finish(gone)
+		return false
+	}
+	f, err := runnerapi.ParseFrame(msg)
+	switch {
+	case errors.Is(err, runnerapi.ErrFrameTooLarge):
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndFrameTooLarge, Reason: "the agent sent a frame over the bound"})
+		return false
+	case err != nil:
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: err.Error()})
+		return false
+	}
+	switch f.Type {
+	case runnerapi.FrameStdout, runnerapi.FrameStderr:
+		s.out.Add(int64(len(f.Payload)))
+		if s.admin.Write(msg) != nil {
+			s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "the person's connection went away"})
+			return false
 		}
+		return true
+	case runnerapi.FrameEnd:
+		var end runnerapi.SessionEnd
+		if f.Decode(&end) != nil || end.Code == "" {
+			end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "the agent ended the session without saying why"}
+		}
+		s.finish(end)
+		return false
+	default:
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "the agent sent a frame only a person sends"})
+		return false
 	}
 }
 
@@ -268,14 +291,20 @@ func (h *Hub) Open(ctx context.Context, t Target, open runnerapi.SessionOpen, ad
 		return refuse(runnerapi.SessionEnd{Code: runnerapi.EndTooMany, Reason: "too many sessions on this job, runner or token"})
 	}
 	defer h.count(t, -1)
-	st := h.take(ctx, streamKey{t.Lease.ID, t.Lease.Attempt})
-	if st == nil {
+	st, remote := h.find(ctx, t.Lease)
+	if st == nil && remote == nil {
 		return refuse(runnerapi.SessionEnd{Code: runnerapi.EndUnavailable, Reason: "the job's agent is not reachable: it is not running, or its agent is away"})
 	}
-	s := &session{admin: admin, agent: st.conn, done: make(chan struct{})}
-	st.mu.Lock()
-	st.s = s
-	st.mu.Unlock()
+	agent := remote
+	if st != nil {
+		agent = st.conn
+	}
+	s := &session{admin: admin, agent: agent, done: make(chan struct{})}
+	if st != nil {
+		st.mu.Lock()
+		st.s = s
+		st.mu.Unlock()
+	}
 	stop := context.AfterFunc(ctx, func() {
 		end, ok := context.Cause(ctx).(*EndError)
 		if !ok {
@@ -284,14 +313,131 @@ func (h *Hub) Open(ctx context.Context, t Target, open runnerapi.SessionOpen, ad
 		s.finish(end.End)
 	})
 	defer stop()
-	if st.conn.Write(runnerapi.JSONFrame(runnerapi.FrameOpen, open)) != nil {
-		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndAgentGone, Reason: "the runner's agent went away"})
+	if agent.Write(runnerapi.JSONFrame(runnerapi.FrameOpen, open)) != nil && remote == nil {
+		// (A replica that refused to lend said why: its reader passes it.)
+		s.finish(agentGone)
+	}
+	if remote != nil {
+		go func() {
+			for {
+				msg, err := remote.Read()
+				if !s.fromAgent(msg, err, lenderGone) {
+					return
+				}
+			}
+		}()
 	}
 	go h.fromPerson(s)
 	<-s.done
 	sum.Ended, sum.End = s.finished, s.end
 	sum.BytesIn, sum.BytesOut = s.in.Load(), s.out.Load()
 	return sum
+}
+
+// Lend gives another replica's session the stream standing here for
+// lease at attempt: false, and nothing else happens, when none stands
+// here. Once one is taken, upgrade answers the other replica, and the
+// session runs between the two until it ends, the other replica speaking
+// for the person: its first frame is what the agent is to open. The
+// person's token is counted where the person is; the job and the runner
+// are counted here too.
+func (h *Hub) Lend(ctx context.Context, lease uuid.UUID, attempt int, upgrade func() (Conn, error)) bool {
+	key := streamKey{lease, attempt}
+	st := h.take(ctx, key, 0)
+	if st == nil {
+		return false
+	}
+	t := Target{Lease: st.lease}
+	if !h.count(t, 1) {
+		h.putBack(key, st)
+		if peer, err := upgrade(); err == nil {
+			peer.Close(runnerapi.SessionEnd{Code: runnerapi.EndTooMany, Reason: "too many sessions on this job or runner"})
+		}
+		return true
+	}
+	defer h.count(t, -1)
+	peer, err := upgrade()
+	if err != nil {
+		h.putBack(key, st)
+		return true
+	}
+	s := &session{admin: peer, agent: st.conn, done: make(chan struct{})}
+	st.mu.Lock()
+	st.s = s
+	st.mu.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndServerGone, Reason: "the server is shutting down"})
+	})
+	defer stop()
+	// The other replica sends what to open at once; one that does not is
+	// not waited for past StreamWait.
+	quiet := time.AfterFunc(h.Bounds.StreamWait, func() {
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "a lent stream waited for what to open"})
+	})
+	msg, err := peer.Read()
+	quiet.Stop()
+	f, perr := runnerapi.ParseFrame(msg)
+	switch {
+	case err != nil:
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndDetached, Reason: "the person's connection went away"})
+	case perr != nil || f.Type != runnerapi.FrameOpen:
+		s.finish(runnerapi.SessionEnd{Code: runnerapi.EndBadFrame, Reason: "a lent stream begins with what to open"})
+	case st.conn.Write(msg) != nil:
+		s.finish(agentGone)
+	default:
+		go h.fromPerson(s)
+	}
+	<-s.done
+	return true
+}
+
+// putBack stands st again for key: it was taken, but no session used it.
+func (h *Hub) putBack(key streamKey, st *stream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.standing[key] = append(h.standing[key], st)
+	if ch := h.arrived[key]; ch != nil {
+		close(ch)
+		delete(h.arrived, key)
+	}
+}
+
+// Elsewhere reaches the streams standing on other replicas.
+type Elsewhere interface {
+	// Take returns a connection to the relay of a replica that lent this
+	// session its stream for lease at attempt (Lend), or nil when no
+	// other replica has one standing. The error says what could not be
+	// asked; a replica that has none is not an error.
+	Take(ctx context.Context, lease uuid.UUID, attempt int) (Conn, error)
+}
+
+// elsewherePoll is how long a session waits for a stream on this replica
+// between asking the others.
+const elsewherePoll = 250 * time.Millisecond
+
+// find takes the lease's stream, here or on another replica, waiting up
+// to StreamWait for one.
+func (h *Hub) find(ctx context.Context, l Lease) (*stream, Conn) {
+	key := streamKey{l.ID, l.Attempt}
+	if h.Elsewhere == nil {
+		return h.take(ctx, key, h.Bounds.StreamWait), nil
+	}
+	deadline := time.Now().Add(h.Bounds.StreamWait)
+	for {
+		if st := h.take(ctx, key, 0); st != nil {
+			return st, nil
+		}
+		if c, _ := h.Elsewhere.Take(ctx, l.ID, l.Attempt); c != nil {
+			return nil, c
+		}
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return nil, nil
+		}
+		if st := h.take(ctx, key, min(left, elsewherePoll)); st != nil {
+			return st, nil
+		}
+	}
 }
 
 // fromPerson passes the person's frames to the agent until the session
@@ -331,9 +477,9 @@ func (h *Hub) fromPerson(s *session) {
 	}
 }
 
-// take pops a standing stream for key, waiting up to StreamWait.
-func (h *Hub) take(ctx context.Context, key streamKey) *stream {
-	deadline := time.NewTimer(h.Bounds.StreamWait)
+// take pops a standing stream for key, waiting up to wait for one.
+func (h *Hub) take(ctx context.Context, key streamKey, wait time.Duration) *stream {
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		h.mu.Lock()
@@ -342,6 +488,10 @@ func (h *Hub) take(ctx context.Context, key streamKey) *stream {
 			h.unstand(key, st)
 			h.mu.Unlock()
 			return st
+		}
+		if wait <= 0 {
+			h.mu.Unlock()
+			return nil
 		}
 		ch := h.arrived[key]
 		if ch == nil {
@@ -372,6 +522,9 @@ func (h *Hub) count(t Target, d int) bool {
 		m  map[uuid.UUID]int
 		id uuid.UUID
 	}{{h.perJob, t.Lease.ID}, {h.perRun, t.Lease.RunnerID}, {h.perToken, t.TokenID}} {
+		if c.id == uuid.Nil {
+			continue // a lent stream's session: its token is counted where the person is
+		}
 		if c.m[c.id] += d; c.m[c.id] <= 0 {
 			delete(c.m, c.id)
 		}

@@ -26,14 +26,23 @@ type end struct {
 	ends   []runnerapi.SessionEnd
 }
 
-func pipe() (*end, *end) {
-	a := &end{in: make(chan []byte), closed: make(chan struct{})}
-	b := &end{in: make(chan []byte), closed: make(chan struct{})}
+func pipe() (*end, *end) { return bufferedPipe(0) }
+
+// bufferedPipe holds up to n messages each way, as a network connection's
+// buffers do.
+func bufferedPipe(n int) (*end, *end) {
+	a := &end{in: make(chan []byte, n), closed: make(chan struct{})}
+	b := &end{in: make(chan []byte, n), closed: make(chan struct{})}
 	a.peer, b.peer = b, a
 	return a, b
 }
 
 func (e *end) Read() ([]byte, error) {
+	select { // what arrived before a close is read first
+	case m := <-e.in:
+		return m, nil
+	default:
+	}
 	select {
 	case m := <-e.in:
 		return m, nil

@@ -62,6 +62,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("POST /v1/leases/{id}/result", s.authenticated(s.result))
 	mux.Handle("POST "+runnerapi.PathResults, s.authenticated(s.results))
 	mux.Handle("GET /v1/leases/{id}/session", s.authenticated(s.session))
+	mux.HandleFunc("GET "+relay.LendPath+"{id}/session", s.lend)
 	mux.Handle("/v1/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no such route")
 	}))

@@ -2,6 +2,7 @@ package runnerhttp
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"strconv"
@@ -64,4 +65,43 @@ func (s *Server) session(w http.ResponseWriter, r *http.Request, c enrolment.Cal
 	}
 	_ = conn.NetConn().SetDeadline(time.Time{})
 	_ = s.o.Relay.Stand(r.Context(), lease, relay.WebSocket(conn))
+}
+
+// lend answers another replica that holds a person's socket for a lease
+// whose agent's stream stands here (relay.LendPath): with the replica's
+// certificate only, never a runner's. No stream standing here is 404
+// not_found before the upgrade; once upgraded, the relay joins the two.
+func (s *Server) lend(w http.ResponseWriter, r *http.Request) {
+	var leaf *x509.Certificate
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		leaf = r.TLS.PeerCertificates[0]
+	}
+	if _, err := s.o.Enrolment.AuthenticateReplica(r.Context(), leaf, time.Now()); err != nil {
+		s.fail(w, r, "authenticate replica", err)
+		return
+	}
+	id, ok := leaseID(w, r)
+	if !ok {
+		return
+	}
+	attempt, err := strconv.Atoi(r.URL.Query().Get("attempt"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "?attempt= must be the attempt the session is for")
+		return
+	}
+	if s.o.Relay == nil || !websocket.IsWebSocketUpgrade(r) {
+		writeError(w, http.StatusBadRequest, runnerapi.CodeBadRequest, "a relayed session is a WebSocket")
+		return
+	}
+	lent := s.o.Relay.Lend(r.Context(), id, attempt, func() (relay.Conn, error) {
+		conn, err := upgrader.Upgrade(relay.Hijackable(w), r, nil)
+		if err != nil {
+			return nil, err // the upgrader answered
+		}
+		_ = conn.NetConn().SetDeadline(time.Time{})
+		return relay.WebSocket(conn), nil
+	})
+	if !lent {
+		writeError(w, http.StatusNotFound, runnerapi.CodeNotFound, "no stream for this lease stands on this replica")
+	}
 }

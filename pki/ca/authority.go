@@ -100,6 +100,37 @@ func (a *Authority) IssueRunner(ctx context.Context, csr *x509.CertificateReques
 // IssueServer makes a fresh key and a server certificate for names (DNS
 // names or IP addresses), for the runner listener.
 func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime time.Duration) (*tls.Certificate, error) {
+	cert, err := a.issueWithNewKey(ctx, lifetime, x509.ExtKeyUsageServerAuth, func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: names[0]}
+		for _, n := range names {
+			if ip := net.ParseIP(n); ip != nil {
+				c.IPAddresses = append(c.IPAddresses, ip)
+			} else {
+				c.DNSNames = append(c.DNSNames, n)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issue server certificate: %w", err)
+	}
+	return cert, nil
+}
+
+// IssueReplica makes a fresh key and a client certificate naming replica
+// id (pki.ReplicaURI), which a replica presents to the others' runner
+// listeners to relay a session.
+func (a *Authority) IssueReplica(ctx context.Context, id string, lifetime time.Duration) (*tls.Certificate, error) {
+	cert, err := a.issueWithNewKey(ctx, lifetime, x509.ExtKeyUsageClientAuth, func(c *x509.Certificate) {
+		c.Subject = pkix.Name{CommonName: id, Organization: []string{"runmesh replica"}}
+		c.URIs = []*url.URL{pki.ReplicaURI(id)}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issue replica certificate: %w", err)
+	}
+	return cert, nil
+}
+
+func (a *Authority) issueWithNewKey(ctx context.Context, lifetime time.Duration, usage x509.ExtKeyUsage, name func(*x509.Certificate)) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -112,18 +143,9 @@ func (a *Authority) IssueServer(ctx context.Context, names []string, lifetime ti
 	if err != nil {
 		return nil, err
 	}
-	chain, err := a.sign(ctx, csr, lifetime, x509.ExtKeyUsageServerAuth, func(c *x509.Certificate) {
-		c.Subject = pkix.Name{CommonName: names[0]}
-		for _, n := range names {
-			if ip := net.ParseIP(n); ip != nil {
-				c.IPAddresses = append(c.IPAddresses, ip)
-			} else {
-				c.DNSNames = append(c.DNSNames, n)
-			}
-		}
-	})
+	chain, err := a.sign(ctx, csr, lifetime, usage, name)
 	if err != nil {
-		return nil, fmt.Errorf("issue server certificate: %w", err)
+		return nil, err
 	}
 	out := &tls.Certificate{PrivateKey: key, Leaf: chain[0]}
 	for _, c := range chain {

@@ -106,3 +106,37 @@ func TestValidityPeriods(t *testing.T) {
 	require.WithinDuration(t, issued.Add(-30*time.Second), chain[0].NotBefore, 2*time.Second, "backdated 30 s")
 	require.WithinDuration(t, issued.Add(time.Hour), chain[0].NotAfter, 2*time.Second)
 }
+
+// A replica's certificate is a client certificate naming the replica, and
+// nothing a runner's or a server's certificate is: Authenticate and
+// AuthenticateReplica tell them apart by these URIs.
+func TestReplicaCertificatesNameTheReplicaOnly(t *testing.T) {
+	t.Parallel()
+	keys, _, err := ca.Init(t.TempDir(), "test")
+	require.NoError(t, err)
+	a, err := ca.NewAuthority(keys, memDB{})
+	require.NoError(t, err)
+	const id = "6f1c3d2e-0000-4000-8000-0000000000aa"
+	cert, err := a.IssueReplica(context.Background(), id, time.Hour)
+	require.NoError(t, err)
+	leaf := cert.Leaf
+	got, ok := pki.ReplicaID(leaf)
+	require.True(t, ok)
+	require.Equal(t, id, got)
+	_, isRunner := pki.RunnerID(leaf)
+	require.False(t, isRunner, "a replica is not a runner")
+	require.Equal(t, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, leaf.ExtKeyUsage)
+	require.Empty(t, leaf.DNSNames)
+	require.Empty(t, leaf.IPAddresses)
+	roots := x509.NewCertPool()
+	roots.AddCert(keys.Root)
+	inter := x509.NewCertPool()
+	inter.AddCert(keys.Intermediate)
+	_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	require.NoError(t, err, "it chains to our root, for client authentication")
+
+	server, err := a.IssueServer(context.Background(), []string{"127.0.0.1"}, time.Hour)
+	require.NoError(t, err)
+	_, isReplica := pki.ReplicaID(server.Leaf)
+	require.False(t, isReplica, "a listener's certificate names no replica")
+}

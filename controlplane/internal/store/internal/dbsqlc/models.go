@@ -188,6 +188,13 @@ type Pool struct {
 	Images                []string
 }
 
+type Replica struct {
+	ID        uuid.UUID
+	RelayUrl  string
+	StartedAt time.Time
+	SeenAt    time.Time
+}
+
 type RunmeshPlacement struct {
 	PoolID    uuid.UUID
 	Cores     float64
