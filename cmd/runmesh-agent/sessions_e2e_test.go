@@ -4,11 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -330,4 +332,100 @@ func TestSessionsInTheSandbox(t *testing.T) {
 		require.True(t, strings.HasPrefix(reason, "IDLE"), "the run ended %q (job %v)", reason, j)
 		require.GreaterOrEqual(t, took, 60*time.Second, "stopped before its idle timeout")
 	})
+
+	// A fresh shell for the faults: the first one has ended.
+	faulty := submit("TTY", 0, "sh")
+	waitState(faulty, "RUNNING")
+	answers := func(term tmux, word string) {
+		t.Helper()
+		e2e.Eventually(t, 30*time.Second, "the shell to answer", func() bool {
+			term.must("send-keys", "echo "+word+"-$((6*7))", "Enter")
+			time.Sleep(300 * time.Millisecond)
+			return strings.Contains(term.screen(), word+"-42")
+		})
+	}
+	exited := func(done string) string {
+		t.Helper()
+		e2e.Eventually(t, 30*time.Second, "the CLI to exit", func() bool { _, err := os.Stat(done); return err == nil })
+		b, _ := os.ReadFile(done)
+		return strings.TrimSpace(string(b))
+	}
+
+	t.Run("an agent restart mid-session ends it with its reason; the job runs on, and attaching again works", func(t *testing.T) {
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 80, 24, cli+" attach "+faulty+statusTo(done))
+		answers(term, "before")
+		// As an upgrade restarts it: at once, not a drain (docs/operations.md).
+		sb.must("exec", "systemctl", "kill", "--kill-whom=main", "--signal=SIGUSR2", "runmesh-agent.service")
+		sb.must("exec", "systemctl", "restart", "runmesh-agent.service")
+		require.NotEqual(t, "0", exited(done), "a session cut by the agent's restart is a failure")
+		require.Contains(t, term.screen(), "agent went away", "the CLI says why")
+		require.Equal(t, "RUNNING", state(faulty), "the job's unit survives the agent")
+		again := filepath.Join(t.TempDir(), "again")
+		term = newTmux(t, 80, 24, cli+" attach "+faulty+statusTo(again))
+		answers(term, "after")
+		term.must("send-keys", "C-p", "C-q")
+		require.Equal(t, "0", exited(again))
+	})
+
+	t.Run("attach through another replica on another address; that replica killed mid-session, the CLI says why", func(t *testing.T) {
+		// The agent's stream stands on the dev server (127.0.0.1); the
+		// person speaks to a second replica on 127.0.0.2, which asks the
+		// first for the stream over mutual TLS.
+		other := srv.Replica(t, serverBin, "127.0.0.2")
+		done := filepath.Join(t.TempDir(), "done")
+		term := newTmux(t, 80, 24, shq(cliBin)+" --env-file "+shq(other.EnvFile)+" attach "+faulty+statusTo(done))
+		answers(term, "across")
+		term.must("send-keys", "stty size", "Enter")
+		term.waitFor("24 80", 10*time.Second)
+		require.NoError(t, other.Cmd.Process.Kill())
+		require.NotEqual(t, "0", exited(done), "a session cut by its replica's death is a failure")
+		require.Contains(t, term.screen(), "connection broke", "the CLI says why")
+		require.Equal(t, "RUNNING", state(faulty))
+	})
+
+	t.Run("a reader that stops while the job writes 1 GiB grows neither the server nor the agent by 32 MiB", func(t *testing.T) {
+		serverRSS := func() int64 { return rssKiB(t, fmt.Sprintf("/proc/%d/status", srv.Cmd.Process.Pid), "") }
+		agentRSS := func() int64 {
+			return rssKiB(t, "", sb.must("exec", "sh", "-c", "cat /proc/$(systemctl show -p MainPID --value runmesh-agent)/status"))
+		}
+		// The job waits for a line, then writes 1 GiB; the CLI's reader
+		// (sleep) never reads, so everything behind it must stop.
+		flood := submit("PIPE", 0, "sh", "-c", "read x; head -c 1073741824 /dev/zero; echo done")
+		waitState(flood, "RUNNING")
+		time.Sleep(2 * time.Second) // the agent's stream for it stands
+		s0, a0 := serverRSS(), agentRSS()
+		reader := exec.Command("sh", "-c", "echo go | "+cli+" attach "+flood+" | sleep 600")
+		reader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, reader.Start())
+		t.Cleanup(func() { _ = syscall.Kill(-reader.Process.Pid, syscall.SIGKILL); _ = reader.Wait() })
+		var sMax, aMax int64
+		for range 20 {
+			time.Sleep(500 * time.Millisecond)
+			sMax, aMax = max(sMax, serverRSS()), max(aMax, agentRSS())
+		}
+		t.Logf("RSS growth with a stalled reader: server %d KiB, agent %d KiB", sMax-s0, aMax-a0)
+		require.Less(t, sMax-s0, int64(32<<10), "the server's RSS grew")
+		require.Less(t, aMax-a0, int64(32<<10), "the agent's RSS grew")
+		require.Equal(t, "RUNNING", state(flood), "the job is held back by its reader, not finished")
+	})
+}
+
+// rssKiB is VmRSS from a /proc/PID/status file (path), or from its text.
+func rssKiB(t *testing.T, path, text string) int64 {
+	t.Helper()
+	if path != "" {
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		text = string(b)
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, err := strconv.ParseInt(f[1], 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no VmRSS in %q", text)
+	return 0
 }

@@ -246,14 +246,16 @@ func sessionSentence(end runnerapi.SessionEnd) string {
 	return what
 }
 
-// sessionRefused says why the server closed the socket before a session
-// began.
+// sessionRefused says why the server closed the socket without an end
+// frame: it refused the session before it began, or the connection broke.
 func sessionRefused(c *websocket.CloseError) error {
 	switch c.Code {
 	case 4403:
 		return fmt.Errorf("the session was refused: %s (is the token still valid?)", c.Text)
 	case 4404:
 		return fmt.Errorf("no such job (or not one of yours): %s", c.Text)
+	case websocket.CloseAbnormalClosure: // no close frame: the connection itself ended
+		return errors.New("the session's connection broke: the server went away or the network failed; the job runs on, attach again")
 	}
 	return fmt.Errorf("the session was refused: %s (close code %d)", c.Text, c.Code)
 }

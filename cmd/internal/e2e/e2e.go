@@ -355,3 +355,69 @@ func StartDev(t testing.TB, serverBin string, args ...string) Dev {
 	envFile := filepath.Join(state, devenv.FileName)
 	return Dev{Proc: p, State: state, EnvFile: envFile, Env: ReadEnvFile(t, envFile)}
 }
+
+// Replica is a second control-plane process beside a Dev: `runmesh-server
+// serve` on the dev server's database and CA, with listeners of its own.
+type Replica struct {
+	*Proc
+	AdminURL, RunnerURL string
+	// EnvFile is a dev.env for the CLI that speaks to this replica, as the
+	// dev server's platform admin.
+	EnvFile string
+}
+
+// Replica starts another server process on d's database and CA, its
+// listeners on host (a loopback address: 127.0.0.2 is another address
+// than the dev server's), and returns once it is serving.
+func (d Dev) Replica(t testing.TB, serverBin, host string) Replica {
+	t.Helper()
+	pid, err := os.ReadFile(filepath.Join(d.State, "postgres", "postmaster.pid"))
+	if err != nil {
+		t.Fatalf("the dev server's PostgreSQL: %v", err)
+	}
+	// postmaster.pid: pid, data dir, start time, port, socket directory.
+	lines := strings.Split(string(pid), "\n")
+	if len(lines) < 5 {
+		t.Fatalf("postmaster.pid: %q", pid)
+	}
+	dir := t.TempDir()
+	urlFile, cfg := filepath.Join(dir, "db-url"), filepath.Join(dir, "server.yaml")
+	dbURL := fmt.Sprintf("postgres:///runmesh?host=%s&port=%s&user=postgres", strings.TrimSpace(lines[4]), strings.TrimSpace(lines[3]))
+	if err := os.WriteFile(urlFile, []byte(dbURL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(
+		"version: 1\nstate_dir: %s\ndatabase: {url_file: %s}\nadmin: {listen: '%s:0'}\nrunner: {listen: '%s:0', names: ['%s']}\n",
+		d.State, urlFile, host, host, host)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notify := NewNotify(t)
+	p := Start(t, []string{notify.Env()}, serverBin, "serve", "--config", cfg)
+	notify.WaitFor(t, "READY=1", 90*time.Second)
+	r := Replica{Proc: p}
+	Eventually(t, 10*time.Second, "the replica to log its listeners", func() bool {
+		r.AdminURL, r.RunnerURL = logged(p, "admin listener up"), logged(p, "runner listener up")
+		return r.AdminURL != "" && r.RunnerURL != ""
+	})
+	r.AdminURL, r.RunnerURL = "http://"+r.AdminURL, "https://"+r.RunnerURL
+	r.EnvFile = filepath.Join(dir, devenv.FileName)
+	env := map[string]string{"RUNMESH_ADMIN_URL": r.AdminURL, "RUNMESH_ADMIN_TOKEN": d.Env["RUNMESH_ADMIN_TOKEN"]}
+	if err := devenv.Write(r.EnvFile, env); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// logged is the address a server logged with msg ("" before it did).
+func logged(p *Proc, msg string) string {
+	for _, line := range strings.Split(p.Stderr.String(), "\n") {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == msg {
+			return rec.Addr
+		}
+	}
+	return ""
+}
