@@ -21,7 +21,7 @@ GENERATED := controlplane/internal/store/internal/dbsqlc graph/generated graph/m
 
 .DEFAULT_GOAL := help
 
-.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build playground packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start bench-data
+.PHONY: help generate verify lint test test-e2e fuzz mutation chaos build playground packages lint-packages test-packages demo check bench bench-pki bench-heartbeat bench-lease bench-start bench-data bench-interactive
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z0-9-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -132,7 +132,7 @@ test-packages: ## install, use, upgrade under a running job, remove and purge th
 demo: build ## the whole path on this machine: dev server, an agent in the systemd sandbox, one job (needs root)
 	scripts/demo.sh
 
-bench: bench-pki bench-heartbeat bench-lease bench-start bench-data ## every benchmark (each starts its own PostgreSQL and server)
+bench: bench-pki bench-heartbeat bench-lease bench-start bench-data bench-interactive ## every benchmark (each starts its own PostgreSQL and server)
 
 # The benchmarks are a module of their own (bench/), so that River, the peer
 # they compare with, is no dependency of the product.
@@ -168,5 +168,12 @@ bench-start: build ## lease held → job container running vs plain podman run; 
 	@echo "bench-start: the demo's agent, enrolled and after one job, idling for 60 s"
 	@RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR) scripts/demo.sh --idle 60 > /tmp/runmesh-bench-idle.log 2>&1 || \
 		{ cat /tmp/runmesh-bench-idle.log; exit 1; }; grep '^agent idle' /tmp/runmesh-bench-idle.log
+
+bench-interactive: ## keystroke round trip (goal p99 < 20 ms) and runmesh cp vs podman cp of 256 MiB (goal ≥ 0.5), across two replicas (needs root)
+	@mkdir -p $(SANDBOX_DIR)/bin && $(GO) build -ldflags "$(LDFLAGS)" -o $(SANDBOX_DIR)/bin/runmesh-agent ./cmd/runmesh-agent && \
+		chmod -R a+rX $(SANDBOX_DIR)/bin
+	@export RUNMESH_SANDBOX_DIR=$(SANDBOX_DIR); agent/sandbox/sandbox.sh up || exit 1; \
+		trap 'agent/sandbox/sandbox.sh down' EXIT; \
+		RUNMESH_SANDBOX_UP=1 RUNMESH_BENCH=interactive $(GO) test -count=1 -timeout 20m -v -run '^TestInteractiveBenchmark$$' ./cmd/runmesh-agent
 
 check: verify lint test ## generated code, lint and tests: run before you push

@@ -23,6 +23,7 @@ import (
 
 	"github.com/runmesh/runmesh/cmd/runmesh/internal/api"
 	"github.com/runmesh/runmesh/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi/sessionws"
 )
 
 // detachKeys end an attach and leave the job running (docker's and
@@ -113,7 +114,7 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 	send := func(t runnerapi.FrameType, p []byte) error {
 		wmu.Lock()
 		defer wmu.Unlock()
-		return conn.WriteMessage(websocket.BinaryMessage, runnerapi.AppendFrame(nil, t, p))
+		return sessionws.WriteFrame(conn, t, p)
 	}
 	if raw {
 		state, err := term.MakeRaw(int(in.Fd()))
@@ -138,8 +139,9 @@ func (a *app) relay(ctx context.Context, job string, req runnerapi.SessionReques
 	if sio.in != nil {
 		go sendInput(sio.in, send, raw && req.Kind == runnerapi.SessionAttach)
 	}
+	frames := sessionws.NewReader(conn)
 	for {
-		_, msg, err := conn.ReadMessage()
+		msg, err := frames.Read()
 		if err != nil {
 			var closed *websocket.CloseError
 			if errors.As(err, &closed) {

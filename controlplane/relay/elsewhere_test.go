@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 // mutual TLS. link is the last pipe's end on the asking side.
 type lender struct {
 	hub   *relay.Hub
+	dead  atomic.Bool // it died: it sends nothing more
 	asked chan struct{}
 	links chan *end
 }
@@ -32,7 +34,7 @@ func (l *lender) Take(ctx context.Context, lease uuid.UUID, attempt int) (relay.
 	go func() {
 		lent := l.hub.Lend(ctx, lease, attempt, func() (relay.Conn, error) {
 			upgraded <- true
-			return closeSays{there}, nil
+			return closeSays{there, l}, nil
 		})
 		if !lent {
 			upgraded <- false
@@ -47,12 +49,17 @@ func (l *lender) Take(ctx context.Context, lease uuid.UUID, attempt int) (relay.
 
 // closeSays is a connection whose Close sends the end as its last frame,
 // as relay.WebSocket's does.
-type closeSays struct{ *end }
+type closeSays struct {
+	*end
+	l *lender
+}
 
 func (c closeSays) Close(x runnerapi.SessionEnd) {
-	select {
-	case c.peer.in <- runnerapi.JSONFrame(runnerapi.FrameEnd, x):
-	default:
+	if !c.l.dead.Load() {
+		select {
+		case c.peer.in <- runnerapi.JSONFrame(runnerapi.FrameEnd, x):
+		default:
+		}
 	}
 	c.end.Close(x)
 }
@@ -125,7 +132,8 @@ func TestTheLendingReplicaGoingEndsTheSession(t *testing.T) {
 	person, sum := f.open(context.Background(), f.lease)
 	recv(t, agent, runnerapi.FrameOpen)
 	link := <-other.links
-	link.peer.Close(runnerapi.SessionEnd{}) // the other replica's connection breaks
+	other.dead.Store(true)
+	link.peer.Close(runnerapi.SessionEnd{}) // the other replica dies, and its connection with it
 	got := wait(t, sum)
 	if got.End.Code != runnerapi.EndServerGone || !strings.Contains(got.End.Reason, "replica") {
 		t.Fatalf("summary %+v", got)

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -9,41 +8,28 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/runmesh/runmesh/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi/sessionws"
 )
-
-// closeWait bounds the last frame and the close message to a peer that
-// stopped reading.
-const closeWait = time.Second
 
 // WebSocket is c as a Conn: binary messages, each one frame, at most
 // runnerapi.MaxSessionMessage (a larger one fails the read, and the
-// session ends frame_too_large).
+// session ends frame_too_large). A message read is valid until the next
+// Read: the relay writes it on before it reads again.
 func WebSocket(c *websocket.Conn) Conn {
-	c.SetReadLimit(runnerapi.MaxSessionMessage)
-	return &wsConn{c: c}
+	return &wsConn{c: c, r: sessionws.NewReader(c)}
 }
 
 type wsConn struct {
 	c      *websocket.Conn
+	r      *sessionws.Reader
 	mu     sync.Mutex // writes
 	closed bool
 }
 
 // ErrTextMessage: a session carries binary messages only.
-var ErrTextMessage = errors.New("a text message in a session")
+var ErrTextMessage = sessionws.ErrTextMessage
 
-func (w *wsConn) Read() ([]byte, error) {
-	t, msg, err := w.c.ReadMessage()
-	switch {
-	case errors.Is(err, websocket.ErrReadLimit):
-		return nil, runnerapi.ErrFrameTooLarge
-	case err != nil:
-		return nil, err
-	case t != websocket.BinaryMessage:
-		return nil, ErrTextMessage
-	}
-	return msg, nil
-}
+func (w *wsConn) Read() ([]byte, error) { return w.r.Read() }
 
 func (w *wsConn) Write(msg []byte) error {
 	w.mu.Lock()
@@ -57,21 +43,14 @@ func (w *wsConn) Write(msg []byte) error {
 func (w *wsConn) Close(end runnerapi.SessionEnd) {
 	// A writer blocked on a peer that stopped reading holds mu: a
 	// deadline on the connection frees it.
-	_ = w.c.NetConn().SetWriteDeadline(time.Now().Add(closeWait))
+	_ = w.c.NetConn().SetWriteDeadline(time.Now().Add(sessionws.CloseWait))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
 		return
 	}
 	w.closed = true
-	_ = w.c.SetWriteDeadline(time.Now().Add(closeWait))
-	_ = w.c.WriteMessage(websocket.BinaryMessage, runnerapi.JSONFrame(runnerapi.FrameEnd, end))
-	reason := end.Reason
-	if len(reason) > 120 {
-		reason = reason[:120]
-	}
-	_ = w.c.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(end.CloseCode(), reason), time.Now().Add(closeWait))
-	_ = w.c.Close()
+	sessionws.Close(w.c, end)
 }
 
 // Hijackable is w, or the writer it wraps that can hand over its

@@ -12,6 +12,7 @@ import (
 	"github.com/runmesh/runmesh/agent/internal/runnerclient"
 	"github.com/runmesh/runmesh/agent/internal/runtime"
 	"github.com/runmesh/runmesh/runnerapi"
+	"github.com/runmesh/runmesh/runnerapi/sessionws"
 )
 
 // Sessions dials a lease's session stream (runnerclient.Client.Session).
@@ -140,7 +141,7 @@ type frames struct {
 func (f *frames) send(t runnerapi.FrameType, p []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.conn.WriteMessage(websocket.BinaryMessage, runnerapi.AppendFrame(nil, t, p))
+	return sessionws.WriteFrame(f.conn, t, p)
 }
 
 // writer is one output stream as frames of at most MaxFramePayload.
@@ -213,19 +214,18 @@ func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, t
 		end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "this agent opens no session of kind " + open.Kind + " on this job"}
 	}
 	out.mu.Lock()
-	_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = conn.WriteMessage(websocket.BinaryMessage, runnerapi.JSONFrame(runnerapi.FrameEnd, end))
-	_ = conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(end.CloseCode(), ""), time.Now().Add(time.Second))
+	sessionws.Close(conn, end)
 	out.mu.Unlock()
-	conn.Close()
 	return end
 }
 
 // readFrames passes the person's frames to the process until the stream
-// ends (cancel: errGone) or the person detaches (errDetached).
+// ends (cancel: errGone) or the person detaches (errDetached). input must
+// be done with its bytes when it returns (they are read over).
 func readFrames(conn *websocket.Conn, cancel context.CancelCauseFunc, input func([]byte) error, endInput func(), resize func(runnerapi.Size)) {
+	r := sessionws.NewReader(conn)
 	for {
-		_, msg, err := conn.ReadMessage()
+		msg, err := r.Read()
 		if err != nil {
 			cancel(errGone)
 			return
