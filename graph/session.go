@@ -125,7 +125,7 @@ func (s *sessionConn) serve(ctx context.Context, jobArg string) {
 	}
 	entry := record.AuditEntry{Action: "jobSession", ActorID: &me.ID, ActorName: me.Name, ActorRole: me.Role, OrganisationID: me.OrganisationID}
 	detail := map[string]any{"job": jobArg, "kind": req.Kind}
-	if req.Kind == runnerapi.SessionExec {
+	if req.Kind == runnerapi.SessionExec || req.Kind == runnerapi.SessionCopy {
 		detail["command"] = req.Command
 	}
 	write := func(outcome string) {
@@ -201,8 +201,12 @@ func (s *sessionConn) target(ctx context.Context, me record.Admin, jobArg string
 				return job, closeBadRequest, fmt.Sprintf("command[%d]: %v", i, err)
 			}
 		}
+	case runnerapi.SessionCopy:
+		if err := runnerapi.CheckCopy(req.Command); err != nil {
+			return job, closeBadRequest, err.Error()
+		}
 	default:
-		return job, closeBadRequest, `kind must be "attach" or "exec"`
+		return job, closeBadRequest, `kind must be "attach", "exec" or "cp"`
 	}
 	if job.State != record.JobRunning || job.RunnerID == nil {
 		return job, closeConflict, fmt.Sprintf("the job is %s, not RUNNING", job.State)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // A session is one person's attach to (or exec in) a running job: bytes
@@ -47,7 +48,44 @@ const MaxFramePayload = 32 << 10
 const (
 	SessionAttach = "attach" // to the job's own process (TTY or PIPE jobs)
 	SessionExec   = "exec"   // a new process in the job's container
+	SessionCopy   = "cp"     // a tar stream into or out of the job's container (Command: CopyIn, CopyOut)
 )
+
+// A cp session's Command: its direction, then its paths. The tar stream
+// goes through the container engine's archive API, not a process in the
+// container: it needs no tar there, and it is as fast as the engine's
+// own copy.
+const (
+	// CopyIn: ["in", DST, NAME]. The person sends a tar stream whose top
+	// entry is NAME (stdin, then stdin_end); it lands in DST when DST is
+	// a directory in the container, else as DST.
+	CopyIn = "in"
+	// CopyOut: ["out", SRC]. The agent sends SRC as a tar stream (stdout)
+	// whose top entry is SRC's base name.
+	CopyOut = "out"
+)
+
+// CheckCopy checks a cp session's Command.
+func CheckCopy(cmd []string) error {
+	switch {
+	case len(cmd) == 3 && cmd[0] == CopyIn:
+		if cmd[2] == "" || cmd[2] == "." || cmd[2] == ".." || strings.ContainsRune(cmd[2], '/') {
+			return fmt.Errorf("cp in: the name %q is not one file name", cmd[2])
+		}
+	case len(cmd) == 2 && cmd[0] == CopyOut:
+	default:
+		return errors.New(`cp: the command is ["in", DST, NAME] or ["out", SRC]`)
+	}
+	for i, a := range cmd {
+		if err := CheckArg(a); err != nil {
+			return fmt.Errorf("cp: command[%d]: %w", i, err)
+		}
+	}
+	if cmd[1] == "" {
+		return errors.New("cp: a path in the container is needed")
+	}
+	return nil
+}
 
 // SessionOpen says what a session is.
 type SessionOpen struct {

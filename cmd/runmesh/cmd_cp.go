@@ -2,7 +2,6 @@ package main
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +22,8 @@ func (a *app) cpCommand() *cobra.Command {
 		Use:   "cp SRC DST",
 		Short: "Copy files between a running job's container and here; one side is JOB-ID:PATH",
 		Long: `Copy a file or directory between a running job's container and this machine, as a tar stream
-through an exec'd tar in the container (the image needs tar; busybox's will do): byte for byte, modes
-kept. runmesh cp JOB:/outputs/ckpt.pt . copies out, runmesh cp data.bin JOB:/scratch/ copies in. Into an
+through the container engine's archive API (as podman cp does: the image needs no tar): byte for byte,
+modes kept. runmesh cp JOB:/outputs/ckpt.pt . copies out, runmesh cp data.bin JOB:/scratch/ copies in. Into an
 existing directory, the copy keeps its name; otherwise DST is its new name. Nothing is ever written
 outside DST here: an entry that would (an absolute path, a .., a path through a symbolic link) is refused.`,
 		Args: cobra.ExactArgs(2),
@@ -55,22 +54,19 @@ func splitRemote(arg string) (job, p string, remote bool) {
 
 // execIn runs cmd in the job's container with in as its stdin, its stdout
 // to out; a non-zero status is an error with what it wrote to stderr.
-func (a *app) execIn(ctx context.Context, job string, cmd []string, in io.Reader, out io.Writer) error {
-	var stderr bytes.Buffer
-	end, err := a.relay(ctx, job, runnerapi.SessionRequest{Kind: runnerapi.SessionExec, Command: cmd},
-		streams{in: in, out: out, err: &stderr})
+func (a *app) copySession(ctx context.Context, job string, cmd []string, in io.Reader, out io.Writer) error {
+	end, err := a.relay(ctx, job, runnerapi.SessionRequest{Kind: runnerapi.SessionCopy, Command: cmd},
+		streams{in: in, out: out, err: io.Discard})
 	if err != nil {
 		return err
 	}
-	if end.Code != runnerapi.EndExited {
+	switch {
+	case end.Code == runnerapi.EndFailed:
+		return fmt.Errorf("cp: %s", end.Reason)
+	case end.Code != runnerapi.EndExited:
 		return fmt.Errorf("the session ended: %s", sessionSentence(end))
-	}
-	if end.Exit != nil && *end.Exit != 0 {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = fmt.Sprintf("exit status %d", *end.Exit)
-		}
-		return fmt.Errorf("in the job's container: %s", msg)
+	case end.Exit != nil && *end.Exit != 0:
+		return fmt.Errorf("cp: exit status %d", *end.Exit)
 	}
 	return nil
 }
@@ -81,10 +77,7 @@ func (a *app) copyOut(ctx context.Context, job, src, dst string) error {
 		return errors.New("cp: JOB:PATH needs a path")
 	}
 	src = path.Clean(src)
-	dir, base := path.Split(src)
-	if dir == "" {
-		dir = "."
-	}
+	base := path.Base(src)
 	// Into an existing directory the copy keeps its name; else dst names it.
 	name := filepath.Base(dst)
 	into := filepath.Dir(dst)
@@ -101,7 +94,7 @@ func (a *app) copyOut(ctx context.Context, job, src, dst string) error {
 		pr.CloseWithError(err)
 		done <- err
 	}()
-	err := a.execIn(ctx, job, []string{"tar", "-C", dir, "-cf", "-", base}, nil, pw)
+	err := a.copySession(ctx, job, []string{runnerapi.CopyOut, src}, nil, pw)
 	pw.CloseWithError(err)
 	if xerr := <-done; err == nil && xerr != nil {
 		err = xerr
@@ -119,18 +112,17 @@ func (a *app) copyIn(ctx context.Context, src, job, dst string) error {
 		return fmt.Errorf("cp: %w", err)
 	}
 	dst = path.Clean(dst)
-	// An existing directory there: into it, under src's name; else dst is
-	// the new name, in its directory.
-	name, into := path.Base(dst), path.Dir(dst)
-	if a.execIn(ctx, job, []string{"test", "-d", dst}, nil, io.Discard) == nil {
-		name, into = filepath.Base(src), dst
-	}
-	pr, pw := io.Pipe()
 	if fi.Mode()&fs.ModeSymlink == 0 && !fi.Mode().IsRegular() && !fi.IsDir() {
 		return fmt.Errorf("cp: %s is neither a file, a directory nor a link", src)
 	}
+	// The agent puts it into dst when dst is a directory there, else
+	// names it dst.
+	name := filepath.Base(src)
+	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(archive(pw, src, name)) }()
-	return a.execIn(ctx, job, []string{"tar", "-C", into, "-xf", "-"}, pr, io.Discard)
+	err = a.copySession(ctx, job, []string{runnerapi.CopyIn, dst, name}, pr, io.Discard)
+	pr.CloseWithError(io.ErrClosedPipe)
+	return err
 }
 
 // archive writes src (a file, a link or a directory tree) as a tar stream

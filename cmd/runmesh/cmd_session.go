@@ -177,8 +177,10 @@ func sendInput(in io.Reader, send func(runnerapi.FrameType, []byte) error, detac
 	var held []byte // a ctrl-p that may begin the detach keys
 	for {
 		n, err := in.Read(buf)
-		p := append(held, buf[:n]...)
-		held = nil
+		p := buf[:n]
+		if held != nil {
+			p, held = append(held, p...), nil
+		}
 		if detach {
 			if i := bytes.Index(p, detachKeys); i >= 0 {
 				if i > 0 {

@@ -3399,14 +3399,15 @@ type Job {
   subscription streams all of it. Empty for a TTY or PIPE job, whose output is never stored.
   """
   logs: String!
-  "People's sessions on it (runmesh attach, exec), in the order they opened. Never their bytes."
+  "People's sessions on it (runmesh attach, exec, cp), in the order they opened. Never their bytes."
   sessions: [JobSession!]!
 }
 
-"What a session is: attach (to the job's own process) or exec (a new process beside it)."
+"What a session is: attach (to the job's own process), exec (a new process beside it) or cp (a copy into or out of its container)."
 enum SessionKind {
   ATTACH
   EXEC
+  CP
 }
 
 "A person's session on a running job: who, what, when, and how many bytes went each way. Never its bytes."
@@ -3418,7 +3419,7 @@ type JobSession {
   admin: Admin
   adminName: String!
   kind: SessionKind!
-  "What exec ran (empty for attach)."
+  "What exec ran, or cp's direction and paths: [in, DST, NAME] or [out, SRC] (empty for attach)."
   command: [String!]!
   startedAt: Time!
   "Null while it is open, or when the server replica relaying it stopped before it could record its end."

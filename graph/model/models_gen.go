@@ -534,22 +534,24 @@ func (e LabelSource) MarshalJSON() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// What a session is: attach (to the job's own process) or exec (a new process beside it).
+// What a session is: attach (to the job's own process), exec (a new process beside it) or cp (a copy into or out of its container).
 type SessionKind string
 
 const (
 	SessionKindAttach SessionKind = "ATTACH"
 	SessionKindExec   SessionKind = "EXEC"
+	SessionKindCp     SessionKind = "CP"
 )
 
 var AllSessionKind = []SessionKind{
 	SessionKindAttach,
 	SessionKindExec,
+	SessionKindCp,
 }
 
 func (e SessionKind) IsValid() bool {
 	switch e {
-	case SessionKindAttach, SessionKindExec:
+	case SessionKindAttach, SessionKindExec, SessionKindCp:
 		return true
 	}
 	return false

@@ -11,9 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"path"
 
 	"github.com/containers/podman/v5/pkg/api/handlers"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	podcopy "github.com/containers/podman/v5/pkg/copy"
 
 	"github.com/runmesh/runmesh/runnerapi"
 )
@@ -218,4 +220,57 @@ func (p *podmanAPI) upgrade(ctx context.Context, path string, body []byte) (net.
 		return nil, nil, fmt.Errorf("podman: %s: %s", resp.Status, bytes.TrimSpace(msg))
 	}
 	return conn, br, nil
+}
+
+// ErrNoSuchPath: a copy's path is not in the container.
+var ErrNoSuchPath = errors.New("no such file or directory in the container")
+
+// CopyIn writes the tar stream in into the job's container through
+// podman's archive API (as podman cp does: no process in the container,
+// no tar there). The stream's top entry is name; it lands in dst when dst
+// is a directory in the container, else as dst, in dst's directory,
+// which must exist.
+func (l *Local) CopyIn(ctx context.Context, container, dst, name string, in io.Reader) error {
+	actx, err := l.api.with(ctx)
+	if err != nil {
+		return err
+	}
+	into, opts := dst, new(containers.CopyOptions)
+	st, err := containers.Stat(actx, container, dst)
+	switch {
+	case err == nil && st != nil && st.IsDir:
+	case err == nil || errors.Is(err, podcopy.ErrENOENT):
+		// A new name, or a file to replace: in its directory, renamed.
+		into = path.Dir(dst)
+		if base := path.Base(dst); base != name {
+			opts.Rename = map[string]string{name: base}
+		}
+		if pst, err := containers.Stat(actx, container, into); err != nil || pst == nil || !pst.IsDir {
+			return fmt.Errorf("%s: %w", into, ErrNoSuchPath)
+		}
+	default:
+		return fmt.Errorf("%s: %w", dst, err)
+	}
+	put, err := containers.CopyFromArchiveWithOptions(actx, container, into, in, opts)
+	if err != nil {
+		return err
+	}
+	return put()
+}
+
+// CopyOut writes src in the job's container to out as a tar stream whose
+// top entry is src's base name, through podman's archive API.
+func (l *Local) CopyOut(ctx context.Context, container, src string, out io.Writer) error {
+	actx, err := l.api.with(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := containers.Stat(actx, container, src); errors.Is(err, podcopy.ErrENOENT) {
+		return fmt.Errorf("%s: %w", src, ErrNoSuchPath)
+	}
+	get, err := containers.CopyToArchive(actx, container, src, out)
+	if err != nil {
+		return err
+	}
+	return get()
 }

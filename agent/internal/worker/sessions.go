@@ -25,7 +25,11 @@ type Sessions interface {
 type SessionHost interface {
 	Hold(ctx context.Context, container string, t *runtime.Terminal)
 	Exec(ctx context.Context, container string, cmd []string, tty bool, size runnerapi.Size, s runtime.SessionIO) (int, error)
+	CopyIn(ctx context.Context, container, dst, name string, in io.Reader) error
+	CopyOut(ctx context.Context, container, src string, out io.Writer) error
 }
+
+var _ SessionHost = (*runtime.Local)(nil) // the agent's runtime holds sessions
 
 // holdTerminal attaches to an interactive job's process for as long as it
 // runs, and stops the job once no byte went either way for its idle
@@ -210,6 +214,8 @@ func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, t
 		code, err := host.Exec(sctx, container, open.Command, open.TTY, open.Size, sio)
 		stdin.Close()
 		end = endOf(sctx, err, runnerapi.SessionEnd{Exit: &code, Code: runnerapi.EndExited, Reason: "the process ended"})
+	case open.Kind == runnerapi.SessionCopy && runnerapi.CheckCopy(open.Command) == nil:
+		end = serveCopy(sctx, cancel, conn, host, container, open.Command, stdout)
 	default:
 		end = runnerapi.SessionEnd{Code: runnerapi.EndFailed, Reason: "this agent opens no session of kind " + open.Kind + " on this job"}
 	}
@@ -217,6 +223,25 @@ func serveSession(ctx context.Context, conn *websocket.Conn, host SessionHost, t
 	sessionws.Close(conn, end)
 	out.mu.Unlock()
 	return end
+}
+
+// serveCopy runs a cp session: the person's tar stream into the container
+// (CopyIn), or the container's out to the person (CopyOut), through
+// podman's archive API. Its end is exited 0, or failed with why.
+func serveCopy(ctx context.Context, cancel context.CancelCauseFunc, conn *websocket.Conn, host SessionHost, container string, cmd []string, stdout io.Writer) runnerapi.SessionEnd {
+	var err error
+	if cmd[0] == runnerapi.CopyIn {
+		tarIn, toTar := io.Pipe()
+		go readFrames(conn, cancel, func(p []byte) error { _, err := toTar.Write(p); return err }, func() { toTar.Close() }, func(runnerapi.Size) {})
+		err = host.CopyIn(ctx, container, cmd[1], cmd[2], tarIn)
+		tarIn.CloseWithError(io.ErrClosedPipe) // what the person still sends goes nowhere
+	} else {
+		// Nothing comes in but a detach, or the stream's end.
+		go readFrames(conn, cancel, func([]byte) error { return nil }, func() {}, func(runnerapi.Size) {})
+		err = host.CopyOut(ctx, container, cmd[1], stdout)
+	}
+	zero := 0
+	return endOf(ctx, err, runnerapi.SessionEnd{Exit: &zero, Code: runnerapi.EndExited, Reason: "copied"})
 }
 
 // readFrames passes the person's frames to the process until the stream

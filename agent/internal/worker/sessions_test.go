@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -30,6 +31,32 @@ type sessionHost struct {
 	sizes   []runnerapi.Size
 	command []string
 	exec    func(s runtime.SessionIO) int
+	copied  map[string][]byte // what CopyIn received, by DST
+	files   map[string][]byte // what CopyOut sends, by SRC
+}
+
+var _ SessionHost = (*sessionHost)(nil)
+
+func (h *sessionHost) CopyIn(_ context.Context, _, dst, name string, in io.Reader) error {
+	b, err := io.ReadAll(in)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.copied == nil {
+		h.copied = map[string][]byte{}
+	}
+	h.copied[dst+"|"+name] = b
+	return err
+}
+
+func (h *sessionHost) CopyOut(_ context.Context, _, src string, out io.Writer) error {
+	h.mu.Lock()
+	b, ok := h.files[src]
+	h.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%s: %w", src, runtime.ErrNoSuchPath)
+	}
+	_, err := out.Write(b)
+	return err
 }
 
 func (h *sessionHost) Hold(ctx context.Context, container string, t *runtime.Terminal) {
@@ -273,6 +300,78 @@ func TestAnExecSessionReturnsTheStatus(t *testing.T) {
 	send(t, c2, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "s2", Kind: runnerapi.SessionAttach}))
 	if err := until(t, c2, runnerapi.FrameEnd, "").Decode(&end); err != nil || end.Code != runnerapi.EndFailed {
 		t.Fatalf("attach to a LOGS job: %+v (%v)", end, err)
+	}
+}
+
+// cp: a tar stream in, whole and in order; one out in
+// frames; a missing path fails the session with why; a malformed command
+// opens nothing.
+func TestCopySessions(t *testing.T) {
+	t.Parallel()
+	w, host, s, j := sessionWorker(t, runnerapi.StdioLogs, 0)
+	host.files = map[string][]byte{"/out/ckpt": bytes.Repeat([]byte("ckpt"), 50<<10)}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go w.stand(ctx, j, w.holdTerminal(ctx, j))
+
+	var in []byte
+	c, _ := s.next(t)
+	send(t, c, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "in", Kind: runnerapi.SessionCopy, Command: []string{"in", "/data", "x.tar"}}))
+	for i := range 24 {
+		chunk := bytes.Repeat([]byte{byte('a' + i%26)}, runnerapi.MaxFramePayload)
+		in = append(in, chunk...)
+		send(t, c, runnerapi.AppendFrame(nil, runnerapi.FrameStdin, chunk))
+	}
+	send(t, c, runnerapi.AppendFrame(nil, runnerapi.FrameStdinEnd, nil))
+	var end runnerapi.SessionEnd
+	if err := until(t, c, runnerapi.FrameEnd, "").Decode(&end); err != nil || end.Code != runnerapi.EndExited || *end.Exit != 0 {
+		t.Fatalf("cp in: %+v (%v)", end, err)
+	}
+	host.mu.Lock()
+	got := host.copied["/data|x.tar"]
+	host.mu.Unlock()
+	if !bytes.Equal(got, in) {
+		t.Fatalf("cp in: %d bytes arrived, want the %d sent", len(got), len(in))
+	}
+
+	c, _ = s.next(t)
+	send(t, c, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "out", Kind: runnerapi.SessionCopy, Command: []string{"out", "/out/ckpt"}}))
+	var out []byte
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for done := false; !done; {
+		_, msg, err := c.ReadMessage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _ := runnerapi.ParseFrame(msg)
+		switch f.Type {
+		case runnerapi.FrameStdout:
+			out = append(out, f.Payload...)
+		case runnerapi.FrameEnd:
+			done = true
+			if f.Decode(&end) != nil || end.Code != runnerapi.EndExited {
+				t.Fatalf("cp out: %+v", end)
+			}
+		}
+	}
+	if !bytes.Equal(out, host.files["/out/ckpt"]) {
+		t.Fatalf("cp out: %d bytes, want %d", len(out), len(host.files["/out/ckpt"]))
+	}
+
+	c, _ = s.next(t)
+	send(t, c, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "missing", Kind: runnerapi.SessionCopy, Command: []string{"out", "/no/such"}}))
+	if err := until(t, c, runnerapi.FrameEnd, "").Decode(&end); err != nil || end.Code != runnerapi.EndFailed || !strings.Contains(end.Reason, "no such file") {
+		t.Fatalf("cp of a missing path: %+v (%v)", end, err)
+	}
+	c, _ = s.next(t)
+	send(t, c, runnerapi.JSONFrame(runnerapi.FrameOpen, runnerapi.SessionOpen{ID: "bad", Kind: runnerapi.SessionCopy, Command: []string{"in", "/data", "../escape"}}))
+	if err := until(t, c, runnerapi.FrameEnd, "").Decode(&end); err != nil || end.Code != runnerapi.EndFailed {
+		t.Fatalf("cp with a name that is a path: %+v (%v)", end, err)
+	}
+	host.mu.Lock()
+	defer host.mu.Unlock()
+	if len(host.copied) != 1 {
+		t.Fatalf("copies made: %v", len(host.copied))
 	}
 }
 

@@ -1383,7 +1383,7 @@ type JobJob struct {
 	Events JobJobEventsJobEventConnection `json:"events"`
 	// One per attempt: where it ran and how it ended.
 	Runs []JobJobRunsJobRun `json:"runs"`
-	// People's sessions on it (runmesh attach, exec), in the order they opened. Never their bytes.
+	// People's sessions on it (runmesh attach, exec, cp), in the order they opened. Never their bytes.
 	Sessions []JobJobSessionsJobSession `json:"sessions"`
 	// The output of every attempt, in order: about its last MiB at most, after a line saying how much came
 	// before. The logs of many jobs in one answer share about 64 MiB (at least 64 KiB each). The jobLogs
@@ -1625,7 +1625,7 @@ func (v *JobJobRunsJobRun) GetRunnerVersion() *string { return v.RunnerVersion }
 type JobJobSessionsJobSession struct {
 	Kind      SessionKind `json:"kind"`
 	AdminName string      `json:"adminName"`
-	// What exec ran (empty for attach).
+	// What exec ran, or cp's direction and paths: [in, DST, NAME] or [out, SRC] (empty for attach).
 	Command   []string  `json:"command"`
 	StartedAt time.Time `json:"startedAt"`
 	// Null while it is open, or when the server replica relaying it stopped before it could record its end.
@@ -3778,17 +3778,19 @@ func (v *RunsRunsJobRunConnectionPageInfo) __premarshalJSON() (*__premarshalRuns
 	return &retval, nil
 }
 
-// What a session is: attach (to the job's own process) or exec (a new process beside it).
+// What a session is: attach (to the job's own process), exec (a new process beside it) or cp (a copy into or out of its container).
 type SessionKind string
 
 const (
 	SessionKindAttach SessionKind = "ATTACH"
 	SessionKindExec   SessionKind = "EXEC"
+	SessionKindCp     SessionKind = "CP"
 )
 
 var AllSessionKind = []SessionKind{
 	SessionKindAttach,
 	SessionKindExec,
+	SessionKindCp,
 }
 
 // How a job's standard streams are wired: one mode, so that a job is either batch or interactive.
