@@ -32,7 +32,9 @@ func (l *lender) Take(ctx context.Context, lease uuid.UUID, attempt int) (relay.
 	here, there := bufferedPipe(16)
 	upgraded := make(chan bool, 1)
 	go func() {
-		lent := l.hub.Lend(ctx, lease, attempt, func() (relay.Conn, error) {
+		// The other replica's session lives by its own request, not by
+		// the asking (which ctx bounds).
+		lent := l.hub.Lend(context.Background(), lease, attempt, func() (relay.Conn, error) {
 			upgraded <- true
 			return closeSays{there, l}, nil
 		})
@@ -198,5 +200,28 @@ func TestALendingReplicaKeepsTheJobsBound(t *testing.T) {
 	agent.Write(runnerapi.JSONFrame(runnerapi.FrameEnd, runnerapi.SessionEnd{Code: runnerapi.EndExited}))
 	if got := wait(t, sum); got.End.Code != runnerapi.EndExited {
 		t.Fatalf("summary %+v: the stream was not put back", got)
+	}
+}
+
+// stuck is a replica listed but gone: asking it waits until told to stop.
+type stuck struct{}
+
+func (stuck) Take(ctx context.Context, _ uuid.UUID, _ int) (relay.Conn, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A session does not wait past StreamWait for a replica that does not
+// answer.
+func TestAnUnansweringReplicaDoesNotHoldTheSessionPastItsWait(t *testing.T) {
+	f := newFixture()
+	f.hub.Elsewhere = stuck{}
+	start := time.Now()
+	_, sum := f.open(context.Background(), f.lease)
+	if got := wait(t, sum); got.End.Code != runnerapi.EndUnavailable {
+		t.Fatalf("summary %+v", got)
+	}
+	if took := time.Since(start); took > bounds.StreamWait+time.Second {
+		t.Fatalf("refused after %v, with a wait of %v", took, bounds.StreamWait)
 	}
 }

@@ -407,7 +407,8 @@ type Elsewhere interface {
 	// Take returns a connection to the relay of a replica that lent this
 	// session its stream for lease at attempt (Lend), or nil when no
 	// other replica has one standing. The error says what could not be
-	// asked; a replica that has none is not an error.
+	// asked; a replica that has none is not an error. ctx bounds the
+	// asking only: the connection returned outlives it.
 	Take(ctx context.Context, lease uuid.UUID, attempt int) (Conn, error)
 }
 
@@ -427,7 +428,12 @@ func (h *Hub) find(ctx context.Context, l Lease) (*stream, Conn) {
 		if st := h.take(ctx, key, 0); st != nil {
 			return st, nil
 		}
-		if c, _ := h.Elsewhere.Take(ctx, l.ID, l.Attempt); c != nil {
+		// Asking is bounded by the wait too: a replica that crashed a
+		// moment ago is still listed, and its dial times out.
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		c, _ := h.Elsewhere.Take(actx, l.ID, l.Attempt)
+		cancel()
+		if c != nil {
 			return nil, c
 		}
 		left := time.Until(deadline)
